@@ -1,0 +1,109 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// ErrJobNotFound is returned for a job that has no keys in etcd.
+var ErrJobNotFound = errors.New("coordinator: job not found")
+
+// Client reads and changes jobs the way the command line does; it needs no
+// leadership and can run anywhere.
+type Client struct {
+	cli  *clientv3.Client
+	keys membership.Keys
+}
+
+// NewClient returns a client of the jobs under keys.
+func NewClient(cli *clientv3.Client, keys membership.Keys) *Client {
+	if keys == (membership.Keys{}) {
+		keys = membership.DefaultKeys()
+	}
+	return &Client{cli: cli, keys: keys}
+}
+
+// Scale sets a job's target np ("N" or "MIN:MAX"), creating the job's spec
+// with defaults if it has none, and returns the spec as stored. A stored spec
+// that is malformed is left as it is and reported.
+func (c *Client) Scale(ctx context.Context, job, np string) (membership.Spec, error) {
+	if err := membership.ValidateJobID(job); err != nil {
+		return membership.Spec{}, err
+	}
+	target, err := membership.ParseNP(np)
+	if err != nil {
+		return membership.Spec{}, err
+	}
+	return membership.UpdateSpec(ctx, c.cli, c.keys, job, func(s *membership.Spec) { s.NP = target }, membership.DefaultSpec(target))
+}
+
+// Status returns a job's status as the leader last wrote it. A job with a
+// spec but no status yet is Waiting.
+func (c *Client) Status(ctx context.Context, job string) (membership.Status, error) {
+	if err := membership.ValidateJobID(job); err != nil {
+		return membership.Status{}, err
+	}
+	resp, err := c.cli.Txn(ctx).Then(
+		clientv3.OpGet(c.keys.Status(job)),
+		clientv3.OpGet(c.keys.Spec(job)),
+	).Commit()
+	if err != nil {
+		return membership.Status{}, fmt.Errorf("read status: %w", err)
+	}
+	statusKVs := resp.Responses[0].GetResponseRange().Kvs
+	specKVs := resp.Responses[1].GetResponseRange().Kvs
+	if len(statusKVs) == 1 {
+		s, err := membership.DecodeStatus(statusKVs[0].Value)
+		if err != nil {
+			return membership.Status{}, fmt.Errorf("job %s: %w", job, err)
+		}
+		return s, nil
+	}
+	if len(specKVs) == 0 {
+		return membership.Status{}, fmt.Errorf("%w: %s", ErrJobNotFound, job)
+	}
+	s := membership.Status{Phase: membership.JobWaiting, Message: "no coordinator has reported on this job yet"}
+	if spec, err := membership.DecodeSpec(specKVs[0].Value); err == nil {
+		s.NP = spec.NP.String()
+	}
+	return s, nil
+}
+
+// Events returns a job's retained events, oldest first. Malformed events are
+// skipped.
+func (c *Client) Events(ctx context.Context, job string) ([]membership.Event, error) {
+	if err := membership.ValidateJobID(job); err != nil {
+		return nil, err
+	}
+	resp, err := c.cli.Get(ctx, c.keys.Events(job), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	out := make([]membership.Event, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		if e, err := membership.DecodeEvent(kv.Value); err == nil {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// Plan returns a job's current plan.
+func (c *Client) Plan(ctx context.Context, job string) (membership.Plan, error) {
+	if err := membership.ValidateJobID(job); err != nil {
+		return membership.Plan{}, err
+	}
+	resp, err := c.cli.Get(ctx, c.keys.Plan(job))
+	if err != nil {
+		return membership.Plan{}, fmt.Errorf("read plan: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return membership.Plan{}, fmt.Errorf("%w: %s has no plan", ErrJobNotFound, job)
+	}
+	return membership.DecodePlan(resp.Kvs[0].Value)
+}

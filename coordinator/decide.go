@@ -1,0 +1,445 @@
+package coordinator
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// view is what the leader knows of one job, read from etcd.
+type view struct {
+	job     string
+	spec    *membership.Spec
+	specErr error
+	// nodes are the valid node records in join order.
+	nodes   []membership.LiveNode
+	plan    *membership.Plan
+	planErr error
+	status  *membership.Status
+}
+
+// memo is what the leader remembers between decisions of one job beyond
+// what etcd holds. Losing it (a failover) only delays a settle window.
+type memo struct {
+	// pendingSince is when a run that waits for the settle window was first
+	// possible.
+	pendingSince time.Time
+	// ackedGen's stop phase completed at ackedAt.
+	ackedGen int64
+	ackedAt  time.Time
+}
+
+// timing holds the protocol's time limits.
+type timing struct {
+	settle      time.Duration
+	stopTimeout time.Duration
+}
+
+// decision is what to write for a job. The plan, status and events go into
+// one transaction fenced on the leader's election key.
+type decision struct {
+	plan   *membership.Plan
+	status *membership.Status
+	events []membership.Event // Seq and Time are filled in when written
+	evict  []membership.LiveNode
+	// wakeAt asks for another decision at that time even if nothing changes.
+	wakeAt time.Time
+	memo   memo
+}
+
+// decide computes the next step of a job's protocol. It is a pure function
+// of its arguments, so every replica decides the same from the same etcd.
+func decide(v view, m memo, tm timing, now time.Time) decision {
+	d := decision{memo: m}
+	switch {
+	case v.plan != nil && v.plan.Final():
+		d.status = finalStatus(v, *v.plan)
+		return d
+	case v.specErr != nil:
+		return finish(v, now, membership.JobFailed, 1, fmt.Sprintf("invalid spec: %v", v.specErr))
+	case v.planErr != nil:
+		return finish(v, now, membership.JobFailed, 1, fmt.Sprintf("invalid plan: %v", v.planErr))
+	case v.spec == nil:
+		// No spec: nothing to aim for. A job with nodes says so; a job
+		// with neither spec nor plan (deleted) is left alone.
+		if v.plan == nil && len(v.nodes) > 0 {
+			d.status = &membership.Status{Phase: membership.JobWaiting, Ready: countRole(v.nodes, membership.RoleWorker),
+				Message: "waiting for a spec: set np with `coordinator scale` or a sidecar's --np"}
+		}
+		return d
+	case v.plan == nil || v.plan.Phase == membership.PhaseStop:
+		return decideStopped(v, d, tm, now)
+	default:
+		return decideRunning(v, d, tm, now)
+	}
+}
+
+// decideStopped waits for the stop acks of the previous table's members,
+// then for enough nodes, then commits phase run.
+func decideStopped(v view, d decision, tm timing, now time.Time) decision {
+	alive := byID(v.nodes)
+	var prev []membership.Member
+	var gen int64
+	if v.plan != nil {
+		prev, gen = v.plan.Members, v.plan.Generation
+	}
+
+	var unacked []membership.LiveNode
+	for _, m := range prev {
+		n, ok := alive[m.Node]
+		if !ok || int64(n.Lease) != m.Lease {
+			continue // gone, or restarted: nothing of it runs
+		}
+		if n.State != membership.NodeStopped || n.Generation < gen {
+			unacked = append(unacked, n)
+		}
+	}
+	if len(unacked) > 0 {
+		deadline := v.plan.StopAt.Add(tm.stopTimeout)
+		if now.Before(deadline) {
+			d.wakeAt = deadline
+		} else {
+			d.evict = unacked
+			for _, n := range unacked {
+				d.events = append(d.events, membership.Event{Generation: gen, Type: "NodeEvicted",
+					Message: fmt.Sprintf("node %s did not ack the stop of generation %d within %s; its lease is revoked", n.ID, gen, tm.stopTimeout)})
+			}
+		}
+		d.status = baseStatus(v, membership.JobRestarting, len(prev)-len(unacked),
+			fmt.Sprintf("stopping generation %d (%s): %d of %d nodes stopped", gen, v.plan.Reason, len(prev)-len(unacked), len(prev)))
+		return d
+	}
+	if v.plan != nil && d.memo.ackedGen != gen {
+		d.memo.ackedGen, d.memo.ackedAt = gen, now
+	}
+
+	t, short := assignRanks(*v.spec, v.nodes, prev, aliveExcluded(v.plan, alive))
+	if short != nil {
+		d.memo.pendingSince = time.Time{}
+		d.status = baseStatus(v, membership.JobWaiting, short.available, short.String())
+		return d
+	}
+	if settling(&d, v.spec, t.workers, tm, now) {
+		d.status = baseStatus(v, membership.JobWaiting, t.workers,
+			fmt.Sprintf("settling: %d of at most %d workers; starting when the %s settle window ends", t.workers, v.spec.NP.Max, tm.settle))
+		return d
+	}
+
+	next := membership.Plan{
+		Generation: gen + 1, Phase: membership.PhaseRun, Members: t.members, WorldSize: t.worldSize, Master: t.master,
+		Reason: "first generation", DetectedAt: now, RunAt: now,
+	}
+	if v.plan != nil {
+		next.Generation = gen
+		next.Restarts, next.Reason, next.Excluded = v.plan.Restarts, v.plan.Reason, aliveExcludedList(v.plan, alive)
+		next.DetectedAt, next.StopAt, next.AckedAt = v.plan.DetectedAt, v.plan.StopAt, d.memo.ackedAt
+	} else if !d.memo.pendingSince.IsZero() {
+		next.DetectedAt = d.memo.pendingSince
+	}
+	d.memo.pendingSince = time.Time{}
+	d.plan = &next
+	d.status = planStatus(v, next, membership.JobRestarting, 0,
+		fmt.Sprintf("starting generation %d: %d workers, world size %d", next.Generation, t.workers, t.worldSize))
+	d.events = append(d.events, membership.Event{Generation: next.Generation, Type: "GenerationStarting",
+		Message: fmt.Sprintf("run: %d members, %d workers, world size %d, master %s (%s)", len(t.members), t.workers, t.worldSize, t.master, next.Reason)})
+	return d
+}
+
+// decideRunning watches a generation in phase run: lost members, failed or
+// succeeded children, and changes of membership or spec.
+func decideRunning(v view, d decision, tm timing, now time.Time) decision {
+	p := *v.plan
+	alive := byID(v.nodes)
+	spec := *v.spec
+
+	var lost []string
+	for _, m := range p.Members {
+		if n, ok := alive[m.Node]; !ok || int64(n.Lease) != m.Lease {
+			lost = append(lost, m.Node)
+		}
+	}
+	if len(lost) > 0 {
+		reason := fmt.Sprintf("%s lost", nodeList("member", lost))
+		if spec.FaultTolerance == membership.FaultToleranceNone {
+			return finish(v, now, membership.JobFailed, 1, reason+" and fault tolerance is 0")
+		}
+		return stopNext(v, d, now, now, reason, p.Restarts, aliveExcludedList(&p, alive))
+	}
+
+	var failed []membership.Member
+	ready, workersDone, rank0Done, workers := 0, 0, false, 0
+	for _, m := range p.Members {
+		n := alive[m.Node]
+		current := n.Generation == p.Generation
+		if m.Role == membership.RoleWorker {
+			workers++
+		}
+		switch {
+		case current && n.State == membership.NodeFailed:
+			failed = append(failed, m)
+		case current && n.State == membership.NodeSucceeded:
+			ready++
+			if m.Role == membership.RoleWorker {
+				workersDone++
+				rank0Done = rank0Done || m.Rank == 0
+			}
+		case current && n.State == membership.NodeRunning:
+			ready++
+		}
+	}
+	if len(failed) > 0 {
+		f := failed[0]
+		code := alive[f.Node].ExitCode
+		if code == 0 {
+			code = 1
+		}
+		reason := fmt.Sprintf("node %s (%s rank %d) failed with exit code %d", f.Node, f.Role, f.Rank, code)
+		if spec.FaultTolerance == membership.FaultToleranceNone {
+			return finish(v, now, membership.JobFailed, code, reason+" and fault tolerance is 0")
+		}
+		if p.Restarts >= spec.MaxRestarts {
+			return finish(v, now, membership.JobFailed, code, fmt.Sprintf("%s and the restart budget of %d is spent", reason, spec.MaxRestarts))
+		}
+		excluded := aliveExcludedList(&p, alive)
+		if spec.FaultTolerance == membership.FaultToleranceReplace {
+			for _, m := range failed {
+				excluded = appendUnique(excluded, m.Node)
+			}
+		}
+		return stopNext(v, d, now, now, reason, p.Restarts+1, excluded)
+	}
+	switch {
+	case spec.SuccessPolicy == membership.SuccessRank0 && rank0Done:
+		return finish(v, now, membership.JobSucceeded, 0, "rank 0 succeeded")
+	case workers > 0 && workersDone == workers:
+		return finish(v, now, membership.JobSucceeded, 0, fmt.Sprintf("all %d workers succeeded", workers))
+	}
+
+	// Once a worker has finished, the job is finishing: new nodes wait.
+	t, short := assignRanks(spec, v.nodes, p.Members, aliveExcluded(&p, alive))
+	if short == nil && workersDone == 0 && !sameTable(t.members, p.Members) {
+		if settling(&d, &spec, t.workers, tm, now) {
+			d.status = runningStatus(v, p, ready, now)
+			d.status.Message = fmt.Sprintf("%d workers available; restarting at that size when the %s settle window ends", t.workers, tm.settle)
+			return d
+		}
+		detected := now
+		if !d.memo.pendingSince.IsZero() {
+			detected = d.memo.pendingSince
+		}
+		d.memo.pendingSince = time.Time{}
+		reason := fmt.Sprintf("membership change: %d → %d workers", countMembers(p.Members, membership.RoleWorker), t.workers)
+		if spec.PS != countMembers(p.Members, membership.RolePS) {
+			reason += fmt.Sprintf(", %d → %d ps", countMembers(p.Members, membership.RolePS), spec.PS)
+		}
+		return stopNext(v, d, now, detected, reason, p.Restarts, aliveExcludedList(&p, alive))
+	}
+	d.memo.pendingSince = time.Time{}
+	d.status = runningStatus(v, p, ready, now)
+	if short != nil {
+		d.status.Message = fmt.Sprintf("np %s: %s; generation %d keeps running", spec.NP, short, p.Generation)
+	}
+	if d.status.Phase == membership.JobRunning && (v.status == nil || v.status.Phase != membership.JobRunning || v.status.Generation != p.Generation) {
+		d.events = append(d.events, membership.Event{Generation: p.Generation, Type: "GenerationRunning",
+			Message: fmt.Sprintf("all %d members running, world size %d", len(p.Members), p.WorldSize), Steps: d.status.Steps})
+	}
+	return d
+}
+
+// settling reports whether a run of the given number of workers must wait
+// for the settle window: np is a range and its maximum is not reached.
+func settling(d *decision, spec *membership.Spec, workers int, tm timing, now time.Time) bool {
+	if !spec.NP.IsRange() || workers >= spec.NP.Max {
+		return false
+	}
+	if d.memo.pendingSince.IsZero() {
+		d.memo.pendingSince = now
+	}
+	if until := d.memo.pendingSince.Add(tm.settle); now.Before(until) {
+		d.wakeAt = until
+		return true
+	}
+	return false
+}
+
+// stopNext commits phase stop of the next generation: every member of the
+// current table stops and acks.
+func stopNext(v view, d decision, now, detected time.Time, reason string, restarts int, excluded []string) decision {
+	p := *v.plan
+	next := membership.Plan{
+		Generation: p.Generation + 1, Phase: membership.PhaseStop, Members: p.Members,
+		Restarts: restarts, Reason: reason, Excluded: excluded, DetectedAt: detected, StopAt: now,
+	}
+	d.plan = &next
+	d.status = planStatus(v, next, membership.JobRestarting, 0, fmt.Sprintf("stopping generation %d: %s", p.Generation, reason))
+	d.events = append(d.events, membership.Event{Generation: next.Generation, Type: "GenerationStopping", Message: reason})
+	return d
+}
+
+// finish commits the last plan of a job: every sidecar stops and exits.
+func finish(v view, now time.Time, result membership.JobPhase, exitCode int, reason string) decision {
+	next := membership.Plan{Generation: 1, Phase: membership.PhaseStop, Result: result, ExitCode: exitCode,
+		Reason: reason, DetectedAt: now, StopAt: now}
+	if v.plan != nil {
+		next.Generation = v.plan.Generation + 1
+		next.Members, next.Restarts = v.plan.Members, v.plan.Restarts
+	} else if v.status != nil {
+		next.Generation = v.status.Generation + 1
+	}
+	d := decision{plan: &next}
+	d.status = finalStatus(v, next)
+	d.events = []membership.Event{{Generation: next.Generation, Type: "Job" + string(result), Message: reason}}
+	return d
+}
+
+func finalStatus(v view, p membership.Plan) *membership.Status {
+	s := planStatus(v, p, p.Result, 0, p.Reason)
+	s.ExitCode = p.ExitCode
+	if v.status != nil {
+		s.Steps = v.status.Steps
+	}
+	return s
+}
+
+// runningStatus is the status of a generation in phase run: Running once
+// every member acked, with the durations of its steps.
+func runningStatus(v view, p membership.Plan, ready int, now time.Time) *membership.Status {
+	if ready < len(p.Members) {
+		return planStatus(v, p, membership.JobRestarting, ready,
+			fmt.Sprintf("starting generation %d: %d of %d members running", p.Generation, ready, len(p.Members)))
+	}
+	s := planStatus(v, p, membership.JobRunning, ready, "")
+	if v.status != nil && v.status.Phase == membership.JobRunning && v.status.Generation == p.Generation {
+		s.Steps = v.status.Steps
+		return s
+	}
+	s.Steps = stepsOf(p, now)
+	return s
+}
+
+func stepsOf(p membership.Plan, running time.Time) *membership.Steps {
+	s := &membership.Steps{Start: membership.Duration(running.Sub(p.RunAt)), Total: membership.Duration(running.Sub(p.DetectedAt))}
+	if p.StopAt.IsZero() {
+		s.Wait = membership.Duration(p.RunAt.Sub(p.DetectedAt))
+		return s
+	}
+	s.Detect = membership.Duration(p.StopAt.Sub(p.DetectedAt))
+	acked := p.AckedAt
+	if acked.IsZero() {
+		acked = p.StopAt
+	}
+	s.Stop = membership.Duration(acked.Sub(p.StopAt))
+	s.Wait = membership.Duration(p.RunAt.Sub(acked))
+	return s
+}
+
+func planStatus(v view, p membership.Plan, phase membership.JobPhase, ready int, msg string) *membership.Status {
+	s := baseStatus(v, phase, ready, msg)
+	s.Generation, s.Restarts = p.Generation, p.Restarts
+	if p.Phase == membership.PhaseRun {
+		s.Members, s.WorldSize = len(p.Members), p.WorldSize
+	}
+	return s
+}
+
+func baseStatus(v view, phase membership.JobPhase, ready int, msg string) *membership.Status {
+	s := &membership.Status{Phase: phase, Ready: ready, Message: msg}
+	if v.spec != nil {
+		s.NP = v.spec.NP.String()
+	}
+	if v.plan != nil {
+		s.Generation, s.Restarts = v.plan.Generation, v.plan.Restarts
+		if v.plan.Phase == membership.PhaseRun {
+			s.Members, s.WorldSize = len(v.plan.Members), v.plan.WorldSize
+		}
+	}
+	return s
+}
+
+// sameStatus compares statuses without their time stamps.
+func sameStatus(a, b *membership.Status) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	x, y := *a, *b
+	x.UpdatedAt, y.UpdatedAt = time.Time{}, time.Time{}
+	if (x.Steps == nil) != (y.Steps == nil) || (x.Steps != nil && *x.Steps != *y.Steps) {
+		return false
+	}
+	x.Steps, y.Steps = nil, nil
+	return x == y
+}
+
+func byID(nodes []membership.LiveNode) map[string]membership.LiveNode {
+	m := make(map[string]membership.LiveNode, len(nodes))
+	for _, n := range nodes {
+		m[n.ID] = n
+	}
+	return m
+}
+
+// aliveExcluded is the plan's excluded set, without nodes that left.
+func aliveExcluded(p *membership.Plan, alive map[string]membership.LiveNode) map[string]bool {
+	out := map[string]bool{}
+	for _, id := range aliveExcludedList(p, alive) {
+		out[id] = true
+	}
+	return out
+}
+
+func aliveExcludedList(p *membership.Plan, alive map[string]membership.LiveNode) []string {
+	if p == nil {
+		return nil
+	}
+	var out []string
+	for _, id := range p.Excluded {
+		if _, ok := alive[id]; ok {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func appendUnique(list []string, id string) []string {
+	for _, x := range list {
+		if x == id {
+			return list
+		}
+	}
+	return append(list, id)
+}
+
+func countRole(nodes []membership.LiveNode, role membership.Role) int {
+	n := 0
+	for _, x := range nodes {
+		if x.Role == role {
+			n++
+		}
+	}
+	return n
+}
+
+func countMembers(members []membership.Member, role membership.Role) int {
+	n := 0
+	for _, m := range members {
+		if m.Role == role {
+			n++
+		}
+	}
+	return n
+}
+
+// nodeList names up to five nodes: "member a", "members a, b and 3 more".
+func nodeList(noun string, ids []string) string {
+	if len(ids) == 1 {
+		return noun + " " + ids[0]
+	}
+	shown := ids
+	more := ""
+	if len(ids) > 5 {
+		shown, more = ids[:5], fmt.Sprintf(" and %d more", len(ids)-5)
+	}
+	return noun + "s " + strings.Join(shown, ", ") + more
+}

@@ -1,0 +1,311 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/hashicorp/go-hclog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// nodeEntry is a node key as last seen.
+type nodeEntry struct {
+	node membership.LiveNode
+	err  error
+}
+
+// jobActor reconciles one job. The watch goroutine feeds it changes through
+// apply; its own goroutine decides and writes, one decision at a time, so a
+// burst of changes costs one decision, not one per change.
+type jobActor struct {
+	t      *term
+	job    string
+	logger hclog.Logger
+	wake   chan struct{}
+
+	mu sync.Mutex
+	// What etcd holds, with the revision each record was last changed at.
+	spec              *membership.Spec
+	specErr           error
+	plan              *membership.Plan
+	planErr           error
+	status            *membership.Status
+	specRev, planRev  int64
+	statusRev         int64
+	nodes             map[string]nodeEntry
+	sorted            []membership.LiveNode // nodes in join order; nil when stale
+	lastSeq           int64
+	invalidLoggedAtRv map[string]int64
+
+	// Owned by the run goroutine.
+	memo  memo
+	retry *backoff.ExponentialBackOff
+}
+
+func newJobActor(t *term, job string) *jobActor {
+	retry := backoff.NewExponentialBackOff()
+	retry.InitialInterval = 50 * time.Millisecond
+	retry.MaxInterval = 2 * time.Second
+	retry.MaxElapsedTime = 0
+	return &jobActor{
+		t: t, job: job, logger: t.c.logger.With("job", job),
+		wake: make(chan struct{}, 1), nodes: map[string]nodeEntry{},
+		invalidLoggedAtRv: map[string]int64{}, retry: retry,
+	}
+}
+
+// poke asks for a decision.
+func (a *jobActor) poke() {
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// reset forgets what etcd held, before a fresh listing is applied.
+func (a *jobActor) reset() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.spec, a.specErr, a.plan, a.planErr, a.status = nil, nil, nil, nil, nil
+	a.specRev, a.planRev, a.statusRev = 0, 0, 0
+	clear(a.nodes)
+	a.sorted = nil
+}
+
+// apply records changes of the job's keys and asks for a decision.
+func (a *jobActor) apply(changes []membership.KeyValue) {
+	a.mu.Lock()
+	for _, kv := range changes {
+		jk, _ := a.t.c.cfg.Keys.ParseJobKey(kv.Key)
+		a.applyLocked(jk, kv)
+	}
+	a.mu.Unlock()
+	a.poke()
+}
+
+func (a *jobActor) applyLocked(jk membership.JobKey, kv membership.KeyValue) {
+	switch jk.Kind {
+	case membership.KindSpec:
+		if kv.ModRevision <= a.specRev {
+			return
+		}
+		a.specRev, a.spec, a.specErr = kv.ModRevision, nil, nil
+		if !kv.Deleted {
+			s, err := membership.DecodeSpec(kv.Value)
+			a.spec, a.specErr = ptrOrNil(s, err), err
+			a.noteInvalid(kv, err)
+		}
+	case membership.KindPlan:
+		if kv.ModRevision <= a.planRev {
+			return // our own write, already applied
+		}
+		a.planRev, a.plan, a.planErr = kv.ModRevision, nil, nil
+		if !kv.Deleted {
+			p, err := membership.DecodePlan(kv.Value)
+			a.plan, a.planErr = ptrOrNil(p, err), err
+			a.noteInvalid(kv, err)
+		}
+	case membership.KindStatus:
+		if kv.ModRevision <= a.statusRev {
+			return
+		}
+		a.statusRev, a.status = kv.ModRevision, nil
+		if !kv.Deleted {
+			// A malformed status is simply written over.
+			s, err := membership.DecodeStatus(kv.Value)
+			a.status = ptrOrNil(s, err)
+		}
+	case membership.KindNode:
+		a.sorted = nil
+		if kv.Deleted {
+			delete(a.nodes, jk.Name)
+			return
+		}
+		n, err := membership.DecodeLiveNode(kv, jk.Name)
+		a.nodes[jk.Name] = nodeEntry{node: n, err: err}
+		a.noteInvalid(kv, err)
+	case membership.KindEvent:
+		if seq, err := strconv.ParseInt(jk.Name, 10, 64); err == nil && seq > a.lastSeq {
+			a.lastSeq = seq
+		}
+	}
+}
+
+func (a *jobActor) noteInvalid(kv membership.KeyValue, err error) {
+	if err == nil || a.invalidLoggedAtRv[kv.Key] == kv.ModRevision {
+		return
+	}
+	a.invalidLoggedAtRv[kv.Key] = kv.ModRevision
+	a.t.c.metrics.invalid.Inc()
+	a.logger.Warn("malformed record", "key", kv.Key, "error", err)
+}
+
+func ptrOrNil[T any](v T, err error) *T {
+	if err != nil {
+		return nil
+	}
+	return &v
+}
+
+func (a *jobActor) viewLocked() view {
+	if a.sorted == nil {
+		a.sorted = make([]membership.LiveNode, 0, len(a.nodes))
+		for _, e := range a.nodes {
+			if e.err == nil {
+				a.sorted = append(a.sorted, e.node)
+			}
+		}
+		membership.SortByJoin(a.sorted)
+	}
+	return view{job: a.job, spec: a.spec, specErr: a.specErr, nodes: a.sorted, plan: a.plan, planErr: a.planErr, status: a.status}
+}
+
+// run decides whenever the job changes or a deadline passes.
+func (a *jobActor) run(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.wake:
+		case <-timer.C:
+		}
+		wakeAt, err := a.reconcile(ctx)
+		switch {
+		case errors.Is(err, ErrNotLeader):
+			a.t.stepDown(err)
+			return
+		case err != nil && ctx.Err() == nil:
+			wait := a.retry.NextBackOff()
+			a.logger.Warn("reconcile failed; retrying", "error", err, "retry_in", wait)
+			wakeAt = time.Now().Add(wait)
+		case err == nil:
+			a.retry.Reset()
+		}
+		timer.Stop()
+		if !wakeAt.IsZero() {
+			timer.Reset(time.Until(wakeAt))
+		}
+	}
+}
+
+// reconcile decides and writes until a decision needs an outside change
+// (an ack, a node) to go on, so that a stop phase no node must ack is
+// followed by its run phase at once.
+func (a *jobActor) reconcile(ctx context.Context) (time.Time, error) {
+	for range 4 {
+		a.mu.Lock()
+		v := a.viewLocked()
+		a.mu.Unlock()
+		d := decide(v, a.memo, timing{settle: a.t.c.cfg.SettleWindow, stopTimeout: a.t.c.cfg.StopTimeout}, time.Now())
+		a.memo = d.memo
+		if err := a.write(ctx, v, d); err != nil {
+			return time.Time{}, err
+		}
+		if d.plan == nil {
+			return d.wakeAt, nil
+		}
+	}
+	return time.Time{}, nil
+}
+
+// write commits a decision: plan, status and events in one transaction
+// fenced on the election key, then the evictions.
+func (a *jobActor) write(ctx context.Context, v view, d decision) error {
+	keys := a.t.c.cfg.Keys
+	now := time.Now()
+	var ops []clientv3.Op
+	if d.plan != nil {
+		val, err := membership.Encode(d.plan)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, clientv3.OpPut(keys.Plan(a.job), val))
+	}
+	var status *membership.Status
+	if d.status != nil && !sameStatus(d.status, v.status) {
+		s := *d.status
+		s.UpdatedAt = now
+		status = &s
+		val, err := membership.Encode(status)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, clientv3.OpPut(keys.Status(a.job), val))
+	}
+	a.mu.Lock()
+	seq := a.lastSeq
+	a.mu.Unlock()
+	if len(d.events) > 0 {
+		lease, err := a.t.eventLeaseID(ctx)
+		if err != nil {
+			return fmt.Errorf("grant event lease: %w", err)
+		}
+		for _, e := range d.events {
+			seq++
+			e.Seq, e.Time = seq, now
+			val, err := membership.Encode(e)
+			if err != nil {
+				return err
+			}
+			ops = append(ops, clientv3.OpPut(keys.Event(a.job, seq), val, clientv3.WithLease(lease)))
+			a.logger.Info("event", "type", e.Type, "generation", e.Generation, "message", e.Message)
+		}
+	}
+	if len(ops) > 0 {
+		a.t.c.metrics.writes.Inc()
+		resp, err := a.t.c.cfg.Client.Txn(ctx).If(a.t.fence).Then(ops...).Commit()
+		if err != nil {
+			return fmt.Errorf("commit: %w", err)
+		}
+		if !resp.Succeeded {
+			return ErrNotLeader
+		}
+		a.committed(resp.Header.Revision, d, status, seq)
+	}
+	for _, n := range d.evict {
+		a.t.c.metrics.writes.Inc()
+		if _, err := a.t.c.cfg.Client.Revoke(ctx, n.Lease); err != nil {
+			return fmt.Errorf("evict node %s: %w", n.ID, err)
+		}
+		a.logger.Warn("evicted node", "node", n.ID)
+	}
+	return nil
+}
+
+// committed applies our own writes at once, so the next decision does not
+// wait for the watch to echo them back.
+func (a *jobActor) committed(rev int64, d decision, status *membership.Status, seq int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if d.plan != nil {
+		p := *d.plan
+		m := a.t.c.metrics
+		m.members.WithLabelValues(a.job).Set(float64(len(p.Members)))
+		if p.Phase == membership.PhaseRun {
+			m.generations.WithLabelValues(a.job).Inc()
+		}
+		if a.plan != nil && p.Restarts > a.plan.Restarts {
+			m.restarts.WithLabelValues(a.job).Inc()
+		}
+		a.plan, a.planErr, a.planRev = &p, nil, rev
+	}
+	if status != nil {
+		if status.Steps != nil && (a.status == nil || a.status.Steps == nil || *a.status.Steps != *status.Steps) {
+			a.t.c.metrics.observeSteps(status.Steps)
+		}
+		a.status, a.statusRev = status, rev
+	}
+	if seq > a.lastSeq {
+		a.lastSeq = seq
+	}
+}

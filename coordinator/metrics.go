@@ -1,0 +1,63 @@
+package coordinator
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// metrics are the coordinator's Prometheus instruments.
+type metrics struct {
+	leader      prometheus.Gauge
+	writes      prometheus.Counter
+	generations *prometheus.CounterVec
+	restarts    *prometheus.CounterVec
+	members     *prometheus.GaugeVec
+	steps       *prometheus.HistogramVec
+	invalid     prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "elastic_coordinator_leader", Help: "1 while this replica is the leader.",
+		}),
+		writes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "elastic_coordinator_etcd_writes_total", Help: "Write requests (transactions, lease grants and revokes) sent to etcd.",
+		}),
+		generations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "elastic_job_generations_total", Help: "Generations committed in phase run.",
+		}, []string{"job"}),
+		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "elastic_job_restarts_total", Help: "Restarts that spent the job's restart budget.",
+		}, []string{"job"}),
+		members: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "elastic_job_members", Help: "Members of the job's current generation.",
+		}, []string{"job"}),
+		steps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "elastic_job_step_seconds",
+			Help:    "Duration of each protocol step of a generation: detect, stop, wait, start, total.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}, []string{"step"}),
+		invalid: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "elastic_coordinator_invalid_records_total", Help: "Malformed records read from etcd.",
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.leader, m.writes, m.generations, m.restarts, m.members, m.steps, m.invalid} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) observeSteps(s *membership.Steps) {
+	for step, d := range map[string]membership.Duration{
+		"detect": s.Detect, "stop": s.Stop, "wait": s.Wait, "start": s.Start, "total": s.Total,
+	} {
+		m.steps.WithLabelValues(step).Observe(float64(d) / 1e9)
+	}
+}

@@ -1,0 +1,166 @@
+package coordinator
+
+import (
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// table is a computed rank table: the members of a generation.
+type table struct {
+	members   []membership.Member // workers by rank, then ps, then scheduler
+	workers   int
+	worldSize int
+	master    string
+}
+
+// shortage says why no table can be formed.
+type shortage struct {
+	role      membership.Role
+	have      int
+	need      int
+	available int // live nodes of the role, for status
+}
+
+func (s shortage) String() string {
+	return fmt.Sprintf("waiting for nodes: %d of %d %s nodes", s.have, s.need, s.role)
+}
+
+// assignRanks computes the rank table for spec from the live nodes (in join
+// order) and the previous table. It is deterministic: the same input gives
+// the same table on every replica.
+//
+// Survivors of the previous table keep their rank while it is below the new
+// size. The holes left are filled, lowest rank first, by survivors whose rank
+// no longer fits (lowest old rank first), then by newcomers in join order.
+// Nodes in excluded come last, so that they run only when no other node can
+// take their place. Live nodes beyond the table are on standby.
+func assignRanks(spec membership.Spec, live []membership.LiveNode, prev []membership.Member, excluded map[string]bool) (table, *shortage) {
+	byRole := map[membership.Role][]membership.LiveNode{}
+	for _, n := range live {
+		byRole[n.Role] = append(byRole[n.Role], n)
+	}
+	prevRank := map[string]int{}
+	for _, m := range prev {
+		prevRank[string(m.Role)+"/"+m.Node] = m.Rank
+	}
+
+	workers := byRole[membership.RoleWorker]
+	if len(workers) < spec.NP.Min {
+		return table{}, &shortage{role: membership.RoleWorker, have: len(workers), need: spec.NP.Min, available: len(workers)}
+	}
+	if ps := byRole[membership.RolePS]; len(ps) < spec.PS {
+		return table{}, &shortage{role: membership.RolePS, have: len(ps), need: spec.PS, available: len(ps)}
+	}
+	if s := byRole[membership.RoleScheduler]; len(s) < spec.Schedulers {
+		return table{}, &shortage{role: membership.RoleScheduler, have: len(s), need: spec.Schedulers, available: len(s)}
+	}
+
+	var t table
+	t.workers = min(len(workers), spec.NP.Max)
+	for _, rc := range []struct {
+		role membership.Role
+		n    int
+	}{
+		{membership.RoleWorker, t.workers},
+		{membership.RolePS, spec.PS},
+		{membership.RoleScheduler, spec.Schedulers},
+	} {
+		ranked := rankRole(byRole[rc.role], rc.n, func(id string) (int, bool) {
+			r, ok := prevRank[string(rc.role)+"/"+id]
+			return r, ok
+		}, excluded)
+		global := 0
+		for rank, n := range ranked {
+			t.members = append(t.members, membership.Member{
+				Node: n.ID, Role: rc.role, Rank: rank, GlobalRank: global,
+				Host: n.Host, Ports: append([]int(nil), n.Ports...), NProc: n.NProc, Lease: int64(n.Lease),
+			})
+			global += n.NProc
+		}
+		if rc.role == membership.RoleWorker {
+			t.worldSize = global
+			if len(ranked) > 0 {
+				t.master = net.JoinHostPort(ranked[0].Host, strconv.Itoa(ranked[0].MasterPort))
+			}
+		}
+	}
+	return t, nil
+}
+
+// rankRole picks n of the candidates (in join order) and returns them indexed
+// by rank.
+func rankRole(candidates []membership.LiveNode, n int, prevRank func(string) (int, bool), excluded map[string]bool) []membership.LiveNode {
+	ranked := make([]membership.LiveNode, n)
+	taken := make([]bool, n)
+	var movers, newcomers, excludedSurvivors, excludedNewcomers []membership.LiveNode
+	type withRank struct {
+		node membership.LiveNode
+		rank int
+	}
+	var tail, excludedTail []withRank
+	kept := 0
+	for _, c := range candidates {
+		r, survivor := prevRank(c.ID)
+		switch {
+		case survivor && excluded[c.ID]:
+			excludedTail = append(excludedTail, withRank{c, r})
+		case excluded[c.ID]:
+			excludedNewcomers = append(excludedNewcomers, c)
+		case survivor && r < n:
+			ranked[r], taken[r] = c, true
+			kept++
+		case survivor:
+			tail = append(tail, withRank{c, r})
+		default:
+			newcomers = append(newcomers, c)
+		}
+	}
+	byOldRank := func(s []withRank) []membership.LiveNode {
+		sort.Slice(s, func(i, j int) bool { return s[i].rank < s[j].rank })
+		out := make([]membership.LiveNode, len(s))
+		for i := range s {
+			out[i] = s[i].node
+		}
+		return out
+	}
+	movers = byOldRank(tail)
+	excludedSurvivors = byOldRank(excludedTail)
+	fill := append(append(append(movers, newcomers...), excludedSurvivors...), excludedNewcomers...)
+	next := 0
+	for r := 0; r < n && kept < n; r++ {
+		if taken[r] {
+			continue
+		}
+		ranked[r], taken[r] = fill[next], true
+		next++
+		kept++
+	}
+	return ranked
+}
+
+// sameTable reports whether two tables put the same node incarnations in the
+// same places.
+func sameTable(a, b []membership.Member) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	type slot struct {
+		role membership.Role
+		rank int
+	}
+	at := make(map[slot]membership.Member, len(a))
+	for _, m := range a {
+		at[slot{m.Role, m.Rank}] = m
+	}
+	for _, m := range b {
+		o, ok := at[slot{m.Role, m.Rank}]
+		if !ok || o.Node != m.Node || o.Lease != m.Lease || o.NProc != m.NProc {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,102 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// term is one period of leadership. It follows every job's keys with a
+// single watch and hands each job's changes to that job's actor.
+type term struct {
+	c      *Coordinator
+	fence  clientv3.Cmp
+	cancel context.CancelCauseFunc
+
+	// jobs is touched only by the goroutine running Follow's handler.
+	jobs map[string]*jobActor
+	wg   sync.WaitGroup
+
+	leaseMu      sync.Mutex
+	eventLease   clientv3.LeaseID
+	eventLeaseAt time.Time
+}
+
+func newTerm(c *Coordinator, fence clientv3.Cmp) *term {
+	return &term{c: c, fence: fence, jobs: map[string]*jobActor{}}
+}
+
+// run leads until ctx ends or a fenced write finds the lead lost.
+func (t *term) run(ctx context.Context) error {
+	ctx, t.cancel = context.WithCancelCause(ctx)
+	defer t.wg.Wait()
+	defer t.cancel(nil)
+	err := membership.Follow(ctx, t.c.cfg.Client, membership.Range{Key: t.c.cfg.Keys.Jobs(), Prefix: true}, t.c.logger,
+		func(u membership.Update) error { return t.dispatch(ctx, u) })
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return err
+}
+
+// stepDown ends the term because a fenced write failed.
+func (t *term) stepDown(err error) { t.cancel(err) }
+
+func (t *term) dispatch(ctx context.Context, u membership.Update) error {
+	if u.Reset {
+		for _, a := range t.jobs {
+			a.reset()
+		}
+	}
+	touched := map[*jobActor][]membership.KeyValue{}
+	for _, kv := range u.Changes {
+		jk, ok := t.c.cfg.Keys.ParseJobKey(kv.Key)
+		if !ok {
+			continue
+		}
+		a := t.jobs[jk.Job]
+		if a == nil {
+			a = newJobActor(t, jk.Job)
+			t.jobs[jk.Job] = a
+			t.wg.Add(1)
+			go func() {
+				defer t.wg.Done()
+				a.run(ctx)
+			}()
+		}
+		touched[a] = append(touched[a], kv)
+	}
+	for a, changes := range touched {
+		a.apply(changes)
+	}
+	if u.Reset {
+		for _, a := range t.jobs {
+			a.poke() // a job whose keys are all gone
+		}
+	}
+	return nil
+}
+
+// eventLeaseID returns a lease for event records that expires between half
+// the retention and the full retention from now, granting a new one when
+// the current one is too old.
+func (t *term) eventLeaseID(ctx context.Context) (clientv3.LeaseID, error) {
+	t.leaseMu.Lock()
+	defer t.leaseMu.Unlock()
+	retention := t.c.cfg.EventRetention
+	if t.eventLease != 0 && time.Since(t.eventLeaseAt) < retention/2 {
+		return t.eventLease, nil
+	}
+	t.c.metrics.writes.Inc()
+	grant, err := t.c.cfg.Client.Grant(ctx, int64(retention/time.Second))
+	if err != nil {
+		return 0, err
+	}
+	t.eventLease, t.eventLeaseAt = grant.ID, time.Now()
+	return grant.ID, nil
+}

@@ -1,0 +1,167 @@
+// Package embedetcd runs a real single-member etcd server inside the
+// process: the store behind `coordinator run` and `coordinator etcd`, and
+// behind the tests.
+package embedetcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// Config configures Start.
+type Config struct {
+	// DataDir holds the member's data. Required.
+	DataDir string
+	// Name of the member; "default" if empty.
+	Name string
+	// ClientURL is where clients connect, e.g. http://127.0.0.1:2379. An
+	// empty URL or port 0 picks a free localhost port.
+	ClientURL string
+	// PeerURL is where the member listens for peers; a free localhost port
+	// if empty. A single member has no peers, but etcd wants the address.
+	PeerURL string
+	// LogLevel of etcd's own log ("error" if empty); LogFile, if set,
+	// receives it instead of stderr.
+	LogLevel string
+	LogFile  string
+	// UnsafeNoFsync trades durability for speed; for tests only.
+	UnsafeNoFsync bool
+	// Fast shortens raft ticks so that a restarted member elects itself in
+	// tens of milliseconds; for tests.
+	Fast bool
+	// StartTimeout bounds the wait for the member to serve; 30 s if zero.
+	StartTimeout time.Duration
+}
+
+// Server is a running embedded etcd member.
+type Server struct {
+	etcd      *embed.Etcd
+	clientURL string
+	peerURL   string
+}
+
+// Start runs an etcd member and returns once it serves clients.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("embedded etcd: no data directory")
+	}
+	if cfg.Name == "" {
+		cfg.Name = "default"
+	}
+	if cfg.LogLevel == "" {
+		cfg.LogLevel = "error"
+	}
+	if cfg.StartTimeout == 0 {
+		cfg.StartTimeout = 30 * time.Second
+	}
+	clientURL, err := resolveURL(cfg.ClientURL)
+	if err != nil {
+		return nil, fmt.Errorf("embedded etcd: client url: %w", err)
+	}
+	peerURL, err := resolveURL(cfg.PeerURL)
+	if err != nil {
+		return nil, fmt.Errorf("embedded etcd: peer url: %w", err)
+	}
+
+	ec := embed.NewConfig()
+	ec.Name = cfg.Name
+	ec.Dir = cfg.DataDir
+	ec.ListenClientUrls = []url.URL{*clientURL}
+	ec.AdvertiseClientUrls = []url.URL{*clientURL}
+	ec.ListenPeerUrls = []url.URL{*peerURL}
+	ec.AdvertisePeerUrls = []url.URL{*peerURL}
+	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
+	ec.LogLevel = cfg.LogLevel
+	if cfg.LogFile != "" {
+		if err := os.MkdirAll(filepath.Dir(cfg.LogFile), 0o700); err != nil {
+			return nil, fmt.Errorf("embedded etcd: log directory: %w", err)
+		}
+		ec.LogOutputs = []string{cfg.LogFile}
+	}
+	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
+	if cfg.Fast {
+		ec.TickMs = 10
+		ec.ElectionMs = 100
+	}
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, "member")); err == nil {
+		ec.ClusterState = embed.ClusterStateFlagExisting
+	}
+
+	e, err := embed.StartEtcd(ec)
+	if err != nil {
+		return nil, fmt.Errorf("embedded etcd: start: %w", err)
+	}
+	timer := time.NewTimer(cfg.StartTimeout)
+	defer timer.Stop()
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd: %w", err)
+	case <-timer.C:
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd: not ready after %s", cfg.StartTimeout)
+	case <-ctx.Done():
+		e.Close()
+		return nil, ctx.Err()
+	}
+	return &Server{etcd: e, clientURL: clientURL.String(), peerURL: peerURL.String()}, nil
+}
+
+// ClientURL is the address clients connect to.
+func (s *Server) ClientURL() string { return s.clientURL }
+
+// PeerURL is the member's peer address.
+func (s *Server) PeerURL() string { return s.peerURL }
+
+// Err reports a fatal error of the running member.
+func (s *Server) Err() <-chan error { return s.etcd.Err() }
+
+// Close stops the member; its data stays in DataDir.
+func (s *Server) Close() { s.etcd.Close() }
+
+// resolveURL parses raw, giving a free localhost port to an empty URL or
+// port 0.
+func resolveURL(raw string) (*url.URL, error) {
+	if raw == "" {
+		raw = "http://127.0.0.1:0"
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("%q: scheme must be http or https", raw)
+	}
+	host, port, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		return nil, fmt.Errorf("%q: %w", raw, err)
+	}
+	if port == "0" {
+		free, err := FreePort(host)
+		if err != nil {
+			return nil, err
+		}
+		u.Host = net.JoinHostPort(host, strconv.Itoa(free))
+	}
+	return u, nil
+}
+
+// FreePort asks the kernel for a TCP port that is free on host right now.
+func FreePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

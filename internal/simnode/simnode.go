@@ -1,0 +1,191 @@
+// Package simnode runs simulated training nodes for tests and benchmarks: a
+// real sidecar agent on a real etcd, supervising an in-memory workload in
+// place of training processes, so that hundreds of nodes fit in one test.
+package simnode
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/sidecar"
+)
+
+// Workload is an in-memory stand-in for a node's training processes. It
+// records every assignment it was started with and exits when told to.
+type Workload struct {
+	mu      sync.Mutex
+	current chan sidecar.Exit
+	starts  []sidecar.Assignment
+	changed chan struct{}
+}
+
+var _ sidecar.Workload = (*Workload)(nil)
+
+// NewWorkload returns an idle workload.
+func NewWorkload() *Workload { return &Workload{changed: make(chan struct{})} }
+
+// Start implements sidecar.Workload.
+func (w *Workload) Start(_ context.Context, a sidecar.Assignment) (<-chan sidecar.Exit, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.current != nil {
+		return nil, fmt.Errorf("simnode: started while generation %d runs", w.starts[len(w.starts)-1].Plan.Generation)
+	}
+	w.current = make(chan sidecar.Exit, 1)
+	w.starts = append(w.starts, a)
+	w.notifyLocked()
+	return w.current, nil
+}
+
+// Stop implements sidecar.Workload.
+func (w *Workload) Stop(context.Context, time.Duration) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.current = nil
+	w.notifyLocked()
+	return nil
+}
+
+// Exit makes the running workload exit with code, as a child process
+// would. It reports false when nothing runs.
+func (w *Workload) Exit(code int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.current == nil {
+		return false
+	}
+	w.current <- sidecar.Exit{Code: code, Message: fmt.Sprintf("simulated exit %d", code)}
+	w.current = nil
+	w.notifyLocked()
+	return true
+}
+
+// Running returns the assignment of the running workload.
+func (w *Workload) Running() (sidecar.Assignment, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.current == nil {
+		return sidecar.Assignment{}, false
+	}
+	return w.starts[len(w.starts)-1], true
+}
+
+// Starts returns every assignment the workload was started with.
+func (w *Workload) Starts() []sidecar.Assignment {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]sidecar.Assignment(nil), w.starts...)
+}
+
+// Changed returns a channel closed at the next start, stop or exit.
+func (w *Workload) Changed() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.changed
+}
+
+func (w *Workload) notifyLocked() {
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+// Config describes a simulated node.
+type Config struct {
+	Client *clientv3.Client
+	Keys   membership.Keys
+	Job    string
+	ID     string
+	Role   membership.Role
+	// Port is the node's first endpoint port; any valid port will do, as
+	// nothing listens.
+	Port  int
+	NProc int
+	TTL   time.Duration
+	Spec  *membership.Spec
+	// Logger is silent if nil.
+	Logger hclog.Logger
+}
+
+// Node is a running simulated node.
+type Node struct {
+	ID       string
+	Workload *Workload
+	agent    *sidecar.Agent
+	cancel   context.CancelFunc
+	done     chan struct{}
+	result   sidecar.Result
+	err      error
+}
+
+// Start runs a simulated node until it leaves, crashes or its job ends. A
+// node still running when the test ends leaves then.
+func Start(tb testing.TB, cfg Config) *Node {
+	tb.Helper()
+	n, err := Launch(cfg)
+	if err != nil {
+		tb.Fatalf("start simulated node %s: %v", cfg.ID, err)
+	}
+	tb.Cleanup(n.Leave)
+	return n
+}
+
+// Launch is Start without a test.
+func Launch(cfg Config) (*Node, error) {
+	if cfg.Role == "" {
+		cfg.Role = membership.RoleWorker
+	}
+	if cfg.NProc == 0 {
+		cfg.NProc = 1
+	}
+	if cfg.Port == 0 {
+		cfg.Port = 20000
+	}
+	ports := make([]int, cfg.NProc)
+	for i := range ports {
+		ports[i] = cfg.Port + 1 + i
+	}
+	w := NewWorkload()
+	agent, err := sidecar.New(sidecar.Config{
+		Client: cfg.Client, Keys: cfg.Keys, Job: cfg.Job, TTL: cfg.TTL, Spec: cfg.Spec, Workload: w, Logger: cfg.Logger,
+		Node: membership.Node{ID: cfg.ID, Role: cfg.Role, Host: "127.0.0.1", Ports: ports, NProc: cfg.NProc, MasterPort: cfg.Port},
+	})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &Node{ID: cfg.ID, Workload: w, agent: agent, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(n.done)
+		n.result, n.err = agent.Run(ctx)
+	}()
+	return n, nil
+}
+
+// Leave stops the node gracefully: its lease is revoked at once.
+func (n *Node) Leave() {
+	n.cancel()
+	<-n.done
+}
+
+// Crash stops the node as a SIGKILL would: its lease is left to expire.
+func (n *Node) Crash() {
+	n.agent.Abandon()
+	<-n.done
+	n.cancel()
+}
+
+// Done is closed when the node has stopped.
+func (n *Node) Done() <-chan struct{} { return n.done }
+
+// Result waits for the node to stop and returns how its job ended.
+func (n *Node) Result() (sidecar.Result, error) {
+	<-n.done
+	return n.result, n.err
+}

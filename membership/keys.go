@@ -1,0 +1,194 @@
+package membership
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// DefaultPrefix is the root of every key the product writes.
+const DefaultPrefix = "/elastic/"
+
+// MaxJobIDLength is the longest job id: a DNS-1123 label.
+const MaxJobIDLength = 63
+
+// MaxNodeIDLength is the longest node id: a DNS-1123 subdomain, the longest
+// Kubernetes pod name.
+const MaxNodeIDLength = 253
+
+var (
+	// ErrInvalidJobID is returned for a job id that is not a DNS-1123 label.
+	ErrInvalidJobID = errors.New("membership: invalid job id")
+	// ErrInvalidNodeID is returned for a node id that cannot be a key segment.
+	ErrInvalidNodeID = errors.New("membership: invalid node id")
+	// ErrInvalidPrefix is returned for a key prefix that does not start and end with "/".
+	ErrInvalidPrefix = errors.New("membership: invalid key prefix")
+)
+
+var (
+	jobIDPattern  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	nodeIDPattern = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
+)
+
+// ValidateJobID reports whether id is a DNS-1123 label, the only form of job
+// id that is allowed into a key.
+func ValidateJobID(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidJobID)
+	}
+	if len(id) > MaxJobIDLength {
+		return fmt.Errorf("%w %q: longer than %d characters", ErrInvalidJobID, id, MaxJobIDLength)
+	}
+	if !jobIDPattern.MatchString(id) {
+		return fmt.Errorf("%w %q: must be a DNS-1123 label (lower-case letters, digits and '-', starting and ending with a letter or digit)", ErrInvalidJobID, id)
+	}
+	return nil
+}
+
+// ValidateNodeID reports whether id can name a node: letters, digits, '-',
+// '_' and '.', starting and ending with a letter or digit, so that it is one
+// key segment and a pod name always fits.
+func ValidateNodeID(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidNodeID)
+	}
+	if len(id) > MaxNodeIDLength {
+		return fmt.Errorf("%w %q: longer than %d characters", ErrInvalidNodeID, id, MaxNodeIDLength)
+	}
+	if !nodeIDPattern.MatchString(id) {
+		return fmt.Errorf("%w %q: use letters, digits, '-', '_' and '.', starting and ending with a letter or digit", ErrInvalidNodeID, id)
+	}
+	return nil
+}
+
+// Keys builds the keys of the v1 schema under one root prefix:
+//
+//	<prefix>jobs/<job>/spec
+//	<prefix>jobs/<job>/nodes/<node>
+//	<prefix>jobs/<job>/plan
+//	<prefix>jobs/<job>/status
+//	<prefix>jobs/<job>/events/<seq>
+//	<prefix>leader
+//
+// Every prefix it returns ends in "/", so that a range over job "a" can never
+// reach job "ab".
+type Keys struct {
+	prefix string
+}
+
+// NewKeys returns the schema rooted at prefix; an empty prefix means
+// DefaultPrefix.
+func NewKeys(prefix string) (Keys, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if !strings.HasPrefix(prefix, "/") || !strings.HasSuffix(prefix, "/") || strings.Contains(prefix, "//") {
+		return Keys{}, fmt.Errorf("%w %q: must start and end with '/' and have no empty segment", ErrInvalidPrefix, prefix)
+	}
+	return Keys{prefix: prefix}, nil
+}
+
+// DefaultKeys is the schema rooted at DefaultPrefix.
+func DefaultKeys() Keys { return Keys{prefix: DefaultPrefix} }
+
+// Prefix is the root of the schema.
+func (k Keys) Prefix() string { return k.root() }
+
+func (k Keys) root() string {
+	if k.prefix == "" {
+		return DefaultPrefix
+	}
+	return k.prefix
+}
+
+// Jobs is the prefix of every job's keys.
+func (k Keys) Jobs() string { return k.root() + "jobs/" }
+
+// Job is the prefix of one job's keys.
+func (k Keys) Job(job string) string { return k.Jobs() + job + "/" }
+
+// Spec is the key of a job's spec record.
+func (k Keys) Spec(job string) string { return k.Job(job) + "spec" }
+
+// Nodes is the prefix of a job's node records.
+func (k Keys) Nodes(job string) string { return k.Job(job) + "nodes/" }
+
+// Node is the key of one node's record.
+func (k Keys) Node(job, node string) string { return k.Nodes(job) + node }
+
+// Plan is the key of a job's plan, written only by the coordinator leader.
+func (k Keys) Plan(job string) string { return k.Job(job) + "plan" }
+
+// Status is the key of a job's status record.
+func (k Keys) Status(job string) string { return k.Job(job) + "status" }
+
+// Events is the prefix of a job's event timeline.
+func (k Keys) Events(job string) string { return k.Job(job) + "events/" }
+
+// Event is the key of one event; sequence numbers are zero-padded so that
+// keys sort in the order the events happened.
+func (k Keys) Event(job string, seq int64) string {
+	return k.Events(job) + fmt.Sprintf("%020d", seq)
+}
+
+// Leader is the election name of the coordinator replicas; etcd's
+// concurrency.Election appends "/" and the campaigner's lease to it.
+func (k Keys) Leader() string { return k.root() + "leader" }
+
+// KeyKind says which record of a job a key holds.
+type KeyKind int
+
+// The kinds of key under a job's prefix.
+const (
+	KindUnknown KeyKind = iota
+	KindSpec
+	KindNode
+	KindPlan
+	KindStatus
+	KindEvent
+)
+
+// JobKey is a key of the schema taken apart.
+type JobKey struct {
+	Job  string
+	Kind KeyKind
+	// Name is the node id of a KindNode key and the sequence number of a
+	// KindEvent key.
+	Name string
+}
+
+// ParseJobKey takes apart a key under Jobs(). It reports false for keys the
+// schema does not define, including keys whose job or node id is invalid.
+func (k Keys) ParseJobKey(key string) (JobKey, bool) {
+	rest, ok := strings.CutPrefix(key, k.Jobs())
+	if !ok {
+		return JobKey{}, false
+	}
+	job, rest, ok := strings.Cut(rest, "/")
+	if !ok || ValidateJobID(job) != nil {
+		return JobKey{}, false
+	}
+	switch rest {
+	case "spec":
+		return JobKey{Job: job, Kind: KindSpec}, true
+	case "plan":
+		return JobKey{Job: job, Kind: KindPlan}, true
+	case "status":
+		return JobKey{Job: job, Kind: KindStatus}, true
+	}
+	if node, ok := strings.CutPrefix(rest, "nodes/"); ok {
+		if ValidateNodeID(node) != nil {
+			return JobKey{}, false
+		}
+		return JobKey{Job: job, Kind: KindNode, Name: node}, true
+	}
+	if seq, ok := strings.CutPrefix(rest, "events/"); ok {
+		if _, err := strconv.ParseUint(seq, 10, 63); err != nil {
+			return JobKey{}, false
+		}
+		return JobKey{Job: job, Kind: KindEvent, Name: seq}, true
+	}
+	return JobKey{}, false
+}

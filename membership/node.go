@@ -1,0 +1,133 @@
+package membership
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"strconv"
+)
+
+// Role is what a node does in a job.
+type Role string
+
+// Roles of a node.
+const (
+	RoleWorker    Role = "worker"
+	RolePS        Role = "ps"
+	RoleScheduler Role = "scheduler"
+)
+
+// ParseRole checks that s names a role.
+func ParseRole(s string) (Role, error) {
+	switch r := Role(s); r {
+	case RoleWorker, RolePS, RoleScheduler:
+		return r, nil
+	}
+	return "", fmt.Errorf("role %q: want worker, ps or scheduler", s)
+}
+
+// NodeState is what a node's sidecar last reported about its processes.
+type NodeState string
+
+// Node states. Only a node in NodeRunning, NodeSucceeded or NodeFailed can
+// have a process of its generation left; a node in NodeWaiting or
+// NodeStopped has none.
+const (
+	// NodeWaiting: registered, never started a process under this lease.
+	NodeWaiting NodeState = "waiting"
+	// NodeStopped: every process stopped for Generation (the ack of a stop).
+	NodeStopped NodeState = "stopped"
+	// NodeRunning: processes of Generation started (the ack of a run).
+	NodeRunning NodeState = "running"
+	// NodeSucceeded: every process of Generation exited 0.
+	NodeSucceeded NodeState = "succeeded"
+	// NodeFailed: a process of Generation failed; ExitCode says how.
+	NodeFailed NodeState = "failed"
+)
+
+// MaxNProc is the largest number of processes a node may run.
+const MaxNProc = 1024
+
+// Node is one node's record at Keys.Node, written by its sidecar under the
+// sidecar's lease so that it disappears when the sidecar does.
+type Node struct {
+	// ID is the node id, the last segment of the key; stable across restarts
+	// of the same pod.
+	ID   string `json:"id"`
+	Role Role   `json:"role"`
+	// Host is the address other nodes reach this node at: a pod IP or a
+	// Service name.
+	Host string `json:"host"`
+	// Ports holds one endpoint port per local process.
+	Ports []int `json:"ports"`
+	// NProc is the number of processes the node runs, len(Ports).
+	NProc int `json:"nproc"`
+	// MasterPort is where this node serves the rendezvous store
+	// (MASTER_PORT) if it becomes rank 0.
+	MasterPort int `json:"masterPort"`
+	// Pod is the Kubernetes pod name, if any.
+	Pod   string    `json:"pod,omitempty"`
+	State NodeState `json:"state"`
+	// Generation is the plan generation State refers to.
+	Generation int64 `json:"generation"`
+	// ExitCode is the exit code of a failed child (128+signal when it was
+	// killed by a signal).
+	ExitCode int    `json:"exitCode,omitempty"`
+	Message  string `json:"message,omitempty"`
+}
+
+// Validate reports the first field of n that is out of range.
+func (n Node) Validate() error {
+	if err := ValidateNodeID(n.ID); err != nil {
+		return err
+	}
+	if _, err := ParseRole(string(n.Role)); err != nil {
+		return err
+	}
+	if n.Host == "" {
+		return fmt.Errorf("node %s: host is empty", n.ID)
+	}
+	if n.NProc < 1 || n.NProc > MaxNProc {
+		return fmt.Errorf("node %s: nproc %d: want 1..%d", n.ID, n.NProc, MaxNProc)
+	}
+	if len(n.Ports) != n.NProc {
+		return fmt.Errorf("node %s: %d ports for %d processes", n.ID, len(n.Ports), n.NProc)
+	}
+	for _, p := range append([]int{n.MasterPort}, n.Ports...) {
+		if p < 1 || p > 65535 {
+			return fmt.Errorf("node %s: port %d out of range", n.ID, p)
+		}
+	}
+	switch n.State {
+	case NodeWaiting, NodeStopped, NodeRunning, NodeSucceeded, NodeFailed:
+	default:
+		return fmt.Errorf("node %s: unknown state %q", n.ID, n.State)
+	}
+	if n.Generation < 0 {
+		return fmt.Errorf("node %s: negative generation %d", n.ID, n.Generation)
+	}
+	return nil
+}
+
+// Endpoints are host:port for each local process, in local-rank order.
+func (n Node) Endpoints() []string { return endpoints(n.Host, n.Ports) }
+
+func endpoints(host string, ports []int) []string {
+	out := make([]string, len(ports))
+	for i, p := range ports {
+		out[i] = net.JoinHostPort(host, strconv.Itoa(p))
+	}
+	return out
+}
+
+// DecodeNode reads a node record.
+func DecodeNode(data []byte) (Node, error) {
+	var n Node
+	if err := json.Unmarshal(data, &n); err != nil {
+		return Node{}, fmt.Errorf("%w: node: %v", ErrInvalidRecord, err)
+	}
+	if err := n.Validate(); err != nil {
+		return Node{}, fmt.Errorf("%w: %v", ErrInvalidRecord, err)
+	}
+	return n, nil
+}

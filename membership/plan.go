@@ -1,0 +1,151 @@
+package membership
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+)
+
+// Phase is the phase of a plan generation.
+type Phase string
+
+// Plan phases.
+const (
+	// PhaseStop: every node that ran a process of an earlier generation
+	// stops it and acks NodeStopped with the plan's generation.
+	PhaseStop Phase = "stop"
+	// PhaseRun: the members start their processes with the plan's rank
+	// table and ack NodeRunning.
+	PhaseRun Phase = "run"
+)
+
+// Member is one node's place in a generation.
+type Member struct {
+	Node string `json:"node"`
+	Role Role   `json:"role"`
+	// Rank is the node's rank within its role.
+	Rank int `json:"rank"`
+	// GlobalRank is the global rank of the node's first process; the
+	// process with local rank l has GlobalRank+l. Counted within the role.
+	GlobalRank int    `json:"globalRank"`
+	Host       string `json:"host"`
+	Ports      []int  `json:"ports"`
+	NProc      int    `json:"nproc"`
+	// Lease is the lease the node held when the table was made. A node seen
+	// under another lease has restarted and lost its processes since.
+	Lease int64 `json:"lease"`
+}
+
+// Endpoints are host:port for each of the member's processes.
+func (m Member) Endpoints() []string { return endpoints(m.Host, m.Ports) }
+
+// Plan is a job's current generation, stored at Keys.Plan and written only by
+// the coordinator leader in a transaction fenced on its election key.
+type Plan struct {
+	Generation int64 `json:"generation"`
+	Phase      Phase `json:"phase"`
+	// Members is, in phase run, the rank table to start. In phase stop it is
+	// the rank table of the previous run: the nodes that must ack the stop,
+	// and the ranks that survivors keep.
+	Members []Member `json:"members"`
+	// WorldSize is the number of worker processes in phase run.
+	WorldSize int `json:"worldSize,omitempty"`
+	// Master is host:port of the rank-0 worker's rendezvous store.
+	Master string `json:"master,omitempty"`
+	// Restarts counts the restarts the job has spent of its budget.
+	Restarts int `json:"restarts"`
+	// Reason says why this generation exists.
+	Reason string `json:"reason"`
+	// Excluded lists nodes kept out of the next run while other nodes can
+	// take their place (fault tolerance level 2).
+	Excluded []string `json:"excluded,omitempty"`
+	// Result is set on the last plan of a finished job: every sidecar stops
+	// its processes and exits, 0 when Result is JobSucceeded and ExitCode
+	// otherwise.
+	Result   JobPhase `json:"result,omitempty"`
+	ExitCode int      `json:"exitCode,omitempty"`
+	// Timestamps of the generation's steps.
+	DetectedAt time.Time `json:"detectedAt"`
+	StopAt     time.Time `json:"stopAt,omitzero"`
+	AckedAt    time.Time `json:"ackedAt,omitzero"`
+	RunAt      time.Time `json:"runAt,omitzero"`
+}
+
+// Final reports whether p ends the job.
+func (p Plan) Final() bool { return p.Result != "" }
+
+// Member returns the entry of node in p.Members.
+func (p Plan) Member(node string) (Member, bool) {
+	for _, m := range p.Members {
+		if m.Node == node {
+			return m, true
+		}
+	}
+	return Member{}, false
+}
+
+// Validate reports the first inconsistency in p.
+func (p Plan) Validate() error {
+	if p.Generation < 1 {
+		return fmt.Errorf("plan: generation %d: want >= 1", p.Generation)
+	}
+	if p.Phase != PhaseStop && p.Phase != PhaseRun {
+		return fmt.Errorf("plan: unknown phase %q", p.Phase)
+	}
+	if p.Restarts < 0 {
+		return fmt.Errorf("plan: negative restart count %d", p.Restarts)
+	}
+	switch p.Result {
+	case "", JobSucceeded, JobFailed:
+	default:
+		return fmt.Errorf("plan: result %q: want %s or %s", p.Result, JobSucceeded, JobFailed)
+	}
+	type slot struct {
+		role Role
+		rank int
+	}
+	seenNode := make(map[string]bool, len(p.Members))
+	seenRank := make(map[slot]bool, len(p.Members))
+	for _, m := range p.Members {
+		if err := ValidateNodeID(m.Node); err != nil {
+			return fmt.Errorf("plan: %w", err)
+		}
+		if _, err := ParseRole(string(m.Role)); err != nil {
+			return fmt.Errorf("plan: member %s: %w", m.Node, err)
+		}
+		if seenNode[m.Node] {
+			return fmt.Errorf("plan: member %s listed twice", m.Node)
+		}
+		seenNode[m.Node] = true
+		s := slot{m.Role, m.Rank}
+		if m.Rank < 0 || seenRank[s] {
+			return fmt.Errorf("plan: member %s: rank %d of role %s is negative or taken", m.Node, m.Rank, m.Role)
+		}
+		seenRank[s] = true
+		if m.NProc < 1 || m.NProc > MaxNProc || len(m.Ports) != m.NProc || m.GlobalRank < 0 {
+			return fmt.Errorf("plan: member %s: %d ports for %d processes at global rank %d", m.Node, len(m.Ports), m.NProc, m.GlobalRank)
+		}
+	}
+	if p.Master != "" {
+		if _, port, err := net.SplitHostPort(p.Master); err != nil {
+			return fmt.Errorf("plan: master %q: %v", p.Master, err)
+		} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("plan: master %q: bad port", p.Master)
+		}
+	}
+	return nil
+}
+
+// DecodePlan reads a plan record.
+func DecodePlan(data []byte) (Plan, error) {
+	var p Plan
+	if err := json.Unmarshal(data, &p); err != nil {
+		return Plan{}, fmt.Errorf("%w: plan: %v", ErrInvalidRecord, err)
+	}
+	if err := p.Validate(); err != nil {
+		return Plan{}, fmt.Errorf("%w: %v", ErrInvalidRecord, err)
+	}
+	return p, nil
+}

@@ -1,0 +1,134 @@
+package membership
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Fault tolerance levels of a job.
+const (
+	// FaultToleranceNone fails the job on the first failed child or on the
+	// loss of a running member.
+	FaultToleranceNone = 0
+	// FaultToleranceRestart restarts the generation with the same members
+	// when a child fails, while the restart budget lasts, and waits for a
+	// replacement when a member is lost.
+	FaultToleranceRestart = 1
+	// FaultToleranceReplace is FaultToleranceRestart that also moves a node
+	// whose child failed to standby when another node can take its place.
+	FaultToleranceReplace = 2
+)
+
+// SuccessPolicy says when a job has succeeded.
+type SuccessPolicy string
+
+// Success policies.
+const (
+	// SuccessAllWorkers: every worker member exited 0.
+	SuccessAllWorkers SuccessPolicy = "AllWorkers"
+	// SuccessRank0: the rank-0 worker exited 0.
+	SuccessRank0 SuccessPolicy = "Rank0"
+)
+
+// CleanPodPolicy says which pods the Kubernetes bridge deletes when a job ends.
+type CleanPodPolicy string
+
+// Clean pod policies, as in the PaddleJob and MSJob operators.
+const (
+	CleanPodAlways       CleanPodPolicy = "Always"
+	CleanPodNever        CleanPodPolicy = "Never"
+	CleanPodOnFailure    CleanPodPolicy = "OnFailure"
+	CleanPodOnCompletion CleanPodPolicy = "OnCompletion"
+)
+
+// DefaultMaxRestarts is the restart budget of a job whose spec sets none.
+const DefaultMaxRestarts = 3
+
+// ErrInvalidRecord is wrapped by every error about a record read from etcd.
+var ErrInvalidRecord = errors.New("membership: invalid record")
+
+// Spec is a job's desired shape, stored at Keys.Spec. It is written by
+// `scale` and, create-only, by the first sidecar of a job.
+type Spec struct {
+	// NP is the target number of worker nodes.
+	NP NP `json:"np"`
+	// PS is the exact number of parameter-server nodes.
+	PS int `json:"ps"`
+	// Schedulers is the number of scheduler nodes (MindSpore), 0 or 1.
+	Schedulers int `json:"schedulers"`
+	// FaultTolerance is one of the FaultTolerance* levels.
+	FaultTolerance int `json:"faultTolerance"`
+	// MaxRestarts is the job-wide budget of restarts caused by failed
+	// children; membership changes never spend it.
+	MaxRestarts int `json:"maxRestarts"`
+	// SuccessPolicy defaults to SuccessAllWorkers.
+	SuccessPolicy SuccessPolicy `json:"successPolicy"`
+	// CleanPodPolicy is read by the Kubernetes bridge; defaults to
+	// CleanPodNever.
+	CleanPodPolicy CleanPodPolicy `json:"cleanPodPolicy"`
+}
+
+// DefaultSpec is the spec of a job for which only np is known.
+func DefaultSpec(np NP) Spec {
+	return Spec{
+		NP:             np,
+		FaultTolerance: FaultToleranceRestart,
+		MaxRestarts:    DefaultMaxRestarts,
+		SuccessPolicy:  SuccessAllWorkers,
+		CleanPodPolicy: CleanPodNever,
+	}
+}
+
+// Validate reports the first field of s that is out of range.
+func (s Spec) Validate() error {
+	if err := s.NP.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case s.PS < 0 || s.PS > MaxNP:
+		return fmt.Errorf("ps %d: want 0..%d", s.PS, MaxNP)
+	case s.Schedulers < 0 || s.Schedulers > 1:
+		return fmt.Errorf("schedulers %d: want 0 or 1", s.Schedulers)
+	case s.FaultTolerance < FaultToleranceNone || s.FaultTolerance > FaultToleranceReplace:
+		return fmt.Errorf("faultTolerance %d: want 0, 1 or 2", s.FaultTolerance)
+	case s.MaxRestarts < 0:
+		return fmt.Errorf("maxRestarts %d: must not be negative", s.MaxRestarts)
+	}
+	switch s.SuccessPolicy {
+	case SuccessAllWorkers, SuccessRank0:
+	default:
+		return fmt.Errorf("successPolicy %q: want %s or %s", s.SuccessPolicy, SuccessAllWorkers, SuccessRank0)
+	}
+	switch s.CleanPodPolicy {
+	case CleanPodAlways, CleanPodNever, CleanPodOnFailure, CleanPodOnCompletion:
+	default:
+		return fmt.Errorf("cleanPodPolicy %q: want Always, Never, OnFailure or OnCompletion", s.CleanPodPolicy)
+	}
+	return nil
+}
+
+// DecodeSpec reads a spec record. Fields the record leaves out take the
+// values of DefaultSpec.
+func DecodeSpec(data []byte) (Spec, error) {
+	s := DefaultSpec(NP{})
+	if err := json.Unmarshal(data, &s); err != nil {
+		return Spec{}, fmt.Errorf("%w: spec: %v", ErrInvalidRecord, err)
+	}
+	if s.NP.IsZero() {
+		return Spec{}, fmt.Errorf("%w: spec: np is missing", ErrInvalidRecord)
+	}
+	if err := s.Validate(); err != nil {
+		return Spec{}, fmt.Errorf("%w: spec: %v", ErrInvalidRecord, err)
+	}
+	return s, nil
+}
+
+// Encode renders a record as the JSON stored in etcd.
+func Encode(record any) (string, error) {
+	data, err := json.Marshal(record)
+	if err != nil {
+		return "", fmt.Errorf("encode %T: %w", record, err)
+	}
+	return string(data), nil
+}

@@ -1,0 +1,135 @@
+package membership
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// JobPhase is the phase of a job as a whole.
+type JobPhase string
+
+// Job phases.
+const (
+	// JobWaiting: not enough nodes for the target np.
+	JobWaiting JobPhase = "Waiting"
+	// JobRestarting: a generation is being stopped or started.
+	JobRestarting JobPhase = "Restarting"
+	// JobRunning: every member of the current generation runs.
+	JobRunning JobPhase = "Running"
+	// JobSucceeded and JobFailed are final.
+	JobSucceeded JobPhase = "Succeeded"
+	JobFailed    JobPhase = "Failed"
+)
+
+// Done reports whether p is final.
+func (p JobPhase) Done() bool { return p == JobSucceeded || p == JobFailed }
+
+// Duration is a time.Duration that reads and writes JSON as "1.5s".
+type Duration time.Duration
+
+// MarshalJSON writes d as a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads a Go duration string or a number of nanoseconds.
+func (d *Duration) UnmarshalJSON(data []byte) error {
+	var s string
+	if err := json.Unmarshal(data, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return err
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var n int64
+	if err := json.Unmarshal(data, &n); err != nil {
+		return fmt.Errorf("duration %s: want a string like \"1.5s\" or nanoseconds", data)
+	}
+	*d = Duration(n)
+	return nil
+}
+
+// Steps are the durations of one generation's protocol steps.
+type Steps struct {
+	// Detect: from the change being seen to phase stop committed.
+	Detect Duration `json:"detect"`
+	// Stop: from phase stop committed to the last ack.
+	Stop Duration `json:"stop"`
+	// Wait: from the last ack to phase run committed (waiting for nodes,
+	// settling).
+	Wait Duration `json:"wait"`
+	// Start: from phase run committed to every member running.
+	Start Duration `json:"start"`
+	// Total: from the change being seen to every member running.
+	Total Duration `json:"total"`
+}
+
+// Status is a job's state for people and tools, at Keys.Status, written by
+// the coordinator leader.
+type Status struct {
+	Phase      JobPhase `json:"phase"`
+	Generation int64    `json:"generation"`
+	// NP is the target from the spec.
+	NP string `json:"np"`
+	// Members is the number of nodes in the current generation; Ready, how
+	// many of them (or, while Waiting, of the live nodes) are ready.
+	Members   int    `json:"members"`
+	Ready     int    `json:"ready"`
+	WorldSize int    `json:"worldSize"`
+	Restarts  int    `json:"restarts"`
+	Message   string `json:"message,omitempty"`
+	ExitCode  int    `json:"exitCode,omitempty"`
+	// Steps are the durations of the last generation that reached Running.
+	Steps     *Steps    `json:"steps,omitempty"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// Validate reports the first field of s that is out of range.
+func (s Status) Validate() error {
+	switch s.Phase {
+	case JobWaiting, JobRestarting, JobRunning, JobSucceeded, JobFailed:
+	default:
+		return fmt.Errorf("status: unknown phase %q", s.Phase)
+	}
+	if s.Generation < 0 || s.Members < 0 || s.Ready < 0 || s.WorldSize < 0 || s.Restarts < 0 {
+		return fmt.Errorf("status: negative count")
+	}
+	return nil
+}
+
+// DecodeStatus reads a status record.
+func DecodeStatus(data []byte) (Status, error) {
+	var s Status
+	if err := json.Unmarshal(data, &s); err != nil {
+		return Status{}, fmt.Errorf("%w: status: %v", ErrInvalidRecord, err)
+	}
+	if err := s.Validate(); err != nil {
+		return Status{}, fmt.Errorf("%w: %v", ErrInvalidRecord, err)
+	}
+	return s, nil
+}
+
+// Event is one entry of a job's timeline at Keys.Event.
+type Event struct {
+	Seq        int64     `json:"seq"`
+	Time       time.Time `json:"time"`
+	Generation int64     `json:"generation"`
+	// Type is a CamelCase word: GenerationStopping, GenerationStarting,
+	// GenerationRunning, NodeEvicted, JobSucceeded, JobFailed, RecordInvalid.
+	Type    string `json:"type"`
+	Message string `json:"message"`
+	Steps   *Steps `json:"steps,omitempty"`
+}
+
+// DecodeEvent reads an event record.
+func DecodeEvent(data []byte) (Event, error) {
+	var e Event
+	if err := json.Unmarshal(data, &e); err != nil {
+		return Event{}, fmt.Errorf("%w: event: %v", ErrInvalidRecord, err)
+	}
+	if e.Seq < 1 || e.Type == "" {
+		return Event{}, fmt.Errorf("%w: event: want a positive seq and a type", ErrInvalidRecord)
+	}
+	return e, nil
+}

@@ -1,0 +1,303 @@
+// Package sidecar is the node side of the protocol: it registers a node,
+// follows the job's plan, and stops and starts the node's workload as each
+// generation asks, acking every step in the node record.
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/hashicorp/go-hclog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// Workload is what an agent supervises: the training processes of one node.
+// It is declared here, by its consumer; the launcher implements it.
+type Workload interface {
+	// Start starts the processes of an assignment. The channel receives one
+	// Exit when they have all exited, or when the first one failed and the
+	// others were stopped.
+	Start(ctx context.Context, a Assignment) (<-chan Exit, error)
+	// Stop stops what Start started, waiting up to grace for the processes
+	// to exit before killing them, and returns when none is left. Stopping
+	// nothing is not an error.
+	Stop(ctx context.Context, grace time.Duration) error
+}
+
+// Assignment is one node's part in a generation.
+type Assignment struct {
+	Job    string
+	Plan   membership.Plan
+	Member membership.Member
+}
+
+// Exit is how a workload ended: Code 0 is success; a process killed by a
+// signal has 128+signal.
+type Exit struct {
+	Code    int
+	Message string
+}
+
+// Result is how the job ended for this node.
+type Result struct {
+	Phase    membership.JobPhase
+	ExitCode int
+	Message  string
+}
+
+// ErrLeft is returned by Run when the node left the job before it ended.
+var ErrLeft = errors.New("sidecar: node left the job")
+
+// Config configures an Agent.
+type Config struct {
+	Client *clientv3.Client
+	Keys   membership.Keys
+	Job    string
+	// Node is the node's record; its state is managed by the agent.
+	Node membership.Node
+	TTL  time.Duration
+	// Spec, if set, is stored as the job's spec unless it has one.
+	Spec     *membership.Spec
+	Workload Workload
+	// StopGrace is how long processes get to exit after SIGTERM; 10 s if zero.
+	StopGrace time.Duration
+	Logger    hclog.Logger
+}
+
+// Agent follows one job's plans for one node.
+type Agent struct {
+	cfg    Config
+	logger hclog.Logger
+
+	fenceReq chan chan struct{}
+	abandon  chan struct{}
+	once     sync.Once
+
+	// Owned by the Run goroutine.
+	reg        *membership.Registration
+	exits      <-chan Exit
+	running    bool
+	startedGen int64 // highest generation started (or fenced out of)
+	ackedStop  int64
+}
+
+// New validates cfg.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Client == nil || cfg.Workload == nil {
+		return nil, errors.New("sidecar: an etcd client and a workload are required")
+	}
+	if err := membership.ValidateJobID(cfg.Job); err != nil {
+		return nil, err
+	}
+	if cfg.Keys == (membership.Keys{}) {
+		cfg.Keys = membership.DefaultKeys()
+	}
+	if cfg.StopGrace == 0 {
+		cfg.StopGrace = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	cfg.Node.State, cfg.Node.Generation = membership.NodeWaiting, 0
+	if err := cfg.Node.Validate(); err != nil {
+		return nil, fmt.Errorf("sidecar: %w", err)
+	}
+	return &Agent{
+		cfg: cfg, logger: cfg.Logger.Named("sidecar").With("job", cfg.Job, "node", cfg.Node.ID),
+		fenceReq: make(chan chan struct{}), abandon: make(chan struct{}),
+	}, nil
+}
+
+// Abandon makes Run return as if the sidecar had crashed: the processes are
+// killed and the lease is left to expire instead of being revoked.
+func (a *Agent) Abandon() { a.once.Do(func() { close(a.abandon) }) }
+
+// Run registers the node and follows the job until it ends, returning its
+// result. When ctx is done first, the node leaves: its processes are
+// stopped, its lease revoked, and Run returns ErrLeft.
+func (a *Agent) Run(ctx context.Context) (Result, error) {
+	if a.cfg.Spec != nil {
+		stored, err := membership.CreateSpec(ctx, a.cfg.Client, a.cfg.Keys, a.cfg.Job, *a.cfg.Spec)
+		if err != nil {
+			return Result{}, fmt.Errorf("store job spec: %w", err)
+		}
+		if stored.NP != a.cfg.Spec.NP {
+			a.logger.Info("the job's spec sets another np; it wins", "np", stored.NP.String(), "flag_np", a.cfg.Spec.NP.String())
+		}
+	}
+	reg, err := membership.Register(ctx, membership.RegistrationConfig{
+		Client: a.cfg.Client, Keys: a.cfg.Keys, Job: a.cfg.Job, Node: a.cfg.Node, TTL: a.cfg.TTL, Logger: a.cfg.Logger,
+		OnLost: a.requestFence,
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("register node: %w", err)
+	}
+	a.reg = reg
+	a.logger.Info("registered", "lease", fmt.Sprintf("%x", reg.Lease()))
+
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	plans, err := membership.WatchPlan(watchCtx, a.cfg.Client, a.cfg.Keys, a.cfg.Job, a.cfg.Logger)
+	if err != nil {
+		reg.Close()
+		return Result{}, err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			a.stopWorkload(context.WithoutCancel(ctx), a.cfg.StopGrace)
+			leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			err := reg.Leave(leaveCtx)
+			cancel()
+			stopWatch()
+			drain(plans)
+			if err != nil {
+				return Result{}, fmt.Errorf("%w; revoke: %v", ErrLeft, err)
+			}
+			return Result{}, ErrLeft
+		case <-a.abandon:
+			a.stopWorkload(context.WithoutCancel(ctx), 0)
+			reg.Close()
+			stopWatch()
+			drain(plans)
+			return Result{}, ErrLeft
+		case done := <-a.fenceReq:
+			a.logger.Warn("lease lost: killing the workload")
+			a.stopWorkload(context.WithoutCancel(ctx), 0)
+			close(done)
+		case ex := <-a.exits:
+			a.childExited(ctx, ex)
+		case pu := <-plans:
+			if pu.Err != nil {
+				a.logger.Warn("plan unreadable; waiting for the coordinator", "error", pu.Err)
+				continue
+			}
+			if pu.Plan == nil {
+				continue
+			}
+			if res, done := a.follow(ctx, *pu.Plan); done {
+				leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				if err := reg.Leave(leaveCtx); err != nil {
+					a.logger.Warn("lease not revoked; it will expire", "error", err)
+				}
+				cancel()
+				stopWatch()
+				drain(plans)
+				return res, nil
+			}
+		}
+	}
+}
+
+// requestFence runs in the registration's goroutine when the lease is lost;
+// it returns once the workload is gone.
+func (a *Agent) requestFence() {
+	done := make(chan struct{})
+	select {
+	case a.fenceReq <- done:
+		<-done
+	case <-a.abandon:
+	}
+}
+
+// follow carries out one plan. It reports done with the job's result when
+// the plan is final.
+func (a *Agent) follow(ctx context.Context, p membership.Plan) (Result, bool) {
+	if p.Final() {
+		a.stopWorkload(ctx, a.cfg.StopGrace)
+		res := Result{Phase: p.Result, Message: p.Reason}
+		if p.Result != membership.JobSucceeded {
+			res.ExitCode = max(p.ExitCode, 1)
+		}
+		a.logger.Info("job ended", "result", p.Result, "reason", p.Reason)
+		return res, true
+	}
+	switch p.Phase {
+	case membership.PhaseStop:
+		if a.ackedStop >= p.Generation {
+			return Result{}, false
+		}
+		a.stopWorkload(ctx, a.cfg.StopGrace)
+		if a.ack(ctx, membership.NodeStopped, p.Generation, 0) {
+			a.ackedStop = p.Generation
+		}
+	case membership.PhaseRun:
+		m, ok := p.Member(a.cfg.Node.ID)
+		if !ok || m.Lease != int64(a.reg.Lease()) || a.startedGen >= p.Generation {
+			return Result{}, false // standby, a stale table, or already started
+		}
+		a.stopWorkload(ctx, a.cfg.StopGrace)
+		a.startedGen = p.Generation
+		exits, err := a.cfg.Workload.Start(ctx, Assignment{Job: a.cfg.Job, Plan: p, Member: m})
+		if err != nil {
+			a.logger.Error("workload did not start", "generation", p.Generation, "error", err)
+			a.ackMessage(ctx, membership.NodeFailed, p.Generation, 127, err.Error())
+			return Result{}, false
+		}
+		a.exits, a.running = exits, true
+		a.logger.Info("started", "generation", p.Generation, "rank", m.Rank, "world_size", p.WorldSize)
+		a.ack(ctx, membership.NodeRunning, p.Generation, 0)
+	}
+	return Result{}, false
+}
+
+func (a *Agent) childExited(ctx context.Context, ex Exit) {
+	a.exits, a.running = nil, false
+	state := membership.NodeSucceeded
+	if ex.Code != 0 {
+		state = membership.NodeFailed
+	}
+	a.logger.Info("workload exited", "generation", a.startedGen, "exit_code", ex.Code)
+	a.ackMessage(ctx, state, a.startedGen, ex.Code, ex.Message)
+}
+
+func (a *Agent) stopWorkload(ctx context.Context, grace time.Duration) {
+	if !a.running {
+		return
+	}
+	if err := a.cfg.Workload.Stop(ctx, grace); err != nil {
+		a.logger.Error("stop workload", "error", err)
+	}
+	a.exits, a.running = nil, false
+}
+
+func (a *Agent) ack(ctx context.Context, state membership.NodeState, gen int64, code int) bool {
+	return a.ackMessage(ctx, state, gen, code, "")
+}
+
+// ackMessage writes the node's state, retrying transient errors; it gives up
+// when the node is not registered (the fence and the new registration take
+// over) or ctx is done.
+func (a *Agent) ackMessage(ctx context.Context, state membership.NodeState, gen int64, code int, msg string) bool {
+	retry := backoff.NewExponentialBackOff()
+	retry.InitialInterval = 20 * time.Millisecond
+	retry.MaxInterval = time.Second
+	retry.MaxElapsedTime = 0
+	err := backoff.Retry(func() error {
+		attemptCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := a.reg.Update(attemptCtx, func(n *membership.Node) {
+			n.State, n.Generation, n.ExitCode, n.Message = state, gen, code, msg
+		})
+		if errors.Is(err, membership.ErrNotRegistered) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, backoff.WithContext(retry, ctx))
+	if err != nil {
+		a.logger.Warn("ack not written", "state", state, "generation", gen, "error", err)
+		return false
+	}
+	return true
+}
+
+func drain[T any](ch <-chan T) {
+	for range ch {
+	}
+}
