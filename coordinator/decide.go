@@ -238,7 +238,9 @@ func decideRunning(v view, d decision, tm timing, now time.Time) decision {
 	}
 	d.memo.pendingSince = time.Time{}
 	d.status = runningStatus(v, p, ready, now)
-	if short != nil {
+	if workersDone > 0 {
+		d.status.Message = fmt.Sprintf("%d of %d workers succeeded; waiting for the rest", workersDone, workers)
+	} else if short != nil {
 		d.status.Message = fmt.Sprintf("np %s: %s; generation %d keeps running", spec.NP, short, p.Generation)
 	}
 	if d.status.Phase == membership.JobRunning && (v.status == nil || v.status.Phase != membership.JobRunning || v.status.Generation != p.Generation) {

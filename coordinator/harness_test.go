@@ -24,13 +24,15 @@ type harness struct {
 	cli    *clientv3.Client
 	keys   membership.Keys
 	client *coordinator.Client
+	// nodeTTL is the lease TTL of simulated nodes.
+	nodeTTL time.Duration
 }
 
 func newHarness(t *testing.T) *harness {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
 	keys := membership.DefaultKeys()
-	return &harness{t: t, srv: srv, cli: cli, keys: keys, client: coordinator.NewClient(cli, keys)}
+	return &harness{t: t, srv: srv, cli: cli, keys: keys, client: coordinator.NewClient(cli, keys), nodeTTL: 2 * time.Second}
 }
 
 func testLogger(name string) hclog.Logger {
@@ -91,7 +93,7 @@ func (h *harness) setSpec(job string, spec membership.Spec) {
 // started one after another join in that order.
 func (h *harness) node(job, id string) *simnode.Node {
 	h.t.Helper()
-	n := simnode.Start(h.t, simnode.Config{Client: h.cli, Keys: h.keys, Job: job, ID: id, TTL: 2 * time.Second, Logger: testLogger(id)})
+	n := simnode.Start(h.t, simnode.Config{Client: h.cli, Keys: h.keys, Job: job, ID: id, TTL: h.nodeTTL, Logger: testLogger(id)})
 	require.Eventually(h.t, func() bool {
 		resp, err := h.cli.Get(h.t.Context(), h.keys.Node(job, id))
 		return err == nil && len(resp.Kvs) == 1
@@ -146,3 +148,39 @@ func (h *harness) ranks(job string) map[string]int {
 	}
 	return out
 }
+
+// events returns the types of the job's events, oldest first.
+func (h *harness) eventTypes(job string) []string {
+	h.t.Helper()
+	events, err := h.client.Events(h.t.Context(), job)
+	require.NoError(h.t, err)
+	out := make([]string, len(events))
+	for i, e := range events {
+		out[i] = e.Type
+	}
+	return out
+}
+
+// generations returns the generations a node's workload was started in.
+func generations(n *simnode.Node) []int64 {
+	var out []int64
+	for _, a := range n.Workload.Starts() {
+		out = append(out, a.Plan.Generation)
+	}
+	return out
+}
+
+// waitStopped waits until none of the nodes runs its workload.
+func waitStopped(t *testing.T, nodes ...*simnode.Node) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, n := range nodes {
+			if _, ok := n.Workload.Running(); ok {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 2*time.Millisecond, "workloads still running")
+}
+
+func clientv3WithPrefix() clientv3.OpOption { return clientv3.WithPrefix() }

@@ -2,9 +2,14 @@ package coordinator_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/elastictraining/coordinator/coordinator"
+	"github.com/elastictraining/coordinator/internal/simnode"
+	"github.com/elastictraining/coordinator/membership"
 )
 
 func TestJoinThenRun(t *testing.T) {
@@ -16,13 +21,226 @@ func TestJoinThenRun(t *testing.T) {
 	st := h.waitRunning("job", 3, 0)
 	assert.Equal(t, int64(1), st.Generation)
 	assert.Equal(t, 3, st.WorldSize)
-	require.NotNil(t, st.Steps)
+	assert.Equal(t, 0, st.Restarts)
+	require.NotNil(t, st.Steps, "a running status carries the durations of its steps")
 
 	assert.Equal(t, map[string]int{"n0": 0, "n1": 1, "n2": 2}, h.ranks("job"), "ranks follow join order")
+	p := h.plan("job")
+	assert.Equal(t, "127.0.0.1:20000", p.Master, "the master is rank 0's rendezvous port")
 	for _, n := range nodes {
 		a, ok := n.Workload.Running()
 		require.True(t, ok, "node %s runs", n.ID)
 		assert.Equal(t, int64(1), a.Plan.Generation)
 		assert.Equal(t, 3, a.Plan.WorldSize)
 	}
+	assert.Equal(t, []string{"GenerationStarting", "GenerationRunning"}, h.eventTypes("job"))
+}
+
+func TestMemberLossWaitsForReplacement(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		stop func(*simnode.Node)
+	}{
+		{"graceful leave", (*simnode.Node).Leave},
+		{"crash", (*simnode.Node).Crash},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.startCoordinator("c1", nil)
+			h.scale("job", "3")
+			nodes := h.nodes("job", "n0", "n1", "n2")
+			h.waitRunning("job", 3, 0)
+
+			tc.stop(nodes[1])
+			st := h.waitStatus("job", "Waiting in generation 2", func(s membership.Status) bool {
+				return s.Phase == membership.JobWaiting && s.Generation == 2
+			})
+			assert.Equal(t, 2, st.Ready, "two workers are left")
+			waitStopped(t, nodes[0], nodes[2])
+
+			h.node("job", "n3")
+			st = h.waitRunning("job", 3, 1)
+			assert.Equal(t, int64(2), st.Generation)
+			assert.Equal(t, 0, st.Restarts, "a membership change does not spend the restart budget")
+			assert.Equal(t, map[string]int{"n0": 0, "n3": 1, "n2": 2}, h.ranks("job"), "survivors keep their ranks; the newcomer fills the hole")
+			assert.Equal(t, []int64{1, 2}, generations(nodes[0]))
+			assert.Equal(t, []int64{1, 2}, generations(nodes[2]))
+		})
+	}
+}
+
+func TestScaleUpAndDown(t *testing.T) {
+	h := newHarness(t)
+	h.startCoordinator("c1", nil)
+	h.scale("job", "2")
+	nodes := h.nodes("job", "n0", "n1", "n2", "n3")
+	h.waitRunning("job", 2, 0)
+	_, standby := nodes[2].Workload.Running()
+	assert.False(t, standby, "nodes beyond np wait on standby")
+
+	h.scale("job", "4")
+	st := h.waitRunning("job", 4, 1)
+	assert.Equal(t, 4, st.WorldSize)
+	assert.Equal(t, map[string]int{"n0": 0, "n1": 1, "n2": 2, "n3": 3}, h.ranks("job"))
+
+	h.scale("job", "3")
+	st = h.waitRunning("job", 3, st.Generation)
+	assert.Equal(t, map[string]int{"n0": 0, "n1": 1, "n2": 2}, h.ranks("job"))
+	waitStopped(t, nodes[3])
+
+	// A target above the live nodes keeps the current generation running
+	// until enough nodes join.
+	h.scale("job", "5")
+	running := h.waitStatus("job", "a message about the missing nodes", func(s membership.Status) bool {
+		return s.Phase == membership.JobRunning && s.Message != ""
+	})
+	assert.Equal(t, st.Generation, running.Generation, "no restart before the nodes are there")
+	assert.Contains(t, running.Message, "4 of 5 worker nodes")
+	h.node("job", "n4")
+	st = h.waitRunning("job", 5, st.Generation)
+	assert.Equal(t, 5, st.WorldSize)
+
+	var seen []int
+	for _, a := range nodes[0].Workload.Starts() {
+		seen = append(seen, a.Plan.WorldSize)
+	}
+	assert.Equal(t, []int{2, 4, 3, 5}, seen, "world sizes rank 0 was started with")
+	assert.Equal(t, 0, st.Restarts)
+}
+
+func TestRangeSettlesThenRestartsAtMax(t *testing.T) {
+	h := newHarness(t)
+	h.startCoordinator("c1", nil)
+	h.scale("job", "2:3")
+	h.nodes("job", "n0", "n1")
+	st := h.waitRunning("job", 2, 0)
+	assert.Equal(t, int64(1), st.Generation)
+
+	h.node("job", "n2")
+	st = h.waitRunning("job", 3, 1)
+	assert.Equal(t, int64(2), st.Generation)
+	p := h.plan("job")
+	assert.Equal(t, "membership change: 2 → 3 workers", p.Reason)
+}
+
+func TestChildFailure(t *testing.T) {
+	t.Run("level 0 fails the job", func(t *testing.T) {
+		h := newHarness(t)
+		h.startCoordinator("c1", nil)
+		spec := membership.DefaultSpec(membership.NP{Min: 2, Max: 2})
+		spec.FaultTolerance = membership.FaultToleranceNone
+		h.setSpec("job", spec)
+		nodes := h.nodes("job", "n0", "n1")
+		h.waitRunning("job", 2, 0)
+
+		require.True(t, nodes[1].Workload.Exit(3))
+		st := h.waitStatus("job", "Failed", func(s membership.Status) bool { return s.Phase == membership.JobFailed })
+		assert.Equal(t, 3, st.ExitCode)
+		assert.Contains(t, st.Message, "node n1 (worker rank 1) failed with exit code 3")
+		for _, n := range nodes {
+			res, err := n.Result()
+			require.NoError(t, err)
+			assert.Equal(t, membership.JobFailed, res.Phase)
+			assert.Equal(t, 3, res.ExitCode, "every sidecar exits with the child's code")
+		}
+		waitStopped(t, nodes...)
+	})
+
+	t.Run("level 1 restarts until the budget is spent", func(t *testing.T) {
+		h := newHarness(t)
+		h.startCoordinator("c1", nil)
+		spec := membership.DefaultSpec(membership.NP{Min: 2, Max: 2})
+		spec.MaxRestarts = 1
+		h.setSpec("job", spec)
+		nodes := h.nodes("job", "n0", "n1")
+		h.waitRunning("job", 2, 0)
+
+		require.True(t, nodes[1].Workload.Exit(3))
+		st := h.waitRunning("job", 2, 1)
+		assert.Equal(t, 1, st.Restarts)
+		assert.Equal(t, map[string]int{"n0": 0, "n1": 1}, h.ranks("job"), "the same members restart")
+
+		require.True(t, nodes[0].Workload.Exit(4))
+		st = h.waitStatus("job", "Failed", func(s membership.Status) bool { return s.Phase == membership.JobFailed })
+		assert.Equal(t, 4, st.ExitCode)
+		assert.Contains(t, st.Message, "restart budget of 1 is spent")
+		res, err := nodes[1].Result()
+		require.NoError(t, err)
+		assert.Equal(t, 4, res.ExitCode)
+	})
+
+	t.Run("level 2 replaces the failing node", func(t *testing.T) {
+		h := newHarness(t)
+		h.startCoordinator("c1", nil)
+		spec := membership.DefaultSpec(membership.NP{Min: 2, Max: 2})
+		spec.FaultTolerance = membership.FaultToleranceReplace
+		h.setSpec("job", spec)
+		nodes := h.nodes("job", "n0", "n1", "n2")
+		h.waitRunning("job", 2, 0)
+
+		require.True(t, nodes[0].Workload.Exit(5))
+		st := h.waitRunning("job", 2, 1)
+		assert.Equal(t, 1, st.Restarts)
+		assert.Equal(t, map[string]int{"n2": 0, "n1": 1}, h.ranks("job"), "the standby node takes the failing node's rank")
+		assert.Equal(t, []string{"n0"}, h.plan("job").Excluded)
+		_, running := nodes[0].Workload.Running()
+		assert.False(t, running, "the failing node waits on standby")
+	})
+}
+
+func TestSuccessPolicies(t *testing.T) {
+	t.Run("AllWorkers", func(t *testing.T) {
+		h := newHarness(t)
+		h.startCoordinator("c1", nil)
+		h.scale("job", "2")
+		nodes := h.nodes("job", "n0", "n1")
+		h.waitRunning("job", 2, 0)
+
+		require.True(t, nodes[0].Workload.Exit(0))
+		h.waitStatus("job", "rank 0 done, rank 1 running", func(s membership.Status) bool {
+			return s.Phase == membership.JobRunning && s.Message == "1 of 2 workers succeeded; waiting for the rest"
+		})
+		require.True(t, nodes[1].Workload.Exit(0))
+		st := h.waitStatus("job", "Succeeded", func(s membership.Status) bool { return s.Phase == membership.JobSucceeded })
+		assert.Equal(t, 0, st.ExitCode)
+		for _, n := range nodes {
+			res, err := n.Result()
+			require.NoError(t, err)
+			assert.Equal(t, membership.JobSucceeded, res.Phase)
+			assert.Equal(t, 0, res.ExitCode)
+		}
+	})
+
+	t.Run("Rank0", func(t *testing.T) {
+		h := newHarness(t)
+		h.startCoordinator("c1", nil)
+		spec := membership.DefaultSpec(membership.NP{Min: 2, Max: 2})
+		spec.SuccessPolicy = membership.SuccessRank0
+		h.setSpec("job", spec)
+		nodes := h.nodes("job", "n0", "n1")
+		h.waitRunning("job", 2, 0)
+
+		require.True(t, nodes[0].Workload.Exit(0))
+		h.waitStatus("job", "Succeeded", func(s membership.Status) bool { return s.Phase == membership.JobSucceeded })
+		res, err := nodes[1].Result()
+		require.NoError(t, err)
+		assert.Equal(t, membership.JobSucceeded, res.Phase)
+		waitStopped(t, nodes[1])
+	})
+}
+
+func TestStopTimeoutEvictsNodeThatNeverAcks(t *testing.T) {
+	h := newHarness(t)
+	h.startCoordinator("c1", func(c *coordinator.Config) { c.StopTimeout = time.Second })
+	h.scale("job", "2")
+	nodes := h.nodes("job", "n0", "n1", "n2")
+	h.waitRunning("job", 2, 0)
+	release := nodes[1].Workload.Hang()
+	t.Cleanup(release)
+
+	require.True(t, nodes[0].Workload.Exit(1))
+	st := h.waitRunning("job", 2, 1)
+	assert.Equal(t, map[string]int{"n0": 0, "n2": 1}, h.ranks("job"), "the evicted node's rank goes to the standby node")
+	assert.Equal(t, 1, st.Restarts)
+	assert.Contains(t, h.eventTypes("job"), "NodeEvicted")
 }

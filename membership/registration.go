@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -90,6 +91,9 @@ type Registration struct {
 	lease    clientv3.LeaseID // 0 while lost
 	deadline time.Time        // when the lease may have expired on the server
 
+	renewals atomic.Int64
+	losses   atomic.Int64
+
 	expired chan struct{} // an Update saw the lease gone
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -139,6 +143,12 @@ func (r *Registration) Lease() clientv3.LeaseID {
 	defer r.mu.Unlock()
 	return r.lease
 }
+
+// Renewals counts the successful lease renewals.
+func (r *Registration) Renewals() int64 { return r.renewals.Load() }
+
+// Losses counts the times the lease was lost and the node fenced.
+func (r *Registration) Losses() int64 { return r.losses.Load() }
 
 // Update changes the record with fn and writes it under the current lease.
 // While the node is not registered it returns ErrNotRegistered and keeps the
@@ -237,6 +247,7 @@ func (r *Registration) run(ctx context.Context) {
 		r.mu.Lock()
 		r.lease = 0
 		r.mu.Unlock()
+		r.losses.Add(1)
 		r.logger.Warn("lease lost; fencing the node")
 		r.cfg.OnLost()
 		record, err := r.reregister(ctx)
@@ -290,6 +301,7 @@ func (r *Registration) keepAlive(ctx context.Context) {
 			r.mu.Lock()
 			r.deadline = deadline
 			r.mu.Unlock()
+			r.renewals.Add(1)
 			retry.Reset()
 			timer.Reset(interval)
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):

@@ -1,12 +1,12 @@
 package membership_test
 
 import (
-	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/elastictraining/coordinator/internal/etcdtest"
 	"github.com/elastictraining/coordinator/membership"
@@ -16,7 +16,19 @@ func testNode(id string) membership.Node {
 	return membership.Node{ID: id, Role: membership.RoleWorker, Host: "127.0.0.1", Ports: []int{9000}, NProc: 1, MasterPort: 9100}
 }
 
-func TestRegisterWritesRecordUnderLease(t *testing.T) {
+func readNode(t *testing.T, srv *etcdtest.Server, key string) (membership.Node, int64, bool) {
+	t.Helper()
+	resp, err := srv.Client(t).Get(t.Context(), key)
+	require.NoError(t, err)
+	if len(resp.Kvs) == 0 {
+		return membership.Node{}, 0, false
+	}
+	n, err := membership.DecodeNode(resp.Kvs[0].Value)
+	require.NoError(t, err)
+	return n, resp.Kvs[0].Lease, true
+}
+
+func TestRegistrationLifecycle(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
 	keys := membership.DefaultKeys()
@@ -25,19 +37,90 @@ func TestRegisterWritesRecordUnderLease(t *testing.T) {
 		Client: cli, Keys: keys, Job: "job", Node: testNode("n1"), TTL: 2 * time.Second,
 	})
 	require.NoError(t, err)
+	n, lease, ok := readNode(t, srv, reg.Key())
+	require.True(t, ok)
+	assert.Equal(t, int64(reg.Lease()), lease, "the record lives under the lease")
+	assert.Equal(t, membership.NodeWaiting, n.State)
 
-	resp, err := cli.Get(t.Context(), keys.Node("job", "n1"))
+	_, err = reg.Update(t.Context(), func(n *membership.Node) { n.State, n.Generation = membership.NodeRunning, 4 })
 	require.NoError(t, err)
-	require.Len(t, resp.Kvs, 1)
-	require.Equal(t, int64(reg.Lease()), resp.Kvs[0].Lease)
-	n, err := membership.DecodeNode(resp.Kvs[0].Value)
-	require.NoError(t, err)
-	require.Equal(t, membership.NodeWaiting, n.State)
+	n, _, _ = readNode(t, srv, reg.Key())
+	assert.Equal(t, membership.NodeRunning, n.State)
+	assert.Equal(t, int64(4), n.Generation)
+
+	// The lease outlives several TTLs while it is renewed.
+	require.Eventually(t, func() bool { return reg.Renewals() >= 4 }, 10*time.Second, 10*time.Millisecond)
+	_, _, ok = readNode(t, srv, reg.Key())
+	assert.True(t, ok)
 
 	require.NoError(t, reg.Leave(t.Context()))
-	resp, err = cli.Get(t.Context(), keys.Node("job", "n1"))
+	_, _, ok = readNode(t, srv, reg.Key())
+	assert.False(t, ok, "leave revokes the lease, and the record goes with it")
+	require.NoError(t, reg.Leave(t.Context()), "leave twice is harmless")
+}
+
+func TestRegistrationRejectsShortTTL(t *testing.T) {
+	srv := etcdtest.Start(t)
+	_, err := membership.Register(t.Context(), membership.RegistrationConfig{
+		Client: srv.Client(t), Keys: membership.DefaultKeys(), Job: "job", Node: testNode("n1"), TTL: time.Second,
+	})
+	require.ErrorContains(t, err, "below the minimum of 2s")
+}
+
+func TestRegistrationFencesAndRegistersAgain(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	var lost, registered atomic.Int32
+	reg, err := membership.Register(t.Context(), membership.RegistrationConfig{
+		Client: cli, Keys: membership.DefaultKeys(), Job: "job", Node: testNode("n1"), TTL: 2 * time.Second,
+		OnLost:       func() { lost.Add(1) },
+		OnRegistered: func(membership.Node) { registered.Add(1) },
+	})
 	require.NoError(t, err)
-	require.Empty(t, resp.Kvs, "leave revokes the lease and the record goes with it")
-	_ = context.Background
-	_ = clientv3.WithPrefix
+	t.Cleanup(reg.Close)
+	_, err = reg.Update(t.Context(), func(n *membership.Node) { n.State, n.Generation = membership.NodeRunning, 2 })
+	require.NoError(t, err)
+
+	// The lease is revoked behind the node's back, as an eviction does.
+	first := reg.Lease()
+	_, err = cli.Revoke(t.Context(), first)
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool { return registered.Load() == 1 }, 10*time.Second, 5*time.Millisecond)
+	assert.Equal(t, int32(1), lost.Load(), "the owner heard of the loss before the node registered again")
+	assert.Equal(t, int64(1), reg.Losses())
+	n, lease, ok := readNode(t, srv, reg.Key())
+	require.True(t, ok)
+	assert.NotEqual(t, int64(first), lease, "a new lease")
+	assert.Equal(t, membership.NodeWaiting, n.State, "a new registration has started nothing")
+	assert.Equal(t, int64(0), n.Generation)
+}
+
+func TestRegistrationFencesWhenEtcdIsGone(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	lost := make(chan struct{})
+	reg, err := membership.Register(t.Context(), membership.RegistrationConfig{
+		Client: cli, Keys: membership.DefaultKeys(), Job: "job", Node: testNode("n1"), TTL: 2 * time.Second,
+		OnLost: func() { close(lost) },
+	})
+	require.NoError(t, err)
+	t.Cleanup(reg.Close)
+
+	// With etcd gone the lease cannot be renewed: the node fences itself
+	// while etcd is still down, without hearing from the server.
+	srv.Stop()
+	select {
+	case <-lost:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the node never fenced itself")
+	}
+	_, err = reg.Update(t.Context(), func(n *membership.Node) { n.State = membership.NodeStopped })
+	assert.ErrorIs(t, err, membership.ErrNotRegistered)
+
+	srv.Restart(t)
+	require.Eventually(t, func() bool { return reg.Lease() != 0 }, 20*time.Second, 10*time.Millisecond, "registered again once etcd is back")
+	n, _, ok := readNode(t, srv, reg.Key())
+	require.True(t, ok)
+	assert.Equal(t, membership.NodeWaiting, n.State)
 }

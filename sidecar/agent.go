@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -78,6 +79,7 @@ type Agent struct {
 	fenceReq chan chan struct{}
 	abandon  chan struct{}
 	once     sync.Once
+	current  atomic.Pointer[membership.Registration]
 
 	// Owned by the Run goroutine.
 	reg        *membership.Registration
@@ -114,6 +116,9 @@ func New(cfg Config) (*Agent, error) {
 	}, nil
 }
 
+// Registration is the node's registration, nil before Run registered it.
+func (a *Agent) Registration() *membership.Registration { return a.current.Load() }
+
 // Abandon makes Run return as if the sidecar had crashed: the processes are
 // killed and the lease is left to expire instead of being revoked.
 func (a *Agent) Abandon() { a.once.Do(func() { close(a.abandon) }) }
@@ -139,6 +144,7 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 		return Result{}, fmt.Errorf("register node: %w", err)
 	}
 	a.reg = reg
+	a.current.Store(reg)
 	a.logger.Info("registered", "lease", fmt.Sprintf("%x", reg.Lease()))
 
 	watchCtx, stopWatch := context.WithCancel(ctx)

@@ -11,9 +11,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/elastictraining/coordinator/internal/embedetcd"
+	"github.com/elastictraining/coordinator/internal/etcdclient"
 )
 
 // Server is an embedded etcd member owned by one test.
@@ -58,11 +58,7 @@ func (s *Server) Endpoint() string { return s.cfg.ClientURL }
 // Client returns a new client of the member, closed when the test ends.
 func (s *Server) Client(t testing.TB) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{s.Endpoint()},
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-	})
+	cli, err := etcdclient.New(etcdclient.Config{Endpoints: []string{s.Endpoint()}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cli.Close() })
 	return cli

@@ -24,6 +24,7 @@ type Workload struct {
 	current chan sidecar.Exit
 	starts  []sidecar.Assignment
 	changed chan struct{}
+	stuck   chan struct{} // while set, Stop hangs until it is closed
 }
 
 var _ sidecar.Workload = (*Workload)(nil)
@@ -45,12 +46,32 @@ func (w *Workload) Start(_ context.Context, a sidecar.Assignment) (<-chan sideca
 }
 
 // Stop implements sidecar.Workload.
-func (w *Workload) Stop(context.Context, time.Duration) error {
+func (w *Workload) Stop(ctx context.Context, _ time.Duration) error {
+	w.mu.Lock()
+	stuck := w.stuck
+	w.mu.Unlock()
+	if stuck != nil {
+		select {
+		case <-stuck:
+		case <-ctx.Done():
+		}
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.current = nil
 	w.notifyLocked()
 	return nil
+}
+
+// Hang makes Stop hang, as a process that ignores SIGTERM and cannot be
+// reaped would, until the returned function is called.
+func (w *Workload) Hang() (release func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	stuck := make(chan struct{})
+	w.stuck = stuck
+	var once sync.Once
+	return func() { once.Do(func() { close(stuck) }) }
 }
 
 // Exit makes the running workload exit with code, as a child process
@@ -180,6 +201,9 @@ func (n *Node) Crash() {
 	<-n.done
 	n.cancel()
 }
+
+// Registration is the node's registration, nil until it registered.
+func (n *Node) Registration() *membership.Registration { return n.agent.Registration() }
 
 // Done is closed when the node has stopped.
 func (n *Node) Done() <-chan struct{} { return n.done }

@@ -1,0 +1,141 @@
+package coordinator_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/elastictraining/coordinator/coordinator"
+	"github.com/elastictraining/coordinator/membership"
+)
+
+func TestScaleRejectsBadInput(t *testing.T) {
+	h := newHarness(t)
+	h.scale("job", "3")
+	before, err := h.cli.Get(t.Context(), h.keys.Spec("job"))
+	require.NoError(t, err)
+
+	for _, tc := range []struct {
+		job, np string
+		want    error
+		mention string
+	}{
+		{"job", "0", membership.ErrInvalidNP, "need at least 1"},
+		{"job", "-1", membership.ErrInvalidNP, "not a positive whole number"},
+		{"job", "5:2", membership.ErrInvalidNP, "minimum 5 is greater than maximum 2"},
+		{"job", "abc", membership.ErrInvalidNP, `"abc" is not a positive whole number`},
+		{"job", "1:100001", membership.ErrInvalidNP, "100001 is more than the maximum of 100000"},
+		{"job", "", membership.ErrInvalidNP, "empty"},
+		{"job", "1:2:3", membership.ErrInvalidNP, "not a positive whole number"},
+		{"job", "2:", membership.ErrInvalidNP, "missing number"},
+		{"Bad_Name", "2", membership.ErrInvalidJobID, "DNS-1123"},
+		{"", "2", membership.ErrInvalidJobID, "empty"},
+		{"-job", "2", membership.ErrInvalidJobID, "DNS-1123"},
+		{"job/../x", "2", membership.ErrInvalidJobID, "DNS-1123"},
+		{strings.Repeat("a", 64), "2", membership.ErrInvalidJobID, "longer than 63"},
+	} {
+		t.Run(tc.job+" "+tc.np, func(t *testing.T) {
+			_, err := h.client.Scale(t.Context(), tc.job, tc.np)
+			require.Error(t, err)
+			assert.ErrorIs(t, err, tc.want)
+			assert.Contains(t, err.Error(), tc.mention)
+			assert.NotContains(t, err.Error(), "\n", "one line")
+		})
+	}
+	after, err := h.cli.Get(t.Context(), h.keys.Spec("job"))
+	require.NoError(t, err)
+	assert.Equal(t, before.Kvs[0].ModRevision, after.Kvs[0].ModRevision, "rejected input changes nothing")
+
+	_, err = h.client.Status(t.Context(), "nosuchjob")
+	assert.ErrorIs(t, err, coordinator.ErrJobNotFound)
+}
+
+func TestScaleKeepsTheRestOfTheSpec(t *testing.T) {
+	h := newHarness(t)
+	spec := membership.DefaultSpec(membership.NP{Min: 2, Max: 2})
+	spec.PS, spec.MaxRestarts, spec.SuccessPolicy = 1, 7, membership.SuccessRank0
+	h.setSpec("job", spec)
+	got, err := h.client.Scale(t.Context(), "job", "2:6")
+	require.NoError(t, err)
+	spec.NP = membership.NP{Min: 2, Max: 6}
+	assert.Equal(t, spec, got)
+
+	// A malformed stored spec is reported and left alone.
+	_, err = h.cli.Put(t.Context(), h.keys.Spec("job"), "{not json")
+	require.NoError(t, err)
+	_, err = h.client.Scale(t.Context(), "job", "3")
+	require.ErrorIs(t, err, membership.ErrInvalidRecord)
+	resp, err := h.cli.Get(t.Context(), h.keys.Spec("job"))
+	require.NoError(t, err)
+	assert.Equal(t, "{not json", string(resp.Kvs[0].Value))
+}
+
+func TestMalformedRecords(t *testing.T) {
+	t.Run("node records are ignored with a warning", func(t *testing.T) {
+		h := newHarness(t)
+		reg := prometheus.NewRegistry()
+		h.startCoordinator("c1", func(c *coordinator.Config) { c.Registerer = reg })
+		h.scale("job", "2")
+		nodes := h.nodes("job", "n0", "n1")
+		h.waitRunning("job", 2, 0)
+
+		for key, value := range map[string]string{
+			h.keys.Node("job", "garbage"):  "\x00\xff not json",
+			h.keys.Node("job", "wrong-id"): `{"id":"n0","role":"worker","host":"h","ports":[1],"nproc":1,"masterPort":2,"state":"waiting"}`,
+			h.keys.Node("job", "bad-role"): `{"id":"bad-role","role":"chief","host":"h","ports":[1],"nproc":1,"masterPort":2,"state":"waiting"}`,
+		} {
+			_, err := h.cli.Put(t.Context(), key, value)
+			require.NoError(t, err)
+		}
+		require.Eventually(t, func() bool {
+			return metricValue(t, reg, "elastic_coordinator_invalid_records_total") == 3
+		}, 10*time.Second, 5*time.Millisecond)
+
+		// The job goes on; a real change is still handled.
+		nodes[1].Leave()
+		h.node("job", "n2")
+		st := h.waitRunning("job", 2, 1)
+		assert.Equal(t, int64(2), st.Generation)
+	})
+
+	t.Run("a malformed plan fails the job", func(t *testing.T) {
+		h := newHarness(t)
+		h.startCoordinator("c1", nil)
+		h.scale("job", "2")
+		nodes := h.nodes("job", "n0", "n1")
+		h.waitRunning("job", 2, 0)
+
+		_, err := h.cli.Put(t.Context(), h.keys.Plan("job"), `{"generation": "two"}`)
+		require.NoError(t, err)
+		st := h.waitStatus("job", "Failed", func(s membership.Status) bool { return s.Phase == membership.JobFailed })
+		assert.Contains(t, st.Message, "invalid plan")
+		for _, n := range nodes {
+			res, err := n.Result()
+			require.NoError(t, err)
+			assert.Equal(t, membership.JobFailed, res.Phase)
+			assert.Equal(t, 1, res.ExitCode)
+		}
+	})
+}
+
+// metricValue reads a counter or gauge without labels from reg.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		m := f.GetMetric()[0]
+		if c := m.GetCounter(); c != nil {
+			return c.GetValue()
+		}
+		return m.GetGauge().GetValue()
+	}
+	return 0
+}

@@ -1,0 +1,77 @@
+package membership_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/elastictraining/coordinator/membership"
+)
+
+func TestValidateJobID(t *testing.T) {
+	for _, ok := range []string{"a", "ab", "job-1", "0", strings.Repeat("a", 63)} {
+		assert.NoError(t, membership.ValidateJobID(ok), ok)
+	}
+	for _, bad := range []string{"", "A", "Bad_Name", "-a", "a-", "a.b", "a/b", "a b", strings.Repeat("a", 64), "é"} {
+		err := membership.ValidateJobID(bad)
+		assert.ErrorIs(t, err, membership.ErrInvalidJobID, bad)
+	}
+}
+
+func TestKeys(t *testing.T) {
+	k := membership.DefaultKeys()
+	assert.Equal(t, "/elastic/jobs/a/spec", k.Spec("a"))
+	assert.Equal(t, "/elastic/jobs/a/nodes/", k.Nodes("a"))
+	assert.Equal(t, "/elastic/jobs/a/nodes/pod-0", k.Node("a", "pod-0"))
+	assert.Equal(t, "/elastic/jobs/a/events/00000000000000000042", k.Event("a", 42))
+	assert.Equal(t, "/elastic/leader", k.Leader())
+	assert.False(t, strings.HasPrefix(k.Spec("ab"), k.Job("a")), "job a's prefix does not cover job ab")
+
+	custom, err := membership.NewKeys("/team/x/")
+	require.NoError(t, err)
+	assert.Equal(t, "/team/x/jobs/a/plan", custom.Plan("a"))
+	for _, bad := range []string{"team", "/team", "team/", "//", "/a//b/"} {
+		_, err := membership.NewKeys(bad)
+		assert.ErrorIs(t, err, membership.ErrInvalidPrefix, bad)
+	}
+}
+
+func TestParseJobKey(t *testing.T) {
+	k := membership.DefaultKeys()
+	for key, want := range map[string]membership.JobKey{
+		k.Spec("a"):          {Job: "a", Kind: membership.KindSpec},
+		k.Plan("ab"):         {Job: "ab", Kind: membership.KindPlan},
+		k.Status("a"):        {Job: "a", Kind: membership.KindStatus},
+		k.Node("a", "n-0.x"): {Job: "a", Kind: membership.KindNode, Name: "n-0.x"},
+		k.Event("a", 7):      {Job: "a", Kind: membership.KindEvent, Name: "00000000000000000007"},
+	} {
+		got, ok := k.ParseJobKey(key)
+		require.True(t, ok, key)
+		assert.Equal(t, want, got, key)
+	}
+	for _, key := range []string{"/elastic/jobs/", "/elastic/jobs/a", "/elastic/jobs/A/spec", "/elastic/jobs/a/other",
+		"/elastic/jobs/a/nodes/", "/elastic/jobs/a/nodes/x/y", "/elastic/jobs/a/events/x", "/other/jobs/a/spec"} {
+		_, ok := k.ParseJobKey(key)
+		assert.False(t, ok, key)
+	}
+}
+
+func FuzzParseJobKey(f *testing.F) {
+	k := membership.DefaultKeys()
+	for _, s := range []string{k.Spec("a"), k.Node("a", "b"), k.Event("a", 1), "/elastic/jobs//spec", "/elastic/jobs/a/nodes/../x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		jk, ok := k.ParseJobKey(key)
+		if !ok {
+			return
+		}
+		require.NoError(t, membership.ValidateJobID(jk.Job))
+		require.True(t, strings.HasPrefix(key, k.Job(jk.Job)), "a parsed key lies under its job's prefix")
+		if jk.Kind == membership.KindNode {
+			require.Equal(t, k.Node(jk.Job, jk.Name), key)
+		}
+	})
+}
