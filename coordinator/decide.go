@@ -107,8 +107,10 @@ func decideStopped(v view, d decision, tm timing, now time.Time) decision {
 					Message: fmt.Sprintf("node %s did not ack the stop of generation %d within %s; its lease is revoked", n.ID, gen, tm.stopTimeout)})
 			}
 		}
-		d.status = baseStatus(v, membership.JobRestarting, len(prev)-len(unacked),
-			fmt.Sprintf("stopping generation %d (%s): %d of %d nodes stopped", gen, v.plan.Reason, len(prev)-len(unacked), len(prev)))
+		// No per-ack progress here: the status changes only between phases,
+		// so a change costs O(1) writes however many nodes ack. Progress is
+		// in the node records.
+		d.status = baseStatus(v, membership.JobRestarting, 0, stoppingMessage(*v.plan))
 		return d
 	}
 	if v.plan != nil && d.memo.ackedGen != gen {
@@ -140,8 +142,7 @@ func decideStopped(v view, d decision, tm timing, now time.Time) decision {
 	}
 	d.memo.pendingSince = time.Time{}
 	d.plan = &next
-	d.status = planStatus(v, next, membership.JobRestarting, 0,
-		fmt.Sprintf("starting generation %d: %d workers, world size %d", next.Generation, t.workers, t.worldSize))
+	d.status = planStatus(v, next, membership.JobRestarting, 0, startingMessage(next))
 	d.events = append(d.events, membership.Event{Generation: next.Generation, Type: "GenerationStarting",
 		Message: fmt.Sprintf("run: %d members, %d workers, world size %d, master %s (%s)", len(t.members), t.workers, t.worldSize, t.master, next.Reason)})
 	return d
@@ -275,7 +276,7 @@ func stopNext(v view, d decision, now, detected time.Time, reason string, restar
 		Restarts: restarts, Reason: reason, Excluded: excluded, DetectedAt: detected, StopAt: now,
 	}
 	d.plan = &next
-	d.status = planStatus(v, next, membership.JobRestarting, 0, fmt.Sprintf("stopping generation %d: %s", p.Generation, reason))
+	d.status = planStatus(v, next, membership.JobRestarting, 0, stoppingMessage(next))
 	d.events = append(d.events, membership.Event{Generation: next.Generation, Type: "GenerationStopping", Message: reason})
 	return d
 }
@@ -309,8 +310,7 @@ func finalStatus(v view, p membership.Plan) *membership.Status {
 // every member acked, with the durations of its steps.
 func runningStatus(v view, p membership.Plan, ready int, now time.Time) *membership.Status {
 	if ready < len(p.Members) {
-		return planStatus(v, p, membership.JobRestarting, ready,
-			fmt.Sprintf("starting generation %d: %d of %d members running", p.Generation, ready, len(p.Members)))
+		return planStatus(v, p, membership.JobRestarting, 0, startingMessage(p))
 	}
 	s := planStatus(v, p, membership.JobRunning, ready, "")
 	if v.status != nil && v.status.Phase == membership.JobRunning && v.status.Generation == p.Generation {
@@ -319,6 +319,17 @@ func runningStatus(v view, p membership.Plan, ready int, now time.Time) *members
 	}
 	s.Steps = stepsOf(p, now)
 	return s
+}
+
+// stoppingMessage and startingMessage are the status messages of a plan's
+// phases. Every decision in a phase says the same, so that the status is
+// written once per phase.
+func stoppingMessage(p membership.Plan) string {
+	return fmt.Sprintf("stopping generation %d for generation %d: %s", p.Generation-1, p.Generation, p.Reason)
+}
+
+func startingMessage(p membership.Plan) string {
+	return fmt.Sprintf("starting generation %d: %d members, world size %d", p.Generation, len(p.Members), p.WorldSize)
 }
 
 func stepsOf(p membership.Plan, running time.Time) *membership.Steps {
@@ -338,24 +349,25 @@ func stepsOf(p membership.Plan, running time.Time) *membership.Steps {
 }
 
 func planStatus(v view, p membership.Plan, phase membership.JobPhase, ready int, msg string) *membership.Status {
-	s := baseStatus(v, phase, ready, msg)
-	s.Generation, s.Restarts = p.Generation, p.Restarts
+	s := &membership.Status{Phase: phase, Ready: ready, Message: msg, Generation: p.Generation, Restarts: p.Restarts}
+	if v.spec != nil {
+		s.NP = v.spec.NP.String()
+	}
 	if p.Phase == membership.PhaseRun {
 		s.Members, s.WorldSize = len(p.Members), p.WorldSize
 	}
 	return s
 }
 
+// baseStatus is a status of the job's current plan; Members and WorldSize
+// count only a plan in phase run, the generation that runs.
 func baseStatus(v view, phase membership.JobPhase, ready int, msg string) *membership.Status {
+	if v.plan != nil {
+		return planStatus(v, *v.plan, phase, ready, msg)
+	}
 	s := &membership.Status{Phase: phase, Ready: ready, Message: msg}
 	if v.spec != nil {
 		s.NP = v.spec.NP.String()
-	}
-	if v.plan != nil {
-		s.Generation, s.Restarts = v.plan.Generation, v.plan.Restarts
-		if v.plan.Phase == membership.PhaseRun {
-			s.Members, s.WorldSize = len(v.plan.Members), v.plan.WorldSize
-		}
 	}
 	return s
 }

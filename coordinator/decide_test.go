@@ -101,7 +101,7 @@ func TestDecideStopPhase(t *testing.T) {
 		assert.Nil(t, d.plan)
 		assert.Empty(t, d.evict)
 		assert.Equal(t, t0.Add(tm.stopTimeout), d.wakeAt)
-		assert.Equal(t, "stopping generation 2 (x): 1 of 2 nodes stopped", d.status.Message)
+		assert.Equal(t, "stopping generation 1 for generation 2: x", d.status.Message)
 
 		d = decide(v, memo{}, tm, t0.Add(tm.stopTimeout))
 		require.Len(t, d.evict, 1, "a node that never acks is evicted")

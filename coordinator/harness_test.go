@@ -19,7 +19,7 @@ import (
 
 // harness is one embedded etcd with coordinators and simulated nodes on it.
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	srv    *etcdtest.Server
 	cli    *clientv3.Client
 	keys   membership.Keys
@@ -28,7 +28,7 @@ type harness struct {
 	nodeTTL time.Duration
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t testing.TB) *harness {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
 	keys := membership.DefaultKeys()

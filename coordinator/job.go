@@ -262,6 +262,9 @@ func (a *jobActor) write(ctx context.Context, v view, d decision) error {
 		}
 	}
 	if len(ops) > 0 {
+		if a.logger.IsDebug() {
+			a.logger.Debug("commit", "plan", d.plan != nil, "status", status, "events", len(d.events))
+		}
 		a.t.c.metrics.writes.Inc()
 		resp, err := a.t.c.cfg.Client.Txn(ctx).If(a.t.fence).Then(ops...).Commit()
 		if err != nil {

@@ -123,7 +123,7 @@ func TestMalformedRecords(t *testing.T) {
 }
 
 // metricValue reads a counter or gauge without labels from reg.
-func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+func metricValue(t testing.TB, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
 	require.NoError(t, err)

@@ -72,8 +72,10 @@ type Status struct {
 	Generation int64    `json:"generation"`
 	// NP is the target from the spec.
 	NP string `json:"np"`
-	// Members is the number of nodes in the current generation; Ready, how
-	// many of them (or, while Waiting, of the live nodes) are ready.
+	// Members is the number of nodes in the current generation. Ready is,
+	// while Running, the members running or done; while Waiting, the live
+	// workers; while Restarting, 0: the status changes only between phases,
+	// and the progress of a restart is in the node records.
 	Members   int    `json:"members"`
 	Ready     int    `json:"ready"`
 	WorldSize int    `json:"worldSize"`
