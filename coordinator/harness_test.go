@@ -184,3 +184,5 @@ func waitStopped(t *testing.T, nodes ...*simnode.Node) {
 }
 
 func clientv3WithPrefix() clientv3.OpOption { return clientv3.WithPrefix() }
+
+func clientv3LeaseID(id int64) clientv3.LeaseID { return clientv3.LeaseID(id) }

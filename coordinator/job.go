@@ -10,6 +10,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/hashicorp/go-hclog"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/elastictraining/coordinator/membership"
@@ -267,6 +268,9 @@ func (a *jobActor) write(ctx context.Context, v view, d decision) error {
 		}
 		a.t.c.metrics.writes.Inc()
 		resp, err := a.t.c.cfg.Client.Txn(ctx).If(a.t.fence).Then(ops...).Commit()
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			a.t.forgetEventLease() // someone revoked it; the retry grants another
+		}
 		if err != nil {
 			return fmt.Errorf("commit: %w", err)
 		}

@@ -100,3 +100,10 @@ func (t *term) eventLeaseID(ctx context.Context) (clientv3.LeaseID, error) {
 	t.eventLease, t.eventLeaseAt = grant.ID, time.Now()
 	return grant.ID, nil
 }
+
+// forgetEventLease drops a lease that etcd no longer knows.
+func (t *term) forgetEventLease() {
+	t.leaseMu.Lock()
+	defer t.leaseMu.Unlock()
+	t.eventLease = 0
+}

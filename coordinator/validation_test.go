@@ -139,3 +139,22 @@ func metricValue(t testing.TB, reg *prometheus.Registry, name string) float64 {
 	}
 	return 0
 }
+
+func TestRevokedEventLeaseIsReplaced(t *testing.T) {
+	h := newHarness(t)
+	h.startCoordinator("c1", nil)
+	h.scale("job", "1")
+	n := h.nodes("job", "n0")
+	h.waitRunning("job", 1, 0)
+
+	resp, err := h.cli.Get(t.Context(), h.keys.Events("job"), clientv3WithPrefix())
+	require.NoError(t, err)
+	require.NotEmpty(t, resp.Kvs)
+	_, err = h.cli.Revoke(t.Context(), clientv3LeaseID(resp.Kvs[0].Lease))
+	require.NoError(t, err)
+
+	require.True(t, n[0].Workload.Exit(1))
+	st := h.waitRunning("job", 1, 1)
+	assert.Equal(t, 1, st.Restarts)
+	assert.Contains(t, h.eventTypes("job"), "GenerationRunning")
+}

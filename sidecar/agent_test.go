@@ -1,0 +1,150 @@
+package sidecar_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+
+	"github.com/elastictraining/coordinator/internal/etcdtest"
+	"github.com/elastictraining/coordinator/internal/simnode"
+	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/sidecar"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fixture is one simulated node on a real etcd, driven by plans the test
+// writes itself, as a coordinator would.
+type fixture struct {
+	t    *testing.T
+	srv  *etcdtest.Server
+	keys membership.Keys
+	node *simnode.Node
+}
+
+func newFixture(t *testing.T) *fixture {
+	srv := etcdtest.Start(t)
+	f := &fixture{t: t, srv: srv, keys: membership.DefaultKeys()}
+	np := membership.DefaultSpec(membership.NP{Min: 1, Max: 1})
+	f.node = simnode.Start(t, simnode.Config{Client: srv.Client(t), Keys: f.keys, Job: "job", ID: "n0", TTL: 2 * time.Second, Spec: &np})
+	require.Eventually(t, func() bool { return f.node.Registration() != nil }, 10*time.Second, time.Millisecond)
+	return f
+}
+
+func (f *fixture) putPlan(p membership.Plan) {
+	val, err := membership.Encode(p)
+	require.NoError(f.t, err)
+	_, err = f.srv.Client(f.t).Put(f.t.Context(), f.keys.Plan("job"), val)
+	require.NoError(f.t, err)
+}
+
+func (f *fixture) member(lease int64) membership.Member {
+	return membership.Member{Node: "n0", Role: membership.RoleWorker, Rank: 0, Host: "127.0.0.1", Ports: []int{20001}, NProc: 1, Lease: lease}
+}
+
+// record waits until the node's record satisfies ok.
+func (f *fixture) record(what string, ok func(membership.Node) bool) membership.Node {
+	f.t.Helper()
+	var n membership.Node
+	require.Eventually(f.t, func() bool {
+		resp, err := f.srv.Client(f.t).Get(f.t.Context(), f.keys.Node("job", "n0"))
+		if err != nil || len(resp.Kvs) == 0 {
+			return false
+		}
+		n, err = membership.DecodeNode(resp.Kvs[0].Value)
+		return err == nil && ok(n)
+	}, 10*time.Second, time.Millisecond, "node record never %s", what)
+	return n
+}
+
+func TestAgentFollowsStopAndRun(t *testing.T) {
+	f := newFixture(t)
+	lease := int64(f.node.Registration().Lease())
+
+	f.putPlan(membership.Plan{Generation: 1, Phase: membership.PhaseRun, Members: []membership.Member{f.member(lease)}, WorldSize: 1, Master: "127.0.0.1:20000"})
+	f.record("acked running 1", func(n membership.Node) bool { return n.State == membership.NodeRunning && n.Generation == 1 })
+	a, ok := f.node.Workload.Running()
+	require.True(t, ok)
+	assert.Equal(t, int64(1), a.Plan.Generation)
+
+	f.putPlan(membership.Plan{Generation: 2, Phase: membership.PhaseStop, Members: []membership.Member{f.member(lease)}})
+	f.record("acked stopped 2", func(n membership.Node) bool { return n.State == membership.NodeStopped && n.Generation == 2 })
+	_, ok = f.node.Workload.Running()
+	assert.False(t, ok, "the stop ack comes after the workload stopped")
+
+	f.putPlan(membership.Plan{Generation: 2, Phase: membership.PhaseRun, Members: []membership.Member{f.member(lease)}, WorldSize: 1, Master: "127.0.0.1:20000"})
+	f.record("acked running 2", func(n membership.Node) bool { return n.State == membership.NodeRunning && n.Generation == 2 })
+
+	require.True(t, f.node.Workload.Exit(9))
+	n := f.record("reported the failure", func(n membership.Node) bool { return n.State == membership.NodeFailed })
+	assert.Equal(t, 9, n.ExitCode)
+	assert.Equal(t, int64(2), n.Generation)
+}
+
+func TestAgentNeverStartsATableMadeForAnotherLease(t *testing.T) {
+	f := newFixture(t)
+	// A table that names this node under a lease it no longer holds: the
+	// node restarted after the table was made, and the coordinator has yet
+	// to notice.
+	f.putPlan(membership.Plan{Generation: 1, Phase: membership.PhaseRun, Members: []membership.Member{f.member(12345)}, WorldSize: 1, Master: "127.0.0.1:20000"})
+	assert.Never(t, func() bool { return len(f.node.Workload.Starts()) > 0 }, 500*time.Millisecond, 5*time.Millisecond)
+	f.putPlan(membership.Plan{Generation: 2, Phase: membership.PhaseStop})
+	f.record("acked stopped 2", func(n membership.Node) bool { return n.State == membership.NodeStopped && n.Generation == 2 })
+	assert.Empty(t, f.node.Workload.Starts())
+}
+
+func TestAgentExitsWithTheJobsResult(t *testing.T) {
+	f := newFixture(t)
+	lease := int64(f.node.Registration().Lease())
+	f.putPlan(membership.Plan{Generation: 1, Phase: membership.PhaseRun, Members: []membership.Member{f.member(lease)}, WorldSize: 1, Master: "127.0.0.1:20000"})
+	f.record("acked running 1", func(n membership.Node) bool { return n.State == membership.NodeRunning })
+
+	f.putPlan(membership.Plan{Generation: 2, Phase: membership.PhaseStop, Result: membership.JobFailed, ExitCode: 42, Reason: "node x failed"})
+	res, err := f.node.Result()
+	require.NoError(t, err)
+	assert.Equal(t, sidecar.Result{Phase: membership.JobFailed, ExitCode: 42, Message: "node x failed"}, res)
+	_, running := f.node.Workload.Running()
+	assert.False(t, running)
+	resp, err := f.srv.Client(t).Get(t.Context(), f.keys.Node("job", "n0"))
+	require.NoError(t, err)
+	assert.Empty(t, resp.Kvs, "the node left: its lease is revoked")
+}
+
+func TestAgentStoresTheSpecOnlyIfThereIsNone(t *testing.T) {
+	srv := etcdtest.Start(t)
+	keys := membership.DefaultKeys()
+	mk := func(id string, np int) *simnode.Node {
+		spec := membership.DefaultSpec(membership.NP{Min: np, Max: np})
+		return simnode.Start(t, simnode.Config{Client: srv.Client(t), Keys: keys, Job: "job", ID: id, TTL: 2 * time.Second, Spec: &spec})
+	}
+	mk("n0", 3)
+	require.Eventually(t, func() bool {
+		resp, err := srv.Client(t).Get(t.Context(), keys.Spec("job"))
+		return err == nil && len(resp.Kvs) == 1
+	}, 10*time.Second, time.Millisecond)
+	mk("n1", 5)
+	require.Eventually(t, func() bool {
+		resp, err := srv.Client(t).Get(t.Context(), keys.Nodes("job"), clientWithPrefix())
+		return err == nil && len(resp.Kvs) == 2
+	}, 10*time.Second, time.Millisecond)
+	resp, err := srv.Client(t).Get(t.Context(), keys.Spec("job"))
+	require.NoError(t, err)
+	s, err := membership.DecodeSpec(resp.Kvs[0].Value)
+	require.NoError(t, err)
+	assert.Equal(t, membership.NP{Min: 3, Max: 3}, s.NP, "the first sidecar's np stands")
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	srv := etcdtest.Start(t)
+	_, err := sidecar.New(sidecar.Config{Client: srv.Client(t), Job: "Bad_Name", Workload: simnode.NewWorkload()})
+	assert.ErrorIs(t, err, membership.ErrInvalidJobID)
+	_, err = sidecar.New(sidecar.Config{Client: srv.Client(t), Job: "job", Workload: simnode.NewWorkload(),
+		Node: membership.Node{ID: "n0", Role: membership.RoleWorker, Host: "h", NProc: 1}})
+	assert.ErrorContains(t, err, "0 ports for 1 processes")
+}
+
+func clientWithPrefix() clientv3.OpOption { return clientv3.WithPrefix() }
