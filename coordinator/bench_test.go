@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -21,7 +22,8 @@ import (
 // phase run being seen by a watcher of the plan. Each iteration the last
 // node leaves (the others stop and wait) and joins again.
 //
-// Reported besides ns/op:
+// Reported besides ns/op (the mean):
+//   - p50-ms, p90-ms: the median and 90th percentile of the iterations;
 //   - coordinator-writes/change: etcd writes of the coordinator per
 //     membership change (the leave and the join are one change each);
 //   - etcd-writes/change: every write to etcd, sidecar acks included.
@@ -60,12 +62,15 @@ func benchJoinToRun(b *testing.B, np int) {
 	plans := h.cli.Watch(b.Context(), h.keys.Plan("job"))
 	last := simnode.Config{Client: h.cli, Keys: h.keys, Job: "job", ID: "last", TTL: h.nodeTTL}
 	var writes, revisions float64
+	var took []time.Duration
 	firstRev := revision(b, h)
 	for b.Loop() {
 		before := metricValue(b, reg, "elastic_coordinator_etcd_writes_total")
+		start := time.Now()
 		n, err := simnode.Launch(last)
 		require.NoError(b, err)
 		gen := awaitRun(b, plans)
+		took = append(took, time.Since(start))
 		b.StopTimer()
 
 		h.waitRunning("job", np, gen-1)
@@ -75,6 +80,9 @@ func benchJoinToRun(b *testing.B, np int) {
 		b.StartTimer()
 	}
 	revisions = float64(revision(b, h) - firstRev)
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(took[len(took)*9/10].Microseconds())/1000, "p90-ms")
 	b.ReportMetric(writes/float64(2*b.N), "coordinator-writes/change")
 	b.ReportMetric(revisions/float64(2*b.N), "etcd-writes/change")
 }
