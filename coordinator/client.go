@@ -107,3 +107,64 @@ func (c *Client) Plan(ctx context.Context, job string) (membership.Plan, error) 
 	}
 	return membership.DecodePlan(resp.Kvs[0].Value)
 }
+
+// Nodes returns a job's node records in join order. Malformed records are
+// skipped.
+func (c *Client) Nodes(ctx context.Context, job string) ([]membership.LiveNode, error) {
+	if err := membership.ValidateJobID(job); err != nil {
+		return nil, err
+	}
+	prefix := c.keys.Nodes(job)
+	resp, err := c.cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("read nodes: %w", err)
+	}
+	out := make([]membership.LiveNode, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		n, err := membership.DecodeLiveNode(membership.KeyValue{
+			Key: string(kv.Key), Value: kv.Value, CreateRevision: kv.CreateRevision, Lease: clientv3.LeaseID(kv.Lease),
+		}, string(kv.Key[len(prefix):]))
+		if err == nil {
+			out = append(out, n)
+		}
+	}
+	membership.SortByJoin(out)
+	return out, nil
+}
+
+// errStopWatch ends WatchStatus without an error.
+var errStopWatch = errors.New("stop watching")
+
+// WatchStatus calls fn with the job's status now and after every change,
+// until fn reports done or fails, or ctx ends. It cannot miss the last
+// status: a broken watch lists the status again.
+func (c *Client) WatchStatus(ctx context.Context, job string, fn func(membership.Status) (done bool, err error)) error {
+	if err := membership.ValidateJobID(job); err != nil {
+		return err
+	}
+	err := membership.Follow(ctx, c.cli, membership.Range{Key: c.keys.Status(job)}, nil, func(u membership.Update) error {
+		if len(u.Changes) == 0 {
+			return nil
+		}
+		last := u.Changes[len(u.Changes)-1]
+		if last.Deleted {
+			return nil
+		}
+		s, err := membership.DecodeStatus(last.Value)
+		if err != nil {
+			return nil // the leader writes over it
+		}
+		done, err := fn(s)
+		if err != nil {
+			return err
+		}
+		if done {
+			return errStopWatch
+		}
+		return nil
+	})
+	if errors.Is(err, errStopWatch) {
+		return nil
+	}
+	return err
+}

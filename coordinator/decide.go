@@ -131,7 +131,7 @@ func decideStopped(v view, d decision, tm timing, now time.Time) decision {
 
 	next := membership.Plan{
 		Generation: gen + 1, Phase: membership.PhaseRun, Members: t.members, WorldSize: t.worldSize, Master: t.master,
-		Reason: "first generation", DetectedAt: now, RunAt: now,
+		MaxRestarts: v.spec.MaxRestarts, Reason: "first generation", DetectedAt: now, RunAt: now,
 	}
 	if v.plan != nil {
 		next.Generation = gen
@@ -273,7 +273,7 @@ func stopNext(v view, d decision, now, detected time.Time, reason string, restar
 	p := *v.plan
 	next := membership.Plan{
 		Generation: p.Generation + 1, Phase: membership.PhaseStop, Members: p.Members,
-		Restarts: restarts, Reason: reason, Excluded: excluded, DetectedAt: detected, StopAt: now,
+		Restarts: restarts, MaxRestarts: v.spec.MaxRestarts, Reason: reason, Excluded: excluded, DetectedAt: detected, StopAt: now,
 	}
 	d.plan = &next
 	d.status = planStatus(v, next, membership.JobRestarting, 0, stoppingMessage(next))

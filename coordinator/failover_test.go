@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -144,7 +145,8 @@ func TestEtcdRestart(t *testing.T) {
 	t.Run("outage longer than the TTL: nodes fence, then come back", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t)
-		h.startCoordinator("c1", nil)
+		reg := prometheus.NewRegistry()
+		h.startCoordinator("c1", func(c *coordinator.Config) { c.Registerer = reg })
 		h.scale("job", "2")
 		nodes := h.nodes("job", "n0", "n1")
 		h.waitRunning("job", 2, 0)
@@ -164,6 +166,9 @@ func TestEtcdRestart(t *testing.T) {
 			gens := generations(n)
 			assert.Greater(t, gens[len(gens)-1], int64(1), "node %s runs a new generation", n.ID)
 		}
+		require.Eventually(t, func() bool {
+			return metricValue(t, reg, "elastic_node_lease_losses_total") == 2
+		}, 10*time.Second, 5*time.Millisecond, "the coordinator counts the nodes' lease losses")
 	})
 }
 

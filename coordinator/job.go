@@ -44,6 +44,9 @@ type jobActor struct {
 	sorted            []membership.LiveNode // nodes in join order; nil when stale
 	lastSeq           int64
 	invalidLoggedAtRv map[string]int64
+	// lossesSeen is each node's lease-loss count when last seen; it
+	// outlives the node's key, which a lease loss deletes.
+	lossesSeen map[string]int64
 
 	// Owned by the run goroutine.
 	memo  memo
@@ -58,7 +61,7 @@ func newJobActor(t *term, job string) *jobActor {
 	return &jobActor{
 		t: t, job: job, logger: t.c.logger.With("job", job),
 		wake: make(chan struct{}, 1), nodes: map[string]nodeEntry{},
-		invalidLoggedAtRv: map[string]int64{}, retry: retry,
+		invalidLoggedAtRv: map[string]int64{}, lossesSeen: map[string]int64{}, retry: retry,
 	}
 }
 
@@ -132,6 +135,12 @@ func (a *jobActor) applyLocked(jk membership.JobKey, kv membership.KeyValue) {
 		n, err := membership.DecodeLiveNode(kv, jk.Name)
 		a.nodes[jk.Name] = nodeEntry{node: n, err: err}
 		a.noteInvalid(kv, err)
+		if err == nil {
+			if seen, ok := a.lossesSeen[n.ID]; ok && n.LeaseLosses > seen {
+				a.t.c.metrics.leaseLosses.WithLabelValues(a.job).Add(float64(n.LeaseLosses - seen))
+			}
+			a.lossesSeen[n.ID] = n.LeaseLosses
+		}
 	case membership.KindEvent:
 		if seq, err := strconv.ParseInt(jk.Name, 10, 64); err == nil && seq > a.lastSeq {
 			a.lastSeq = seq

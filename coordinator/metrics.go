@@ -15,6 +15,7 @@ type metrics struct {
 	members     *prometheus.GaugeVec
 	steps       *prometheus.HistogramVec
 	invalid     prometheus.Counter
+	leaseLosses *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -42,11 +43,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		invalid: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "elastic_coordinator_invalid_records_total", Help: "Malformed records read from etcd.",
 		}),
+		leaseLosses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "elastic_node_lease_losses_total", Help: "Times a node's sidecar lost its lease and fenced itself, as the nodes report it.",
+		}, []string{"job"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.leader, m.writes, m.generations, m.restarts, m.members, m.steps, m.invalid} {
+	for _, c := range []prometheus.Collector{m.leader, m.writes, m.generations, m.restarts, m.members, m.steps, m.invalid, m.leaseLosses} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

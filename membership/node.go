@@ -74,6 +74,9 @@ type Node struct {
 	// killed by a signal).
 	ExitCode int    `json:"exitCode,omitempty"`
 	Message  string `json:"message,omitempty"`
+	// LeaseLosses counts the times this node's sidecar lost its lease and
+	// fenced itself.
+	LeaseLosses int64 `json:"leaseLosses,omitempty"`
 }
 
 // Validate reports the first field of n that is out of range.
@@ -103,8 +106,8 @@ func (n Node) Validate() error {
 	default:
 		return fmt.Errorf("node %s: unknown state %q", n.ID, n.State)
 	}
-	if n.Generation < 0 {
-		return fmt.Errorf("node %s: negative generation %d", n.ID, n.Generation)
+	if n.Generation < 0 || n.LeaseLosses < 0 {
+		return fmt.Errorf("node %s: negative generation or lease losses", n.ID)
 	}
 	return nil
 }

@@ -54,8 +54,10 @@ type Plan struct {
 	WorldSize int `json:"worldSize,omitempty"`
 	// Master is host:port of the rank-0 worker's rendezvous store.
 	Master string `json:"master,omitempty"`
-	// Restarts counts the restarts the job has spent of its budget.
-	Restarts int `json:"restarts"`
+	// Restarts counts the restarts the job has spent of its budget;
+	// MaxRestarts is the budget.
+	Restarts    int `json:"restarts"`
+	MaxRestarts int `json:"maxRestarts"`
 	// Reason says why this generation exists.
 	Reason string `json:"reason"`
 	// Excluded lists nodes kept out of the next run while other nodes can

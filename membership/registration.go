@@ -332,6 +332,7 @@ func (r *Registration) reregister(ctx context.Context) (Node, error) {
 		r.record.Generation = 0
 		r.record.ExitCode = 0
 		r.record.Message = ""
+		r.record.LeaseLosses = r.losses.Load()
 		attemptCtx, cancel := context.WithTimeout(ctx, r.cfg.TTL)
 		defer cancel()
 		if err := r.registerLocked(attemptCtx); err != nil {

@@ -28,6 +28,15 @@ func (p JobPhase) Done() bool { return p == JobSucceeded || p == JobFailed }
 // Duration is a time.Duration that reads and writes JSON as "1.5s".
 type Duration time.Duration
 
+// String renders d rounded to the millisecond below a minute.
+func (d Duration) String() string {
+	v := time.Duration(d)
+	if v < time.Minute {
+		v = v.Round(time.Millisecond)
+	}
+	return v.String()
+}
+
 // MarshalJSON writes d as a Go duration string.
 func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
 

@@ -55,6 +55,10 @@ type Result struct {
 // ErrLeft is returned by Run when the node left the job before it ended.
 var ErrLeft = errors.New("sidecar: node left the job")
 
+// ErrWaitTimeout is returned by Run when the node waited longer than
+// Config.WaitTimeout without running.
+var ErrWaitTimeout = errors.New("sidecar: waited too long for the job to run this node")
+
 // Config configures an Agent.
 type Config struct {
 	Client *clientv3.Client
@@ -68,6 +72,9 @@ type Config struct {
 	Workload Workload
 	// StopGrace is how long processes get to exit after SIGTERM; 10 s if zero.
 	StopGrace time.Duration
+	// WaitTimeout, if set, is how long the node may wait without running
+	// before Run gives up with ErrWaitTimeout.
+	WaitTimeout time.Duration
 	Logger    hclog.Logger
 }
 
@@ -154,8 +161,18 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 		reg.Close()
 		return Result{}, err
 	}
+	waitTimer := newWaitTimer(a.cfg.WaitTimeout)
+	defer waitTimer.stop()
 	for {
+		waitTimer.set(!a.running)
 		select {
+		case <-waitTimer.c():
+			leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = reg.Leave(leaveCtx)
+			cancel()
+			stopWatch()
+			drain(plans)
+			return Result{}, fmt.Errorf("%w: %s", ErrWaitTimeout, a.cfg.WaitTimeout)
 		case <-ctx.Done():
 			a.stopWorkload(context.WithoutCancel(ctx), a.cfg.StopGrace)
 			leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -305,5 +322,46 @@ func (a *Agent) ackMessage(ctx context.Context, state membership.NodeState, gen 
 
 func drain[T any](ch <-chan T) {
 	for range ch {
+	}
+}
+
+// waitTimer fires when the node has not run for a whole timeout; it is
+// disarmed while the node runs.
+type waitTimer struct {
+	timeout time.Duration
+	timer   *time.Timer
+	armed   bool
+}
+
+func newWaitTimer(timeout time.Duration) *waitTimer { return &waitTimer{timeout: timeout} }
+
+// set arms the timer when waiting starts and disarms it when running starts.
+func (w *waitTimer) set(waiting bool) {
+	if w.timeout <= 0 || waiting == w.armed {
+		return
+	}
+	w.armed = waiting
+	if !waiting {
+		w.timer.Stop()
+		return
+	}
+	if w.timer == nil {
+		w.timer = time.NewTimer(w.timeout)
+	} else {
+		w.timer.Reset(w.timeout)
+	}
+}
+
+// c is the channel to wait on; nil (never ready) when disarmed.
+func (w *waitTimer) c() <-chan time.Time {
+	if !w.armed {
+		return nil
+	}
+	return w.timer.C
+}
+
+func (w *waitTimer) stop() {
+	if w.timer != nil {
+		w.timer.Stop()
 	}
 }

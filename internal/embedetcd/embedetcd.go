@@ -33,6 +33,13 @@ type Config struct {
 	// receives it instead of stderr.
 	LogLevel string
 	LogFile  string
+	// CertFile and KeyFile, when set, make the client URL serve TLS
+	// (scheme https). With ClientCertAuth, clients must present a
+	// certificate signed by TrustedCAFile.
+	CertFile       string
+	KeyFile        string
+	TrustedCAFile  string
+	ClientCertAuth bool
 	// UnsafeNoFsync trades durability for speed; for tests only.
 	UnsafeNoFsync bool
 	// Fast shortens raft ticks so that a restarted member elects itself in
@@ -88,6 +95,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		ec.LogOutputs = []string{cfg.LogFile}
 	}
 	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
+	if (cfg.CertFile != "") != (clientURL.Scheme == "https") {
+		return nil, fmt.Errorf("embedded etcd: client url %s: use https with a certificate and key, http without", clientURL)
+	}
+	ec.ClientTLSInfo.CertFile = cfg.CertFile
+	ec.ClientTLSInfo.KeyFile = cfg.KeyFile
+	ec.ClientTLSInfo.TrustedCAFile = cfg.TrustedCAFile
+	ec.ClientTLSInfo.ClientCertAuth = cfg.ClientCertAuth
 	if cfg.Fast {
 		ec.TickMs = 10
 		ec.ElectionMs = 100

@@ -1,0 +1,119 @@
+// Command coordinator is the elastic-training coordinator: the sidecar of
+// every training node, the leader-elected daemon, the local all-in-one run,
+// and the tools to scale and watch jobs. See `coordinator --help`.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	os.Exit(execute(os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.LookupEnv))
+}
+
+// lookupEnv reads the environment; commands read it only through this, so
+// that tests can give their own.
+type lookupEnv func(string) (string, bool)
+
+// execute runs the command line and returns the process's exit code: 0 on
+// success, 2 for a usage error, the training job's exit code when the job
+// failed, 1 for anything else. Every error is printed as one line.
+func execute(args []string, stdin io.Reader, stdout, stderr io.Writer, env lookupEnv) int {
+	root := newRootCommand(env)
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	cmd, err := root.ExecuteC()
+	if err == nil {
+		return 0
+	}
+	var exit exitError
+	if errors.As(err, &exit) {
+		if exit.msg != "" {
+			fmt.Fprintf(stderr, "%s: %s\n", cmd.CommandPath(), oneLine(exit.msg))
+		}
+		return exit.code
+	}
+	var usage usageError
+	if errors.As(err, &usage) || isCobraUsageError(err) {
+		fmt.Fprintf(stderr, "%s: %s (see '%s --help')\n", cmd.CommandPath(), oneLine(err.Error()), cmd.CommandPath())
+		return 2
+	}
+	fmt.Fprintf(stderr, "%s: %s\n", cmd.CommandPath(), oneLine(err.Error()))
+	return 1
+}
+
+// usageError is a command line that cannot work: exit code 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// exitError ends the process with a given code, as when a job failed.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d: %s", e.code, e.msg) }
+
+// isCobraUsageError recognises the errors cobra itself returns for a bad
+// command line.
+func isCobraUsageError(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "flag needs an argument",
+		"invalid argument", "accepts ", "requires at least", "requires at most", "required flag"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+func newRootCommand(env lookupEnv) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "coordinator",
+		Short: "Keep distributed training jobs alive through node failures, and resize them while they run",
+		Long: `coordinator makes PaddlePaddle, PyTorch and MindSpore training jobs elastic and
+fault tolerant through etcd.
+
+A sidecar on every training node registers the node under a lease and runs the
+training command. A leader-elected coordinator holds the nodes until the job's
+target np is met, then commits a generation (a rank table with endpoints), and
+every sidecar restarts its training processes with the new environment. The
+training code resumes from its own checkpoint.`,
+		Example: `  # Everything on this machine: an embedded etcd, a coordinator and 2 nodes.
+  coordinator run --np 2 -- python train.py
+
+  # From another terminal: resize the job, then watch it.
+  coordinator scale --etcd-endpoints http://127.0.0.1:2379 --job default --np 3
+  coordinator status --etcd-endpoints http://127.0.0.1:2379 --job default --watch`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.AddCommand(
+		newRunCommand(env),
+		newEtcdCommand(env),
+		newServeCommand(env),
+		newSidecarCommand(env),
+		newScaleCommand(env),
+		newStatusCommand(env),
+		newVersionCommand(),
+	)
+	return root
+}

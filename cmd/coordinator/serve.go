@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/elastictraining/coordinator/coordinator"
+)
+
+type serveOptions struct {
+	etcd           etcdFlags
+	listen         string
+	id             string
+	sessionTTL     time.Duration
+	settle         time.Duration
+	stopTimeout    time.Duration
+	eventRetention time.Duration
+	logLevel       string
+}
+
+func newServeCommand(env lookupEnv) *cobra.Command {
+	o := &serveOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve --etcd-endpoints URLS [flags]",
+		Short: "Run the coordinator daemon (leader-elected; run two or more)",
+		Long: `serve runs a coordinator replica. Replicas elect a leader through etcd; the
+leader watches every job, commits generations, and writes each job's status and
+events. Run two or more: when the leader stops, another takes over within the
+session TTL, from what is stored in etcd, without restarting healthy jobs.
+
+It serves Prometheus metrics on /metrics, liveness on /healthz and readiness
+(etcd answers) on /readyz.`,
+		Example: `  coordinator serve --etcd-endpoints https://etcd:2379 --cacert ca.crt --cert client.crt --key client.key`,
+		Args:    cobra.NoArgs,
+		RunE:    func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
+	}
+	fs := cmd.Flags()
+	o.etcd.register(fs, env)
+	fs.StringVar(&o.listen, "listen-metrics", ":9090", "address of the metrics and health endpoints")
+	fs.StringVar(&o.id, "id", fromEnv(env, "", "POD_NAME"), "name of this replica in the election; random if empty"+envNote("POD_NAME"))
+	fs.DurationVar(&o.sessionTTL, "session-ttl", coordinator.DefaultSessionTTL, "election lease TTL: how long a crashed leader keeps the lead")
+	fs.DurationVar(&o.settle, "settle-window", coordinator.DefaultSettleWindow, "how long a job with an np range waits for more nodes below its maximum")
+	fs.DurationVar(&o.stopTimeout, "stop-timeout", coordinator.DefaultStopTimeout, "how long a node may take to ack a stop before it is evicted")
+	fs.DurationVar(&o.eventRetention, "event-retention", coordinator.DefaultEventRetention, "how long job events are kept")
+	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	return cmd
+}
+
+func (o *serveOptions) run(cmd *cobra.Command) error {
+	logger, err := newLogger(cmd.ErrOrStderr(), "serve", o.logLevel)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	cli, keys, err := o.etcd.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	c, err := coordinator.New(coordinator.Config{
+		Client: cli, Keys: keys, ID: o.id, SessionTTL: o.sessionTTL, SettleWindow: o.settle,
+		StopTimeout: o.stopTimeout, EventRetention: o.eventRetention, Logger: logger, Registerer: reg,
+	})
+	if err != nil {
+		return usageError{err}
+	}
+
+	listener, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return usagef("--listen-metrics %s: %v", o.listen, err)
+	}
+	srv := &http.Server{Handler: healthMux(reg, c, cli, keys.Prefix()), ReadHeaderTimeout: 5 * time.Second}
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- srv.Serve(listener) }()
+	logger.Info("serving", "metrics", "http://"+listener.Addr().String()+"/metrics")
+
+	runErr := c.Run(ctx)
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutdownCtx)
+	if err := <-httpDone; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("metrics server: %w", err)
+	}
+	return runErr
+}
+
+// healthMux serves /metrics, /healthz (the process is up, and whether it
+// leads) and /readyz (etcd answers).
+func healthMux(reg *prometheus.Registry, c *coordinator.Coordinator, cli *clientv3.Client, prefix string) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, "ok\nleader: %t\n", c.IsLeader())
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if _, err := cli.Get(ctx, prefix, clientv3.WithCountOnly(), clientv3.WithLimit(1)); err != nil {
+			http.Error(w, "etcd: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/elastictraining/coordinator/launcher"
+	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/sidecar"
+)
+
+type sidecarOptions struct {
+	etcd           etcdFlags
+	job            string
+	np             string
+	role           string
+	nodeID         string
+	host           string
+	port           int
+	masterPort     int
+	nproc          int
+	ttl            time.Duration
+	grace          time.Duration
+	faultTolerance int
+	maxRestarts    int
+	ps             int
+	successPolicy  string
+	cleanPodPolicy string
+	withGloo       bool
+	waitTimeout    time.Duration
+	logLevel       string
+	pod            string // the Kubernetes pod, from POD_NAME
+}
+
+func newSidecarCommand(env lookupEnv) *cobra.Command {
+	o := &sidecarOptions{pod: fromEnv(env, "", "POD_NAME")}
+	cmd := &cobra.Command{
+		Use:   "sidecar --etcd-endpoints URLS --job ID [flags] -- CMD [ARGS...]",
+		Short: "Register this node and run the training command as the job's generations ask",
+		Long: `sidecar runs in every training pod. It registers the node in etcd under a lease,
+then follows the job's plan: it stops the training processes when a generation
+ends, acks, and starts them again with the new rank table in their environment
+(RANK, WORLD_SIZE, MASTER_ADDR, PADDLE_TRAINER_ENDPOINTS, MS_SCHED_HOST, ...).
+
+When its lease cannot be renewed for a TTL it kills the processes (it has been
+fenced out) and registers again once etcd is back. On SIGTERM it stops the
+processes and revokes its lease, so the job sees it leave at once. It exits 0
+when the job succeeds and with the training command's exit code when it fails.
+
+--np, --ps and the fault tolerance flags set the job's spec only if the job has
+none yet. PaddlePaddle's elastic variables are read as defaults, so a pod spec
+written for paddle.distributed.launch works unchanged.`,
+		Example: `  coordinator sidecar --etcd-endpoints http://etcd:2379 --job resnet --np 2:4 -- python train.py
+  coordinator sidecar --job wide-deep --role ps --ps 2 --np 2 -- python train.py   # env PADDLE_ELASTIC_SERVER`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 0 || len(args) == 0 {
+				return usagef("no training command: put it after --, as in: coordinator sidecar --job ID -- python train.py")
+			}
+			return o.run(cmd, args)
+		},
+	}
+	fs := cmd.Flags()
+	o.etcd.register(fs, env)
+	fs.StringVar(&o.job, "job", fromEnv(env, "", "ELASTIC_JOB_ID", "PADDLE_ELASTIC_JOB_ID"), "job id, a DNS-1123 label"+envNote("ELASTIC_JOB_ID", "PADDLE_ELASTIC_JOB_ID"))
+	fs.StringVar(&o.np, "np", fromEnv(env, "", "ELASTIC_NP", "PADDLE_ELASTIC_NP"), "target worker nodes, N or MIN:MAX; sets the job's spec if it has none"+envNote("ELASTIC_NP", "PADDLE_ELASTIC_NP"))
+	fs.StringVar(&o.role, "role", fromEnv(env, "worker", "ELASTIC_ROLE"), "this node's role: worker, ps or scheduler"+envNote("ELASTIC_ROLE"))
+	fs.StringVar(&o.nodeID, "node-id", fromEnv(env, "", "ELASTIC_NODE_ID", "POD_NAME"), "stable id of this node; the host name if empty"+envNote("ELASTIC_NODE_ID", "POD_NAME"))
+	fs.StringVar(&o.host, "host", fromEnv(env, "", "POD_IP"), "address other nodes reach this node at; the first non-loopback address if empty"+envNote("POD_IP"))
+	fs.IntVar(&o.port, "port", 36000, "first endpoint port; process l listens on port+l")
+	fs.IntVar(&o.masterPort, "master-port", 29500, "rendezvous port (MASTER_PORT) if this node becomes rank 0")
+	fs.IntVar(&o.nproc, "nproc-per-node", 1, "training processes on this node")
+	fs.DurationVar(&o.ttl, "ttl", membership.DefaultTTL, "lease TTL: how long a silent node keeps its place (at least 2s)")
+	fs.DurationVar(&o.grace, "grace-period", launcher.DefaultGrace, "time between SIGTERM and SIGKILL when stopping the training processes")
+	fs.IntVar(&o.faultTolerance, "fault-tolerance-level", envInt(env, membership.FaultToleranceRestart, "PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL"),
+		"0: a failure ends the job; 1: restart; 2: restart and replace the failing node"+envNote("PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL"))
+	fs.IntVar(&o.maxRestarts, "max-restarts", membership.DefaultMaxRestarts, "restarts a job may spend on failures")
+	fs.IntVar(&o.ps, "ps", 0, "parameter-server nodes of the job")
+	fs.StringVar(&o.successPolicy, "success-policy", string(membership.SuccessAllWorkers), "AllWorkers or Rank0")
+	fs.StringVar(&o.cleanPodPolicy, "clean-pod-policy", string(membership.CleanPodNever), "Always, Never, OnFailure or OnCompletion (for the Kubernetes bridge)")
+	fs.BoolVar(&o.withGloo, "with-gloo", false, "set PaddlePaddle's gloo variables (PADDLE_WITH_GLOO, PADDLE_GLOO_RENDEZVOUS)")
+	fs.DurationVar(&o.waitTimeout, "wait-timeout", envSeconds(env, "PADDLE_ELASTIC_TIMEOUT"),
+		"give up after waiting this long without running; 0 waits forever"+envNote("PADDLE_ELASTIC_TIMEOUT"))
+	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	return cmd
+}
+
+func envInt(env lookupEnv, def int, name string) int {
+	if n, err := strconv.Atoi(fromEnv(env, "", name)); err == nil {
+		return n
+	}
+	return def
+}
+
+// envSeconds reads a whole number of seconds, as PaddlePaddle writes them.
+func envSeconds(env lookupEnv, name string) time.Duration {
+	if n, err := strconv.Atoi(fromEnv(env, "", name)); err == nil && n > 0 {
+		return time.Duration(n) * time.Second
+	}
+	return 0
+}
+
+// node is the record this sidecar registers.
+func (o *sidecarOptions) node() (membership.Node, error) {
+	role, err := membership.ParseRole(o.role)
+	if err != nil {
+		return membership.Node{}, usageError{fmt.Errorf("--role: %w", err)}
+	}
+	if o.nproc < 1 || o.nproc > membership.MaxNProc {
+		return membership.Node{}, usagef("--nproc-per-node %d: want 1..%d", o.nproc, membership.MaxNProc)
+	}
+	if o.port < 1 || o.port+o.nproc-1 > 65535 || o.masterPort < 1 || o.masterPort > 65535 {
+		return membership.Node{}, usagef("--port %d, --master-port %d: out of range", o.port, o.masterPort)
+	}
+	if o.nodeID == "" {
+		if o.nodeID, err = os.Hostname(); err != nil {
+			return membership.Node{}, fmt.Errorf("host name for --node-id: %w", err)
+		}
+	}
+	if err := membership.ValidateNodeID(o.nodeID); err != nil {
+		return membership.Node{}, usageError{fmt.Errorf("--node-id: %w", err)}
+	}
+	if o.host == "" {
+		o.host = firstAddress()
+	}
+	n := membership.Node{ID: o.nodeID, Role: role, Host: o.host, NProc: o.nproc, MasterPort: o.masterPort, Pod: o.pod}
+	for l := range o.nproc {
+		n.Ports = append(n.Ports, o.port+l)
+	}
+	return n, nil
+}
+
+// spec is the spec this sidecar stores if the job has none, or nil without
+// --np.
+func (o *sidecarOptions) spec() (*membership.Spec, error) {
+	if o.np == "" {
+		return nil, nil
+	}
+	np, err := npFlag(o.np)
+	if err != nil {
+		return nil, err
+	}
+	s := membership.DefaultSpec(np)
+	s.PS, s.FaultTolerance, s.MaxRestarts = o.ps, o.faultTolerance, o.maxRestarts
+	s.SuccessPolicy, s.CleanPodPolicy = membership.SuccessPolicy(o.successPolicy), membership.CleanPodPolicy(o.cleanPodPolicy)
+	if err := s.Validate(); err != nil {
+		return nil, usageError{err}
+	}
+	return &s, nil
+}
+
+func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
+	if err := jobFlag(o.job); err != nil {
+		return err
+	}
+	node, err := o.node()
+	if err != nil {
+		return err
+	}
+	spec, err := o.spec()
+	if err != nil {
+		return err
+	}
+	if o.ttl < membership.MinTTL {
+		return usagef("--ttl %s: at least %s", o.ttl, membership.MinTTL)
+	}
+	logger, err := newLogger(cmd.ErrOrStderr(), "sidecar", o.logLevel)
+	if err != nil {
+		return err
+	}
+
+	// SIGTERM and SIGINT make the node leave; the training processes get
+	// the grace period.
+	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	cli, keys, err := o.etcd.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+
+	l, err := launcher.New(launcher.Config{Command: command, Env: os.Environ(), Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(), Logger: logger})
+	if err != nil {
+		return usageError{err}
+	}
+	agent, err := sidecar.New(sidecar.Config{
+		Client: cli, Keys: keys, Job: o.job, Node: node, TTL: o.ttl, Spec: spec,
+		Workload: &sidecar.Processes{Launcher: l, WithGloo: o.withGloo}, StopGrace: o.grace, WaitTimeout: o.waitTimeout, Logger: logger,
+	})
+	if err != nil {
+		return usageError{err}
+	}
+	res, err := agent.Run(ctx)
+	switch {
+	case errors.Is(err, sidecar.ErrLeft):
+		logger.Info("left the job")
+		return nil
+	case err != nil:
+		return err
+	case res.Phase == membership.JobSucceeded:
+		return nil
+	default:
+		return exitError{code: res.ExitCode, msg: fmt.Sprintf("job %s failed: %s", o.job, res.Message)}
+	}
+}
+
+// firstAddress is this host's first non-loopback IP address, or 127.0.0.1.
+func firstAddress() string {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return "127.0.0.1"
+	}
+	for _, a := range addrs {
+		if ipnet, ok := a.(*net.IPNet); ok && !ipnet.IP.IsLoopback() && ipnet.IP.To4() != nil {
+			return ipnet.IP.String()
+		}
+	}
+	return "127.0.0.1"
+}

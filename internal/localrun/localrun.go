@@ -1,0 +1,244 @@
+// Package localrun is `coordinator run`: a whole elastic job on one machine.
+// It runs an embedded etcd, a coordinator, and one sidecar process per node
+// the job's np asks for; it follows `coordinator scale` by starting and
+// stopping local nodes, as the Kubernetes bridge scales pods, and starts a
+// node again when its sidecar dies, as a pod with restartPolicy Always.
+package localrun
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/elastictraining/coordinator/coordinator"
+	"github.com/elastictraining/coordinator/internal/embedetcd"
+	"github.com/elastictraining/coordinator/internal/etcdclient"
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// Config configures Run.
+type Config struct {
+	// Executable is the coordinator binary the sidecars are started from.
+	Executable string
+	Job        string
+	// Spec is the job's spec; its np says how many local nodes to run.
+	Spec    membership.Spec
+	NProc   int
+	Command []string
+	// DataDir keeps etcd's data; a temporary directory, removed at the end,
+	// if empty.
+	DataDir string
+	// ClientURL is where the embedded etcd serves; a free localhost port if
+	// empty.
+	ClientURL string
+	// TTL is the sidecars' lease TTL; Grace their stop grace period.
+	TTL   time.Duration
+	Grace time.Duration
+	// SidecarArgs are passed to every sidecar before the command.
+	SidecarArgs []string
+	// SidecarLogLevel is the sidecars' log level.
+	SidecarLogLevel string
+	// Env is the sidecars' environment.
+	Env []string
+	// Out receives the progress lines and the trainers' output; Err the
+	// sidecars' logs and the trainers' error output.
+	Out    io.Writer
+	Err    io.Writer
+	Logger hclog.Logger
+}
+
+// Run runs the job until it ends and returns the job's exit code: 0 when it
+// succeeded, the failed child's code when it failed. When ctx ends first,
+// every node leaves and Run returns ctx's error.
+func Run(ctx context.Context, cfg Config) (int, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	dataDir := cfg.DataDir
+	if dataDir == "" {
+		tmp, err := os.MkdirTemp("", "coordinator-run-")
+		if err != nil {
+			return 1, err
+		}
+		defer os.RemoveAll(tmp)
+		dataDir = tmp
+	}
+	srv, err := embedetcd.Start(ctx, embedetcd.Config{
+		DataDir: filepath.Join(dataDir, "etcd"), ClientURL: cfg.ClientURL, LogFile: filepath.Join(dataDir, "etcd.log"),
+	})
+	if err != nil {
+		return 1, err
+	}
+	defer srv.Close()
+	cli, err := etcdclient.New(etcdclient.Config{Endpoints: []string{srv.ClientURL()}})
+	if err != nil {
+		return 1, err
+	}
+	defer cli.Close()
+
+	keys := membership.DefaultKeys()
+	client := coordinator.NewClient(cli, keys)
+	if st, err := client.Status(ctx, cfg.Job); err == nil && st.Phase.Done() {
+		return 1, fmt.Errorf("job %s already ended (%s) in %s; use another --job or --data-dir", cfg.Job, st.Phase, dataDir)
+	}
+	if _, err := membership.UpdateSpec(ctx, cli, keys, cfg.Job, func(s *membership.Spec) { *s = cfg.Spec }, cfg.Spec); err != nil {
+		return 1, fmt.Errorf("store the job's spec: %w", err)
+	}
+	fmt.Fprintf(cfg.Out, "coordinator run: etcd serves on %s; job %s, np %s\n", srv.ClientURL(), cfg.Job, cfg.Spec.NP)
+	fmt.Fprintf(cfg.Out, "coordinator run: resize from another terminal with: coordinator scale --etcd-endpoints %s --job %s --np N\n", srv.ClientURL(), cfg.Job)
+
+	coord, err := coordinator.New(coordinator.Config{Client: cli, Keys: keys, SessionTTL: 2 * time.Second, Logger: cfg.Logger})
+	if err != nil {
+		return 1, err
+	}
+	coordCtx, stopCoord := context.WithCancel(context.WithoutCancel(ctx))
+	coordDone := make(chan struct{})
+	go func() {
+		defer close(coordDone)
+		_ = coord.Run(coordCtx)
+	}()
+	defer func() {
+		stopCoord()
+		<-coordDone
+	}()
+
+	r := &runner{cfg: cfg, cli: cli, keys: keys, client: client, endpoint: srv.ClientURL(),
+		nodes: map[int]*node{}, pending: map[int]*node{}, ports: map[int]bool{}, exited: make(chan *node, 16), restarts: make(chan *node), done: make(chan struct{})}
+	defer close(r.done)
+	return r.run(ctx)
+}
+
+// runner supervises the local nodes of one job.
+type runner struct {
+	cfg      Config
+	cli      *clientv3.Client
+	keys     membership.Keys
+	client   *coordinator.Client
+	endpoint string
+
+	// Owned by run's goroutine.
+	nodes   map[int]*node // running sidecars, by index
+	pending map[int]*node // crashed sidecars waiting to start again
+	ports   map[int]bool  // handed out to nodes
+
+	exited   chan *node
+	restarts chan *node    // crashed nodes whose backoff is over
+	done     chan struct{} // closed when Run returns
+	wg       sync.WaitGroup
+}
+
+func (r *runner) run(ctx context.Context) (int, error) {
+	specs := make(chan membership.Spec, 1)
+	statuses := make(chan membership.Status, 1)
+	watchCtx, stopWatches := context.WithCancel(ctx)
+	var watches sync.WaitGroup
+	watches.Add(2)
+	go func() {
+		defer watches.Done()
+		_ = membership.Follow(watchCtx, r.cli, membership.Range{Key: r.keys.Spec(r.cfg.Job)}, nil, func(u membership.Update) error {
+			if n := len(u.Changes); n > 0 && !u.Changes[n-1].Deleted {
+				if s, err := membership.DecodeSpec(u.Changes[n-1].Value); err == nil {
+					replace(specs, s)
+				}
+			}
+			return nil
+		})
+	}()
+	go func() {
+		defer watches.Done()
+		_ = r.client.WatchStatus(watchCtx, r.cfg.Job, func(s membership.Status) (bool, error) {
+			replace(statuses, s)
+			return false, nil
+		})
+	}()
+	defer func() {
+		stopWatches()
+		watches.Wait()
+	}()
+
+	progress := newProgress(r.cfg.Out, r.client, r.cfg.Job)
+	want := r.cfg.Spec.NP.Max
+	r.scaleTo(ctx, want)
+	for {
+		select {
+		case <-ctx.Done():
+			r.stopAll(r.cfg.Grace + 5*time.Second)
+			return 130, ctx.Err()
+		case s := <-specs:
+			if s.NP.Max != want {
+				want = s.NP.Max
+				r.scaleTo(ctx, want)
+			}
+		case n := <-r.exited:
+			r.nodeExited(n)
+		case n := <-r.restarts:
+			if r.pending[n.index] == n {
+				r.restart(n)
+			}
+		case st := <-statuses:
+			progress.report(ctx, st)
+			if st.Phase.Done() {
+				r.finish()
+				if st.Phase == membership.JobSucceeded {
+					return 0, nil
+				}
+				return max(st.ExitCode, 1), nil
+			}
+		}
+	}
+}
+
+// replace puts v in a one-slot channel, dropping what it held: the reader
+// wants the newest value only.
+func replace[T any](ch chan T, v T) {
+	select {
+	case <-ch:
+	default:
+	}
+	ch <- v
+}
+
+// finish lets every sidecar exit on its own, as they do when the job ends,
+// and kills those that have not after the grace period.
+func (r *runner) finish() {
+	clear(r.pending)
+	deadline := time.After(r.cfg.Grace + 10*time.Second)
+	for len(r.nodes) > 0 {
+		select {
+		case n := <-r.exited:
+			delete(r.nodes, n.index)
+		case <-deadline:
+			r.stopAll(time.Second)
+			return
+		}
+	}
+	r.wg.Wait()
+}
+
+// stopAll asks every node to leave and waits up to timeout before killing.
+func (r *runner) stopAll(timeout time.Duration) {
+	clear(r.pending)
+	for _, n := range r.nodes {
+		n.stop()
+	}
+	deadline := time.After(timeout)
+	for len(r.nodes) > 0 {
+		select {
+		case n := <-r.exited:
+			delete(r.nodes, n.index)
+		case <-deadline:
+			for _, n := range r.nodes {
+				n.kill()
+			}
+			deadline = nil
+		}
+	}
+	r.wg.Wait()
+}

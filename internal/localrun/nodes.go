@@ -1,0 +1,216 @@
+package localrun
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os/exec"
+	"sort"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/elastictraining/coordinator/launcher"
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// node is one local node: a sidecar process with its own ports.
+type node struct {
+	index      int
+	id         string
+	masterPort int
+	port       int // first endpoint port
+	cmd        *exec.Cmd
+	stopping   bool // asked to leave: it is not started again
+	crashes    int
+	waitErr    error
+}
+
+func (n *node) stop() {
+	n.stopping = true
+	if n.cmd.Process != nil {
+		_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	}
+}
+
+func (n *node) kill() {
+	if n.cmd.Process != nil {
+		_ = n.cmd.Process.Kill()
+	}
+}
+
+// scaleTo starts or stops nodes until want of them run. Nodes on standby go
+// first, then the members with the highest ranks, so that a scale-down
+// disturbs the running generation as little as it can.
+func (r *runner) scaleTo(ctx context.Context, want int) {
+	var live []*node
+	for _, n := range r.nodes {
+		if !n.stopping {
+			live = append(live, n)
+		}
+	}
+	// A crashed node waiting to start again counts; it is the first to go.
+	for index, n := range r.pending {
+		if len(live)+1 > want {
+			delete(r.pending, index)
+			continue
+		}
+		live = append(live, n)
+	}
+	switch {
+	case len(live) < want:
+		for index := 0; len(live) < want; index++ {
+			if _, taken := r.nodes[index]; taken {
+				continue
+			}
+			if _, taken := r.pending[index]; taken {
+				continue
+			}
+			n, err := r.start(index, nil)
+			if err != nil {
+				fmt.Fprintf(r.cfg.Err, "coordinator run: start node %d: %v\n", index, err)
+				return
+			}
+			live = append(live, n)
+		}
+	case len(live) > want:
+		ranks := map[string]int{}
+		if p, err := r.client.Plan(ctx, r.cfg.Job); err == nil && p.Phase == membership.PhaseRun {
+			for _, m := range p.Members {
+				ranks[m.Node] = m.Rank
+			}
+		}
+		sort.Slice(live, func(i, j int) bool {
+			ri, iMember := ranks[live[i].id]
+			rj, jMember := ranks[live[j].id]
+			if iMember != jMember {
+				return !iMember // standby first
+			}
+			if iMember && ri != rj {
+				return ri > rj
+			}
+			return live[i].index > live[j].index
+		})
+		live = running(live, r.pending)
+		for _, n := range live[:max(len(live)-want, 0)] {
+			fmt.Fprintf(r.cfg.Out, "coordinator run: stopping node %s\n", n.id)
+			n.stop()
+		}
+	}
+}
+
+// start runs the sidecar of node index; a restarted node keeps its ports.
+func (r *runner) start(index int, old *node) (*node, error) {
+	n := &node{index: index, id: fmt.Sprintf("%s-%d", r.cfg.Job, index)}
+	if old != nil {
+		n.masterPort, n.port, n.crashes = old.masterPort, old.port, old.crashes
+	} else {
+		base, err := freePorts(r.cfg.NProc+1, r.ports)
+		if err != nil {
+			return nil, err
+		}
+		for p := base; p <= base+r.cfg.NProc; p++ {
+			r.ports[p] = true
+		}
+		n.masterPort, n.port = base, base+1
+	}
+	args := []string{"sidecar",
+		"--etcd-endpoints", r.endpoint, "--job", r.cfg.Job, "--node-id", n.id, "--host", "127.0.0.1",
+		"--port", strconv.Itoa(n.port), "--master-port", strconv.Itoa(n.masterPort),
+		"--nproc-per-node", strconv.Itoa(r.cfg.NProc), "--ttl", r.cfg.TTL.String(), "--grace-period", r.cfg.Grace.String(),
+		"--log-level", r.cfg.SidecarLogLevel,
+	}
+	args = append(append(append(args, r.cfg.SidecarArgs...), "--"), r.cfg.Command...)
+	n.cmd = exec.Command(r.cfg.Executable, args...)
+	n.cmd.Env = r.cfg.Env
+	n.cmd.Stdout, n.cmd.Stderr = r.cfg.Out, r.cfg.Err
+	// A sidecar leaves (and stops its trainers) when `run` dies.
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	waited, err := launcher.Spawn(n.cmd)
+	if err != nil {
+		return nil, err
+	}
+	r.nodes[index] = n
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		n.waitErr = <-waited
+		r.exited <- n
+	}()
+	return n, nil
+}
+
+// nodeExited handles a sidecar that ended: gone for good if it was asked to
+// leave, started again otherwise, as a pod with restartPolicy Always.
+func (r *runner) nodeExited(n *node) {
+	if r.nodes[n.index] != n {
+		return
+	}
+	delete(r.nodes, n.index)
+	if n.stopping {
+		return
+	}
+	if st, err := r.client.Status(context.Background(), r.cfg.Job); err == nil && st.Phase.Done() {
+		return // it ended with the job; the status watch reports it
+	}
+	n.crashes++
+	fmt.Fprintf(r.cfg.Out, "coordinator run: node %s exited (%v); starting it again\n", n.id, n.waitErr)
+	if n.crashes == 1 {
+		r.restart(n)
+		return
+	}
+	// A sidecar that keeps crashing must not spin: back off up to 5 s.
+	delay := min(time.Duration(1<<min(n.crashes-2, 6))*100*time.Millisecond, 5*time.Second)
+	r.pending[n.index] = n // holds its index and ports meanwhile
+	time.AfterFunc(delay, func() {
+		select {
+		case r.restarts <- n:
+		case <-r.done:
+		}
+	})
+}
+
+func (r *runner) restart(n *node) {
+	delete(r.pending, n.index)
+	if _, err := r.start(n.index, n); err != nil {
+		fmt.Fprintf(r.cfg.Err, "coordinator run: restart node %s: %v\n", n.id, err)
+	}
+}
+
+// freePorts finds count consecutive ports that are free on 127.0.0.1 and
+// not in taken, below the kernel's range of ephemeral ports so that no
+// outgoing connection takes one between two generations.
+func freePorts(count int, taken map[int]bool) (int, error) {
+	for range 200 {
+		base := 20000 + rand.IntN(12000)
+		ok := true
+		for p := base; p < base+count && ok; p++ {
+			if taken[p] {
+				ok = false
+				break
+			}
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+			if err != nil {
+				ok = false
+				break
+			}
+			_ = l.Close()
+		}
+		if ok {
+			return base, nil
+		}
+	}
+	return 0, fmt.Errorf("no %d consecutive free ports between 20000 and 32000", count)
+}
+
+// running drops the nodes waiting to start again.
+func running(nodes []*node, pending map[int]*node) []*node {
+	out := nodes[:0]
+	for _, n := range nodes {
+		if pending[n.index] != n {
+			out = append(out, n)
+		}
+	}
+	return out
+}

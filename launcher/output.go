@@ -1,0 +1,59 @@
+package launcher
+
+import (
+	"bytes"
+	"io"
+	"sync"
+)
+
+// maxLine is the longest line held back waiting for its newline; a longer
+// one is written in pieces.
+const maxLine = 64 << 10
+
+// lineWriter writes whole lines to out, each with a prefix, holding back a
+// partial line until its newline arrives. Lines from the writers sharing mu
+// never interleave.
+type lineWriter struct {
+	mu     *sync.Mutex
+	out    io.Writer
+	prefix []byte
+	buf    []byte
+}
+
+func newLineWriter(mu *sync.Mutex, out io.Writer, prefix string) *lineWriter {
+	return &lineWriter{mu: mu, out: out, prefix: []byte(prefix)}
+}
+
+// Write implements io.Writer. It never fails: output the terminal cannot take
+// must not kill the training process.
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			if len(w.buf) >= maxLine {
+				w.emit(w.buf)
+				w.buf = w.buf[:0]
+			}
+			return len(p), nil
+		}
+		w.emit(w.buf[:i])
+		w.buf = w.buf[i+1:]
+	}
+}
+
+// Flush writes a last line without a newline.
+func (w *lineWriter) Flush() {
+	if len(w.buf) > 0 {
+		w.emit(w.buf)
+		w.buf = nil
+	}
+}
+
+func (w *lineWriter) emit(line []byte) {
+	out := make([]byte, 0, len(w.prefix)+len(line)+1)
+	out = append(append(append(out, w.prefix...), line...), '\n')
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, _ = w.out.Write(out)
+}
