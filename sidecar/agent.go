@@ -75,7 +75,7 @@ type Config struct {
 	// WaitTimeout, if set, is how long the node may wait without running
 	// before Run gives up with ErrWaitTimeout.
 	WaitTimeout time.Duration
-	Logger    hclog.Logger
+	Logger      hclog.Logger
 }
 
 // Agent follows one job's plans for one node.

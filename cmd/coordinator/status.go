@@ -15,13 +15,13 @@ import (
 
 // nodeView is one node as `status` shows it.
 type nodeView struct {
-	Node       string              `json:"node"`
-	Role       membership.Role     `json:"role"`
-	Rank       *int                `json:"rank"` // nil on standby
-	Host       string              `json:"host"`
+	Node       string               `json:"node"`
+	Role       membership.Role      `json:"role"`
+	Rank       *int                 `json:"rank"` // nil on standby
+	Host       string               `json:"host"`
 	State      membership.NodeState `json:"state"`
-	Generation int64               `json:"generation"`
-	ExitCode   int                 `json:"exitCode,omitempty"`
+	Generation int64                `json:"generation"`
+	ExitCode   int                  `json:"exitCode,omitempty"`
 }
 
 type statusView struct {
