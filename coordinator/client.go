@@ -122,7 +122,7 @@ func (c *Client) Nodes(ctx context.Context, job string) ([]membership.LiveNode, 
 	out := make([]membership.LiveNode, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
 		n, err := membership.DecodeLiveNode(membership.KeyValue{
-			Key: string(kv.Key), Value: kv.Value, CreateRevision: kv.CreateRevision, Lease: clientv3.LeaseID(kv.Lease),
+			Key: string(kv.Key), Value: kv.Value, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Lease: clientv3.LeaseID(kv.Lease),
 		}, string(kv.Key[len(prefix):]))
 		if err == nil {
 			out = append(out, n)

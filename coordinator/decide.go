@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -191,6 +192,8 @@ func decideRunning(v view, d decision, tm timing, now time.Time) decision {
 		}
 	}
 	if len(failed) > 0 {
+		// The first to report is the cause; peers often fail after it.
+		sort.SliceStable(failed, func(i, j int) bool { return alive[failed[i].Node].ModRevision < alive[failed[j].Node].ModRevision })
 		f := failed[0]
 		code := alive[f.Node].ExitCode
 		if code == 0 {

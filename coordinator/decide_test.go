@@ -185,6 +185,15 @@ func TestDecideRunPhase(t *testing.T) {
 		assert.Equal(t, membership.JobFailed, d.plan.Result)
 		assert.Equal(t, 7, d.plan.ExitCode)
 	})
+	t.Run("the first failure reported is the cause", func(t *testing.T) {
+		failed := in(nodes, membership.NodeFailed, 1)
+		failed[0].ExitCode, failed[0].ModRevision = 1, 20 // rank 0 lost its peer
+		failed[1].ExitCode, failed[1].ModRevision = 137, 19
+		d := decide(base(spec("2"), failed), memo{}, tm, t0)
+		require.NotNil(t, d.plan)
+		assert.Equal(t, "node b (worker rank 1) failed with exit code 137", d.plan.Reason)
+		assert.Equal(t, 1, d.plan.Restarts, "one restart for the whole generation")
+	})
 	t.Run("a failure of an earlier generation is ignored", func(t *testing.T) {
 		old := in(nodes, membership.NodeRunning, 1)
 		old[1].State, old[1].Generation = membership.NodeFailed, 0

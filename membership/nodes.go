@@ -13,7 +13,10 @@ type LiveNode struct {
 	Node
 	// JoinRevision is the revision that created the record: the join order.
 	JoinRevision int64
-	Lease        clientv3.LeaseID
+	// ModRevision is the revision of the record's last change: the order in
+	// which nodes reported.
+	ModRevision int64
+	Lease       clientv3.LeaseID
 }
 
 // InvalidRecord is a key whose value could not be decoded.
@@ -42,7 +45,7 @@ func DecodeLiveNode(kv KeyValue, id string) (LiveNode, error) {
 	if n.ID != id {
 		return LiveNode{}, &mismatchError{key: kv.Key, id: n.ID}
 	}
-	return LiveNode{Node: n, JoinRevision: kv.CreateRevision, Lease: kv.Lease}, nil
+	return LiveNode{Node: n, JoinRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Lease: kv.Lease}, nil
 }
 
 type mismatchError struct{ key, id string }

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/elastictraining/coordinator/coordinator"
+	"github.com/elastictraining/coordinator/internal/etcdtest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// runCLI runs the command line in process with the given environment.
+func runCLI(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	code = execute(args, strings.NewReader(""), &out, &errOut, lookup)
+	return code, out.String(), errOut.String()
+}
+
+func TestBadInputIsOneLineAndExitCode2(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		mention string
+	}{
+		{[]string{"run", "--np", "5:2", "--", "true"}, `--np: membership: invalid np "5:2": minimum 5 is greater than maximum 2`},
+		{[]string{"run", "--np", "0", "--", "true"}, "need at least 1"},
+		{[]string{"run", "--np", "abc", "--", "true"}, `"abc" is not a positive whole number`},
+		{[]string{"run", "--np", "2"}, "no training command"},
+		{[]string{"run", "--np", "2", "true"}, "no training command: put it after --"},
+		{[]string{"run", "--", "true"}, "--np is required"},
+		{[]string{"run", "--np", "2", "--job", "Bad_Name", "--", "true"}, "--job: membership: invalid job id \"Bad_Name\""},
+		{[]string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "Bad_Name", "--", "true"}, "DNS-1123"},
+		{[]string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "j"}, "no training command"},
+		{[]string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "j", "--role", "chief", "--", "true"}, `role "chief"`},
+		{[]string{"sidecar", "--job", "j", "--", "true"}, "--etcd-endpoints is required"},
+		{[]string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "j", "--np", "1:100001", "--", "true"}, "more than the maximum of 100000"},
+		{[]string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "j", "--ttl", "1s", "--", "true"}, "--ttl 1s: at least 2s"},
+		{[]string{"scale", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "j", "--np", "-1"}, "not a positive whole number"},
+		{[]string{"scale", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "j"}, "--np is required"},
+		{[]string{"scale", "--etcd-endpoints", "http://127.0.0.1:1", "--np", "2"}, "--job is required"},
+		{[]string{"status", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "j", "-o", "yaml"}, `-o "yaml": want table or json`},
+		{[]string{"status", "--job", "j", "--no-such-flag"}, "unknown flag: --no-such-flag"},
+		{[]string{"status", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "j", "--prefix", "elastic"}, "--prefix"},
+		{[]string{"scale", "--etcd-endpoints", "https://127.0.0.1:1", "--job", "j", "--np", "2", "--cacert", "/nonexistent/ca.pem"}, "--cacert"},
+		{[]string{"scale", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "j", "--np", "2", "--user", "alice"}, "needs its password in ELASTIC_ETCD_PASSWORD"},
+		{[]string{"etcd"}, "--data-dir is required"},
+		{[]string{"frobnicate"}, "unknown command"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, nil, tc.args...)
+			assert.Equal(t, 2, code)
+			assert.Empty(t, stdout)
+			assert.Contains(t, stderr, tc.mention)
+			assert.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
+		})
+	}
+}
+
+func TestUnreachableEtcdIsOneLineAndExitCode1(t *testing.T) {
+	for _, args := range [][]string{
+		{"sidecar", "--job", "j", "--np", "2", "--", "true"},
+		{"scale", "--job", "j", "--np", "2"},
+		{"status", "--job", "j"},
+		{"serve", "--listen-metrics", "127.0.0.1:0"},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			args = append([]string{args[0], "--etcd-endpoints", "http://127.0.0.1:1", "--dial-timeout", "300ms"}, args[1:]...)
+			code, _, stderr := runCLI(t, nil, args...)
+			assert.Equal(t, 1, code)
+			assert.Contains(t, stderr, "etcd at http://127.0.0.1:1: unreachable")
+			assert.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
+		})
+	}
+}
+
+func TestEnvironmentFallbacks(t *testing.T) {
+	srv := etcdtest.Start(t)
+	// PaddlePaddle's elastic variables stand in for the flags.
+	env := map[string]string{"PADDLE_ELASTIC_SERVER": srv.Endpoint(), "PADDLE_ELASTIC_JOB_ID": "paddle-job"}
+	code, stdout, stderr := runCLI(t, env, "scale", "--np", "3")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, "job paddle-job: np 3\n", stdout)
+
+	code, stdout, _ = runCLI(t, env, "scale", "--np", "2:4")
+	require.Equal(t, 0, code)
+	assert.Equal(t, "job paddle-job: np 3 → 2:4\n", stdout)
+
+	code, stdout, _ = runCLI(t, env, "status", "-o", "json")
+	require.Equal(t, 0, code)
+	assert.Contains(t, stdout, `"np":"2:4"`)
+	assert.Contains(t, stdout, `"phase":"Waiting"`)
+
+	code, _, stderr = runCLI(t, env, "status", "--job", "nosuchjob")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, coordinator.ErrJobNotFound.Error())
+}
+
+func TestVersion(t *testing.T) {
+	code, stdout, _ := runCLI(t, nil, "version")
+	require.Equal(t, 0, code)
+	assert.Regexp(t, `^coordinator \S+ \(go\S+, etcd client \S+\)\n$`, stdout)
+}

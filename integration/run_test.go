@@ -1,0 +1,135 @@
+package integration
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/elastictraining/coordinator/membership"
+)
+
+var toy = []string{"testdata/toytrainer.sh"}
+
+func TestKilledTrainerRestartsEveryNodeFromItsCheckpoint(t *testing.T) {
+	t.Parallel()
+	r := startRun(t, []string{"--np", "2", "--job", "kill"}, toy, "TOY_STEPS=30", "TOY_INTERVAL=0.1")
+	first := r.startsOf(1, 2)
+	r.status("kill", "ran a few steps", func(membership.Status) bool {
+		return len(r.starts()) == 2 && stepOf(t, r, 1) >= 3
+	})
+
+	require.NoError(t, syscall.Kill(first[1].pid, syscall.SIGKILL))
+	second := r.startsOf(2, 2)
+	for rank, s := range second {
+		assert.Equal(t, 2, s.world)
+		assert.Greater(t, s.step, 0, "rank %d resumed from its checkpoint", rank)
+		assert.NotEqual(t, first[rank].pid, s.pid, "rank %d runs a new process", rank)
+	}
+	st := r.status("kill", "Running generation 2", func(s membership.Status) bool {
+		return s.Phase == membership.JobRunning && s.Generation == 2
+	})
+	assert.Equal(t, 1, st.Restarts, "a failed trainer spends the restart budget")
+	assert.Equal(t, 0, r.wait(), "the job still succeeds")
+	assert.Contains(t, r.out.String(), "(worker rank 1) failed with exit code 137")
+}
+
+func TestKilledSidecarNodeReturnsAndTrainingResumes(t *testing.T) {
+	t.Parallel()
+	r := startRun(t, []string{"--np", "2", "--job", "crash", "--ttl", "2s"}, toy, "TOY_STEPS=40", "TOY_INTERVAL=0.1")
+	first := r.startsOf(1, 2)
+	r.status("crash", "ran a few steps", func(membership.Status) bool { return stepOf(t, r, 0) >= 3 })
+
+	require.NoError(t, syscall.Kill(r.sidecarPid("crash-1"), syscall.SIGKILL))
+	second := r.startsOf(2, 2)
+	assert.False(t, alive(first[1].pid), "the trainer died with its sidecar")
+	for rank, s := range second {
+		assert.Greater(t, s.step, 0, "rank %d resumed", rank)
+	}
+	st := r.status("crash", "Running generation 2", func(s membership.Status) bool {
+		return s.Phase == membership.JobRunning && s.Generation == 2
+	})
+	assert.Equal(t, 0, st.Restarts, "a node that comes back is a membership change")
+	assert.Contains(t, r.out.String(), "node crash-1 exited (signal: killed); starting it again")
+	assert.Equal(t, 0, r.wait())
+}
+
+func TestScaleFromAnotherTerminal(t *testing.T) {
+	t.Parallel()
+	r := startRun(t, []string{"--np", "2", "--job", "elastic"}, toy, "TOY_STEPS=60", "TOY_INTERVAL=0.1")
+	r.startsOf(1, 2)
+
+	for _, np := range []string{"3", "2"} {
+		code, stdout, stderr := cli(t, nil, "scale", "--etcd-endpoints", r.endpoint, "--job", "elastic", "--np", np, "--wait")
+		require.Equal(t, 0, code, stderr)
+		assert.Contains(t, stdout, "running generation")
+	}
+	r.startsOf(3, 2)
+	var worlds []int
+	for _, s := range r.starts() {
+		if s.rank == 0 {
+			worlds = append(worlds, s.world)
+		}
+	}
+	assert.Equal(t, []int{2, 3, 2}, worlds, "the world sizes rank 0 was started with")
+
+	code, stdout, _ := cli(t, nil, "status", "--etcd-endpoints", r.endpoint, "--job", "elastic")
+	require.Equal(t, 0, code)
+	assert.Regexp(t, `elastic-\d\s+worker\s+0\s`, stdout)
+	require.NoError(t, r.cmd.Process.Signal(syscall.SIGTERM))
+	assert.Equal(t, 130, r.wait(), "an interrupted run exits 130")
+}
+
+func TestJobResults(t *testing.T) {
+	t.Run("success exits 0", func(t *testing.T) {
+		t.Parallel()
+		r := startRun(t, []string{"--np", "2", "--job", "ok"}, toy, "TOY_STEPS=3", "TOY_INTERVAL=0.05")
+		assert.Equal(t, 0, r.wait())
+		assert.Contains(t, r.out.String(), "job ok succeeded")
+	})
+	t.Run("failure exits with the trainer's code", func(t *testing.T) {
+		t.Parallel()
+		r := startRun(t, []string{"--np", "2", "--job", "bad", "--fault-tolerance-level", "0"}, toy,
+			"TOY_STEPS=10", "TOY_INTERVAL=0.05", "TOY_FAIL_AT=2")
+		assert.Equal(t, 3, r.wait())
+		assert.Contains(t, r.out.String(), "job bad failed with exit code 3")
+	})
+	t.Run("a failure within the budget restarts and succeeds", func(t *testing.T) {
+		t.Parallel()
+		r := startRun(t, []string{"--np", "2", "--job", "retry", "--max-restarts", "1"}, toy,
+			"TOY_STEPS=5", "TOY_INTERVAL=0.05", "TOY_FAIL_AT=2")
+		assert.Equal(t, 0, r.wait())
+		assert.Len(t, r.startsOf(2, 2), 2)
+	})
+}
+
+func TestBadInputThroughTheBinary(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"run", "--np", "5:2", "--", "true"}, 2, "minimum 5 is greater than maximum 2"},
+		{[]string{"run", "--np", "0", "--", "true"}, 2, "need at least 1"},
+		{[]string{"run", "--np", "2", "--job", "Bad_Name", "--", "true"}, 2, "DNS-1123"},
+		{[]string{"run", "--np", "2", "--"}, 2, "no training command"},
+		{[]string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--dial-timeout", "300ms", "--job", "j", "--", "true"}, 1, "unreachable"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, stdout, stderr := cli(t, nil, tc.args...)
+			assert.Equal(t, tc.code, code)
+			assert.Empty(t, stdout)
+			assert.Contains(t, stderr, tc.says)
+			assert.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
+		})
+	}
+}
+
+// stepOf is the last step a rank checkpointed.
+func stepOf(t *testing.T, r *localRun, rank int) int {
+	t.Helper()
+	s, _ := readInt(r.toyDir, rank)
+	return s
+}
