@@ -286,7 +286,7 @@ func (a *jobActor) write(ctx context.Context, v view, d decision) error {
 		if !resp.Succeeded {
 			return ErrNotLeader
 		}
-		a.committed(resp.Header.Revision, d, status, seq)
+		a.committed(resp.Header.Revision, v, d, status, seq)
 	}
 	for _, n := range d.evict {
 		a.t.c.metrics.writes.Inc()
@@ -299,26 +299,31 @@ func (a *jobActor) write(ctx context.Context, v view, d decision) error {
 }
 
 // committed applies our own writes at once, so the next decision does not
-// wait for the watch to echo them back.
-func (a *jobActor) committed(rev int64, d decision, status *membership.Status, seq int64) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+// wait for the watch to echo them back, and counts them in the metrics. The
+// metrics compare with v, what the decision saw: the echo may already have
+// updated the actor.
+func (a *jobActor) committed(rev int64, v view, d decision, status *membership.Status, seq int64) {
+	m := a.t.c.metrics
 	if d.plan != nil {
-		p := *d.plan
-		m := a.t.c.metrics
-		m.members.WithLabelValues(a.job).Set(float64(len(p.Members)))
-		if p.Phase == membership.PhaseRun {
+		m.members.WithLabelValues(a.job).Set(float64(len(d.plan.Members)))
+		if d.plan.Phase == membership.PhaseRun {
 			m.generations.WithLabelValues(a.job).Inc()
 		}
-		if a.plan != nil && p.Restarts > a.plan.Restarts {
+		if v.plan != nil && d.plan.Restarts > v.plan.Restarts {
 			m.restarts.WithLabelValues(a.job).Inc()
 		}
+	}
+	if status != nil && status.Steps != nil && (v.status == nil || v.status.Steps == nil || *v.status.Steps != *status.Steps) {
+		m.observeSteps(status.Steps)
+	}
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if d.plan != nil && rev > a.planRev {
+		p := *d.plan
 		a.plan, a.planErr, a.planRev = &p, nil, rev
 	}
-	if status != nil {
-		if status.Steps != nil && (a.status == nil || a.status.Steps == nil || *a.status.Steps != *status.Steps) {
-			a.t.c.metrics.observeSteps(status.Steps)
-		}
+	if status != nil && rev > a.statusRev {
 		a.status, a.statusRev = status, rev
 	}
 	if seq > a.lastSeq {

@@ -1,0 +1,223 @@
+package integration
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/elastictraining/coordinator/internal/embedetcd"
+	"github.com/elastictraining/coordinator/internal/etcdtest"
+)
+
+// certs writes a CA, a server certificate for 127.0.0.1 and a client
+// certificate to dir.
+type certs struct{ ca, serverCert, serverKey, clientCert, clientKey string }
+
+func makeCerts(t *testing.T, dir string) certs {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	require.NoError(t, err)
+	caCert, err := x509.ParseCertificate(caDER)
+	require.NoError(t, err)
+
+	issue := func(name string, serial int64, usage x509.ExtKeyUsage) (string, string) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		require.NoError(t, err)
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+		require.NoError(t, err)
+		keyDER, err := x509.MarshalECPrivateKey(key)
+		require.NoError(t, err)
+		certFile, keyFile := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+		writePEM(t, certFile, "CERTIFICATE", der)
+		writePEM(t, keyFile, "EC PRIVATE KEY", keyDER)
+		return certFile, keyFile
+	}
+	c := certs{ca: filepath.Join(dir, "ca.crt")}
+	writePEM(t, c.ca, "CERTIFICATE", caDER)
+	c.serverCert, c.serverKey = issue("server", 2, x509.ExtKeyUsageServerAuth)
+	c.clientCert, c.clientKey = issue("client", 3, x509.ExtKeyUsageClientAuth)
+	return c
+}
+
+func writePEM(t *testing.T, file, kind string, der []byte) {
+	require.NoError(t, os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600))
+}
+
+// bgProcess is a process of the binary that runs until the test ends.
+type bgProcess struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+	code int
+}
+
+// background runs the binary until it exits or the test ends.
+func background(t *testing.T, env []string, args ...string) *bgProcess {
+	t.Helper()
+	p := &bgProcess{out: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(binary, args...)
+	p.cmd.Dir = repoRoot
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	require.NoError(t, p.cmd.Start())
+	go func() {
+		_ = p.cmd.Wait()
+		p.code = p.cmd.ProcessState.ExitCode()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(20 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("%s output:\n%s", args[0], p.out)
+		}
+	})
+	return p
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *bgProcess) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.code
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%v did not exit:\n%s", p.cmd.Args, p.out)
+		return 0
+	}
+}
+
+func freePort(t *testing.T) string {
+	p, err := embedetcd.FreePort("127.0.0.1")
+	require.NoError(t, err)
+	return strconv.Itoa(p)
+}
+
+func TestAJobOverTLSWithClientCertificates(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	c := makeCerts(t, dir)
+	endpoint := "https://127.0.0.1:" + freePort(t)
+	etcdProc := background(t, nil, "etcd", "--data-dir", filepath.Join(dir, "etcd"), "--listen-client-urls", endpoint,
+		"--listen-peer-urls", "http://127.0.0.1:"+freePort(t),
+		"--cert-file", c.serverCert, "--key-file", c.serverKey, "--trusted-ca-file", c.ca, "--client-cert-auth")
+	require.Eventually(t, func() bool { return strings.Contains(etcdProc.out.String(), "etcd serving clients at "+endpoint) },
+		30*time.Second, 10*time.Millisecond, "etcd never served:\n%s", etcdProc.out)
+
+	tlsFlags := []string{"--etcd-endpoints", endpoint, "--cacert", c.ca, "--cert", c.clientCert, "--key", c.clientKey}
+	metrics := "127.0.0.1:" + freePort(t)
+	background(t, nil, append([]string{"serve", "--listen-metrics", metrics}, tlsFlags...)...)
+	toyDir := t.TempDir()
+	var sidecars []*bgProcess
+	for i := range 2 {
+		args := append([]string{"sidecar", "--job", "tls", "--np", "2", "--node-id", fmt.Sprintf("n%d", i), "--host", "127.0.0.1",
+			"--port", freePort(t), "--master-port", freePort(t)}, tlsFlags...)
+		sidecars = append(sidecars, background(t, []string{"TOY_DIR=" + toyDir, "TOY_STEPS=5", "TOY_INTERVAL=0.1"},
+			append(args, "--", "testdata/toytrainer.sh")...))
+	}
+	for _, s := range sidecars {
+		assert.Equal(t, 0, s.wait(t), "the sidecar exits 0 when the job succeeds")
+	}
+
+	code, stdout, stderr := cli(t, nil, append([]string{"status", "--job", "tls"}, tlsFlags...)...)
+	require.Equal(t, 0, code, stderr)
+	assert.Regexp(t, `tls\s+Succeeded`, stdout)
+
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Contains(t, string(body), `elastic_job_generations_total{job="tls"} 1`)
+	assert.Regexp(t, regexp.MustCompile(`elastic_job_step_seconds_count\{step="total"\} 1`), string(body))
+	resp, err = http.Get("http://" + metrics + "/healthz")
+	require.NoError(t, err)
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, "ok\nleader: true\n", string(body))
+
+	// Without the CA, or without a client certificate, there is no way in.
+	code, _, stderr = cli(t, nil, "status", "--job", "tls", "--etcd-endpoints", endpoint, "--cert", c.clientCert, "--key", c.clientKey, "--dial-timeout", "1s")
+	assert.Equal(t, 1, code)
+	assert.Equal(t, 1, strings.Count(stderr, "\n"), stderr)
+	code, _, stderr = cli(t, nil, "status", "--job", "tls", "--etcd-endpoints", endpoint, "--cacert", c.ca, "--dial-timeout", "1s")
+	assert.Equal(t, 1, code)
+	assert.Equal(t, 1, strings.Count(stderr, "\n"), stderr)
+}
+
+func TestEtcdAuthConfinesAUserToItsJob(t *testing.T) {
+	t.Parallel()
+	srv := etcdtest.Start(t)
+	admin := srv.Client(t)
+	ctx := t.Context()
+	for _, step := range []func() error{
+		func() error { _, err := admin.RoleAdd(ctx, "root"); return err },
+		func() error { _, err := admin.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := admin.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := admin.RoleAdd(ctx, "job-a"); return err },
+		func() error {
+			_, err := admin.RoleGrantPermission(ctx, "job-a", "/elastic/jobs/a/", clientv3.GetPrefixRangeEnd("/elastic/jobs/a/"),
+				clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error { _, err := admin.UserAdd(ctx, "alice", "alicepw"); return err },
+		func() error { _, err := admin.UserGrantRole(ctx, "alice", "job-a"); return err },
+		func() error { _, err := admin.AuthEnable(ctx); return err },
+	} {
+		require.NoError(t, step())
+	}
+
+	etcd := []string{"--etcd-endpoints", srv.Endpoint()}
+	background(t, []string{"ELASTIC_ETCD_PASSWORD=rootpw"}, append([]string{"serve", "--user", "root", "--listen-metrics", "127.0.0.1:0"}, etcd...)...)
+	alice := []string{"ELASTIC_ETCD_PASSWORD=alicepw", "TOY_DIR=" + t.TempDir(), "TOY_STEPS=2", "TOY_INTERVAL=0.05"}
+	sidecar := background(t, alice, append([]string{"sidecar", "--user", "alice", "--job", "a", "--np", "1", "--host", "127.0.0.1",
+		"--port", freePort(t), "--master-port", freePort(t)}, append(etcd, "--", "testdata/toytrainer.sh")...)...)
+	assert.Equal(t, 0, sidecar.wait(t), "alice's job ran on her role's keys alone")
+
+	code, _, stderr := cli(t, alice, append([]string{"scale", "--user", "alice", "--job", "b", "--np", "2"}, etcd...)...)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "permission denied")
+	assert.Equal(t, 1, strings.Count(stderr, "\n"), stderr)
+
+	code, _, stderr = cli(t, []string{"ELASTIC_ETCD_PASSWORD=wrong"}, append([]string{"scale", "--user", "alice", "--job", "a", "--np", "2"}, etcd...)...)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "authentication failed")
+}
