@@ -4,10 +4,13 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/elastictraining/coordinator/coordinator"
+	"github.com/elastictraining/coordinator/internal/etcdtest"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -132,4 +135,37 @@ func stepOf(t *testing.T, r *localRun, rank int) int {
 	t.Helper()
 	s, _ := readInt(r.toyDir, rank)
 	return s
+}
+
+func TestSidecarTakesPaddlePaddlesVariables(t *testing.T) {
+	t.Parallel()
+	srv := etcdtest.Start(t)
+	background(t, nil, "serve", "--etcd-endpoints", srv.Endpoint(), "--listen-metrics", "127.0.0.1:0")
+	hostPort := strings.TrimPrefix(srv.Endpoint(), "http://")
+	sidecar := background(t, []string{
+		"PADDLE_ELASTIC_SERVER=" + hostPort, "PADDLE_ELASTIC_JOB_ID=paddle", "PADDLE_ELASTIC_NP=1",
+		"PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL=0", "PADDLE_ELASTIC_TIMEOUT=60", "POD_IP=127.0.0.2", "POD_NAME=paddle-0",
+		"TOY_DIR=" + t.TempDir(), "TOY_STEPS=20", "TOY_INTERVAL=0.05",
+	}, "sidecar", "--port", freePort(t), "--master-port", freePort(t), "--", "testdata/toytrainer.sh")
+
+	client := coordinator.NewClient(srv.Client(t), membership.DefaultKeys())
+	require.Eventually(t, func() bool {
+		nodes, err := client.Nodes(t.Context(), "paddle")
+		return err == nil && len(nodes) == 1 && nodes[0].ID == "paddle-0" && nodes[0].Host == "127.0.0.2" && nodes[0].Pod == "paddle-0"
+	}, 30*time.Second, 10*time.Millisecond, "the node registered with POD_NAME and POD_IP")
+	assert.Equal(t, 0, sidecar.wait(t))
+	p, err := client.Plan(t.Context(), "paddle")
+	require.NoError(t, err)
+	assert.Equal(t, membership.JobSucceeded, p.Result)
+	spec, err := membership.DecodeSpec(mustGet(t, srv, membership.DefaultKeys().Spec("paddle")))
+	require.NoError(t, err)
+	assert.Equal(t, membership.NP{Min: 1, Max: 1}, spec.NP)
+	assert.Equal(t, 0, spec.FaultTolerance, "PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL, spelled as PaddlePaddle spells it")
+}
+
+func mustGet(t *testing.T, srv *etcdtest.Server, key string) []byte {
+	resp, err := srv.Client(t).Get(t.Context(), key)
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1)
+	return resp.Kvs[0].Value
 }
