@@ -34,4 +34,6 @@ while [ "$step" -lt "$steps" ]; do
 		exit 3
 	fi
 done
+# Training is over: the next run of the job starts from scratch.
+rm -f "$ckpt"
 echo "rank $RANK: done"
