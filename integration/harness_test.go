@@ -14,7 +14,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/internal/etcdclient"
+	"github.com/elastictraining/coordinator/internal/proctest"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -54,29 +54,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuffer collects a process's output.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // localRun is a `coordinator run` process.
 type localRun struct {
 	t        *testing.T
 	cmd      *exec.Cmd
-	out      *syncBuffer
+	out      *proctest.Buffer
 	done     chan struct{}
 	code     int
 	toyDir   string
@@ -98,7 +80,7 @@ func newMarker() string {
 // settings in env.
 func startRun(t *testing.T, args []string, command []string, env ...string) *localRun {
 	t.Helper()
-	r := &localRun{t: t, out: &syncBuffer{}, done: make(chan struct{}), toyDir: t.TempDir(), marker: newMarker()}
+	r := &localRun{t: t, out: &proctest.Buffer{}, done: make(chan struct{}), toyDir: t.TempDir(), marker: newMarker()}
 	r.cmd = exec.Command(binary, append(append(append([]string{"run"}, args...), "--"), command...)...)
 	r.cmd.Dir = repoRoot
 	r.cmd.Env = append(os.Environ(), "TOY_DIR="+r.toyDir, "ELASTIC_TEST_MARK="+r.marker)
@@ -255,23 +237,13 @@ func processesWithMarker(marker string) []process {
 		if err != nil || !bytes.Contains(env, []byte("ELASTIC_TEST_MARK="+marker)) {
 			continue
 		}
-		if !alive(pid) {
+		if !proctest.Alive(pid) {
 			continue
 		}
 		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		out = append(out, process{pid: pid, args: strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")})
 	}
 	return out
-}
-
-// alive reports whether pid runs and is not a zombie.
-func alive(pid int) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	fields := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
-	return len(fields) > 0 && fields[0] != "Z"
 }
 
 // cli runs the coordinator binary and returns its exit code and output.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/internal/etcdtest"
+	"github.com/elastictraining/coordinator/internal/proctest"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -47,7 +48,7 @@ func TestKilledSidecarNodeReturnsAndTrainingResumes(t *testing.T) {
 
 	require.NoError(t, syscall.Kill(r.sidecarPid("crash-1"), syscall.SIGKILL))
 	second := r.startsOf(2, 2)
-	assert.False(t, alive(first[1].pid), "the trainer died with its sidecar")
+	assert.False(t, proctest.Alive(first[1].pid), "the trainer died with its sidecar")
 	for rank, s := range second {
 		assert.Greater(t, s.step, 0, "rank %d resumed", rank)
 	}

@@ -28,6 +28,7 @@ import (
 
 	"github.com/elastictraining/coordinator/internal/embedetcd"
 	"github.com/elastictraining/coordinator/internal/etcdtest"
+	"github.com/elastictraining/coordinator/internal/proctest"
 )
 
 // certs writes a CA, a server certificate for 127.0.0.1 and a client
@@ -80,7 +81,7 @@ func writePEM(t *testing.T, file, kind string, der []byte) {
 // bgProcess is a process of the binary that runs until the test ends.
 type bgProcess struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *proctest.Buffer
 	done chan struct{}
 	code int
 }
@@ -88,7 +89,7 @@ type bgProcess struct {
 // background runs the binary until it exits or the test ends.
 func background(t *testing.T, env []string, args ...string) *bgProcess {
 	t.Helper()
-	p := &bgProcess{out: &syncBuffer{}, done: make(chan struct{})}
+	p := &bgProcess{out: &proctest.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(binary, args...)
 	p.cmd.Dir = repoRoot
 	p.cmd.Env = append(os.Environ(), env...)

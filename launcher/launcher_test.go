@@ -2,7 +2,6 @@ package launcher_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/elastictraining/coordinator/internal/proctest"
 	"github.com/elastictraining/coordinator/launcher"
 )
 
@@ -96,31 +95,18 @@ func topology(nproc int) launcher.Topology {
 	return t
 }
 
-// syncBuffer is a bytes.Buffer safe for the launcher's writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) Lines() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+// lines splits output into lines.
+func lines(b *proctest.Buffer) []string {
 	var out []string
-	sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
+	sc := bufio.NewScanner(strings.NewReader(b.String()))
 	for sc.Scan() {
 		out = append(out, sc.Text())
 	}
 	return out
 }
 
-func newLauncher(t *testing.T, child string, extraEnv ...string) (*launcher.Launcher, *syncBuffer) {
-	out := &syncBuffer{}
+func newLauncher(t *testing.T, child string, extraEnv ...string) (*launcher.Launcher, *proctest.Buffer) {
+	out := &proctest.Buffer{}
 	l, err := launcher.New(launcher.Config{
 		Command: []string{os.Args[0], "-test.run=^$"},
 		Env:     append(append(os.Environ(), "LAUNCHER_TEST_CHILD="+child, "GORACE=atexit_sleep_ms=0"), extraEnv...),
@@ -148,7 +134,7 @@ func TestChildrenGetTheirRanksEnvironment(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 0, wait(t, exits).Code)
 
-	lines := out.Lines()
+	lines := lines(out)
 	for _, want := range []string{
 		"[rank 2] RANK=2", "[rank 3] RANK=3", "[rank 2] LOCAL_RANK=0", "[rank 3] LOCAL_RANK=1",
 		"[rank 2] WORLD_SIZE=4", "[rank 3] LOCAL_WORLD_SIZE=2", "[rank 2] MASTER_ADDR=10.0.0.1", "[rank 2] MASTER_PORT=6000",
@@ -200,8 +186,8 @@ func TestStopEscalatesToSIGKILLAndTakesTheGroup(t *testing.T) {
 
 	require.NoError(t, l.Stop(t.Context(), 200*time.Millisecond))
 	assert.Equal(t, 137, wait(t, exits).Code, "SIGTERM was ignored, SIGKILL was not")
-	assert.False(t, alive(child), "the child is reaped")
-	require.Eventually(t, func() bool { return !alive(grandchild) }, 10*time.Second, 5*time.Millisecond,
+	assert.False(t, proctest.Alive(child), "the child is reaped")
+	require.Eventually(t, func() bool { return !proctest.Alive(grandchild) }, 10*time.Second, 5*time.Millisecond,
 		"the grandchild in the child's process group is gone too")
 	require.NoError(t, l.Stop(t.Context(), 0), "stopping twice is harmless")
 
@@ -218,7 +204,7 @@ func TestChildrenDieWithTheLauncher(t *testing.T) {
 
 	require.NoError(t, host.Process.Kill())
 	_ = host.Wait()
-	require.Eventually(t, func() bool { return !alive(child) }, 10*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return !proctest.Alive(child) }, 10*time.Second, 5*time.Millisecond,
 		"the child got Pdeathsig when its launcher died")
 }
 
@@ -227,7 +213,7 @@ func TestPartialLastLineIsFlushed(t *testing.T) {
 	exits, err := l.Start(topology(1))
 	require.NoError(t, err)
 	wait(t, exits)
-	assert.Equal(t, []string{"[rank 2] no newline at the end"}, out.Lines())
+	assert.Equal(t, []string{"[rank 2] no newline at the end"}, lines(out))
 }
 
 func TestStartFailsForAMissingCommand(t *testing.T) {
@@ -251,14 +237,4 @@ func readPid(t *testing.T, file string) int {
 		return err == nil
 	}, 10*time.Second, 2*time.Millisecond, "no pid in %s", file)
 	return pid
-}
-
-// alive reports whether pid runs and is not a zombie.
-func alive(pid int) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	fields := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
-	return len(fields) > 0 && fields[0] != "Z"
 }

@@ -22,7 +22,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -30,6 +29,7 @@ import (
 	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/internal/embedetcd"
 	"github.com/elastictraining/coordinator/internal/etcdclient"
+	"github.com/elastictraining/coordinator/internal/proctest"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -153,7 +153,7 @@ func measureCoordinator(binary, python string, n, runs int) ([]result, error) {
 	cmd := exec.Command(binary, "run", "--np", strconv.Itoa(n), "--job", "bench", "--max-restarts", "100000",
 		"--grace-period", "5s", "--", python, script)
 	cmd.Env = append(os.Environ(), "BENCH_LOG="+log)
-	var output syncWriter
+	var output proctest.Buffer
 	cmd.Stdout, cmd.Stderr = &output, &output
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -327,7 +327,7 @@ func measureTorchrun(python string, n, runs int) (result, error) {
 
 var endpointLine = regexp.MustCompile(`etcd serves on (\S+);`)
 
-func waitEndpoint(out *syncWriter) (string, error) {
+func waitEndpoint(out *proctest.Buffer) (string, error) {
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
 		if m := endpointLine.FindStringSubmatch(out.String()); m != nil {
@@ -363,21 +363,3 @@ func report(w io.Writer, results []result) {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.0fms", float64(d)/float64(time.Millisecond)) }
-
-// syncWriter collects output written from other goroutines.
-type syncWriter struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
-}
