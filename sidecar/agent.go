@@ -86,6 +86,8 @@ type Agent struct {
 	fenceReq chan chan struct{}
 	abandon  chan struct{}
 	once     sync.Once
+	exiting  chan struct{} // closed when Run starts to return
+	exitOnce sync.Once
 	current  atomic.Pointer[membership.Registration]
 
 	// Owned by the Run goroutine.
@@ -119,7 +121,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	return &Agent{
 		cfg: cfg, logger: cfg.Logger.Named("sidecar").With("job", cfg.Job, "node", cfg.Node.ID),
-		fenceReq: make(chan chan struct{}), abandon: make(chan struct{}),
+		fenceReq: make(chan chan struct{}), abandon: make(chan struct{}), exiting: make(chan struct{}),
 	}, nil
 }
 
@@ -161,34 +163,42 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 		reg.Close()
 		return Result{}, err
 	}
+	// exit ends Run: the workload stops (with grace, or killed at once) and
+	// the node leaves, revoking its lease, or is abandoned to the lease's
+	// expiry. A fence requested meanwhile is answered at once: the workload
+	// stops here anyway, and the registration must not wait for a loop that
+	// is waiting for it.
+	exit := func(grace time.Duration, revoke bool) error {
+		a.exitOnce.Do(func() { close(a.exiting) })
+		a.stopWorkload(context.WithoutCancel(ctx), grace)
+		var err error
+		if revoke {
+			leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			err = reg.Leave(leaveCtx)
+			cancel()
+		} else {
+			reg.Close()
+		}
+		stopWatch()
+		drain(plans)
+		return err
+	}
+
 	waitTimer := newWaitTimer(a.cfg.WaitTimeout)
 	defer waitTimer.stop()
 	for {
 		waitTimer.set(!a.running)
 		select {
 		case <-waitTimer.c():
-			leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = reg.Leave(leaveCtx)
-			cancel()
-			stopWatch()
-			drain(plans)
+			_ = exit(0, true)
 			return Result{}, fmt.Errorf("%w: %s", ErrWaitTimeout, a.cfg.WaitTimeout)
 		case <-ctx.Done():
-			a.stopWorkload(context.WithoutCancel(ctx), a.cfg.StopGrace)
-			leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			err := reg.Leave(leaveCtx)
-			cancel()
-			stopWatch()
-			drain(plans)
-			if err != nil {
+			if err := exit(a.cfg.StopGrace, true); err != nil {
 				return Result{}, fmt.Errorf("%w; revoke: %v", ErrLeft, err)
 			}
 			return Result{}, ErrLeft
 		case <-a.abandon:
-			a.stopWorkload(context.WithoutCancel(ctx), 0)
-			reg.Close()
-			stopWatch()
-			drain(plans)
+			_ = exit(0, false)
 			return Result{}, ErrLeft
 		case done := <-a.fenceReq:
 			a.logger.Warn("lease lost: killing the workload")
@@ -205,13 +215,9 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 				continue
 			}
 			if res, done := a.follow(ctx, *pu.Plan); done {
-				leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				if err := reg.Leave(leaveCtx); err != nil {
+				if err := exit(a.cfg.StopGrace, true); err != nil {
 					a.logger.Warn("lease not revoked; it will expire", "error", err)
 				}
-				cancel()
-				stopWatch()
-				drain(plans)
 				return res, nil
 			}
 		}
@@ -225,7 +231,7 @@ func (a *Agent) requestFence() {
 	select {
 	case a.fenceReq <- done:
 		<-done
-	case <-a.abandon:
+	case <-a.exiting:
 	}
 }
 

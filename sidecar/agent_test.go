@@ -148,3 +148,31 @@ func TestNewRejectsBadConfig(t *testing.T) {
 }
 
 func clientWithPrefix() clientv3.OpOption { return clientv3.WithPrefix() }
+
+// A lease lost while the node is leaving must not deadlock the leave: the
+// registration waits in OnLost for the agent, which waits in Leave for the
+// registration.
+func TestLeaseLostWhileLeaving(t *testing.T) {
+	f := newFixture(t)
+	lease := int64(f.node.Registration().Lease())
+	f.putPlan(membership.Plan{Generation: 1, Phase: membership.PhaseRun, Members: []membership.Member{f.member(lease)}, WorldSize: 1, Master: "127.0.0.1:20000"})
+	f.record("acked running 1", func(n membership.Node) bool { return n.State == membership.NodeRunning })
+
+	release := f.node.Workload.Hang()
+	t.Cleanup(release)
+	left := make(chan struct{})
+	go func() {
+		f.node.Leave() // blocks in the workload's Stop until released
+		close(left)
+	}()
+	_, err := f.srv.Client(t).Revoke(t.Context(), clientv3.LeaseID(lease))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return f.node.Registration().Losses() == 1 }, 10*time.Second, time.Millisecond,
+		"the registration saw the lease go while the agent was stopping")
+	release()
+	select {
+	case <-left:
+	case <-time.After(20 * time.Second):
+		t.Fatal("leaving deadlocked with the lost lease")
+	}
+}
