@@ -5,7 +5,7 @@ BENCHTIME ?= 20x
 FUZZTIME  ?= 30s
 BIN       := bin
 
-.PHONY: all build test lint bench bench-go bench-restart fuzz clean
+.PHONY: all build test lint bench bench-go bench-restart fuzz clean kube-tools
 
 all: lint build test
 
@@ -14,9 +14,22 @@ build:
 	$(GO) build -o $(BIN)/coordinator ./cmd/coordinator
 
 # The race detector is on: the coordinator, sidecar and keepalive are all
-# concurrent, and the suite is fast enough to afford it.
-test:
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+# concurrent, and the suite is fast enough to afford it. The bridge's tests
+# run against a real control plane built by kube-tools.
+test: kube-tools
+	KUBE_BIN_DIR=$(abspath $(BIN)) $(GO) test -race -count=1 -timeout 25m $(PKGS)
+
+# A Kubernetes control plane for tests, built from pinned sources (the
+# versions are in hack/tools/go.mod and KWOK_VERSION), cached in bin/.
+KWOK_VERSION := v0.7.0
+KUBE_COMPONENTS := kube-apiserver kube-controller-manager kube-scheduler
+kube-tools: $(addprefix $(BIN)/,$(KUBE_COMPONENTS)) $(BIN)/kwok
+
+$(addprefix $(BIN)/,$(KUBE_COMPONENTS)): hack/tools/go.mod hack/tools/go.sum
+	cd hack/tools && $(GO) build -o $(abspath $@) k8s.io/kubernetes/cmd/$(notdir $@)
+
+$(BIN)/kwok:
+	GOBIN=$(abspath $(BIN)) $(GO) install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
 
 lint:
 	$(GO) vet $(PKGS)

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -44,6 +45,16 @@ type Config struct {
 	Logger         hclog.Logger
 	// Registerer receives the coordinator's metrics; none if nil.
 	Registerer prometheus.Registerer
+	// LeaderTasks run on the leader only, for as long as it leads, such as
+	// the Kubernetes bridge.
+	LeaderTasks []LeaderTask
+}
+
+// LeaderTask is work that only the leader does. Lead runs until ctx ends,
+// which happens when the lead is lost; an error makes it start again after
+// a backoff while the lead lasts.
+type LeaderTask interface {
+	Lead(ctx context.Context) error
 }
 
 func (c *Config) setDefaults() error {

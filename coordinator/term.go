@@ -3,9 +3,11 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/elastictraining/coordinator/membership"
@@ -36,6 +38,13 @@ func (t *term) run(ctx context.Context) error {
 	ctx, t.cancel = context.WithCancelCause(ctx)
 	defer t.wg.Wait()
 	defer t.cancel(nil)
+	for _, task := range t.c.cfg.LeaderTasks {
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			t.lead(ctx, task)
+		}()
+	}
 	err := membership.Follow(ctx, t.c.cfg.Client, membership.Range{Key: t.c.cfg.Keys.Jobs(), Prefix: true}, t.c.logger,
 		func(u membership.Update) error { return t.dispatch(ctx, u) })
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
@@ -106,4 +115,26 @@ func (t *term) forgetEventLease() {
 	t.leaseMu.Lock()
 	defer t.leaseMu.Unlock()
 	t.eventLease = 0
+}
+
+// lead runs a leader task for the whole term, starting it again after a
+// backoff when it fails.
+func (t *term) lead(ctx context.Context, task LeaderTask) {
+	retry := backoff.NewExponentialBackOff()
+	retry.InitialInterval = time.Second
+	retry.MaxInterval = 30 * time.Second
+	retry.MaxElapsedTime = 0
+	for {
+		err := task.Lead(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		wait := retry.NextBackOff()
+		t.c.logger.Error("leader task failed; starting it again", "task", fmt.Sprintf("%T", task), "error", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
 }

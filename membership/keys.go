@@ -70,6 +70,7 @@ func ValidateNodeID(id string) error {
 //	<prefix>jobs/<job>/plan
 //	<prefix>jobs/<job>/status
 //	<prefix>jobs/<job>/events/<seq>
+//	<prefix>jobs/<job>/bridge
 //	<prefix>leader
 //
 // Every prefix it returns ends in "/", so that a range over job "a" can never
@@ -124,6 +125,9 @@ func (k Keys) Plan(job string) string { return k.Job(job) + "plan" }
 // Status is the key of a job's status record.
 func (k Keys) Status(job string) string { return k.Job(job) + "status" }
 
+// Bridge is the key of the Kubernetes bridge's report on a job.
+func (k Keys) Bridge(job string) string { return k.Job(job) + "bridge" }
+
 // Events is the prefix of a job's event timeline.
 func (k Keys) Events(job string) string { return k.Job(job) + "events/" }
 
@@ -148,6 +152,7 @@ const (
 	KindPlan
 	KindStatus
 	KindEvent
+	KindBridge
 )
 
 // JobKey is a key of the schema taken apart.
@@ -177,6 +182,8 @@ func (k Keys) ParseJobKey(key string) (JobKey, bool) {
 		return JobKey{Job: job, Kind: KindPlan}, true
 	case "status":
 		return JobKey{Job: job, Kind: KindStatus}, true
+	case "bridge":
+		return JobKey{Job: job, Kind: KindBridge}, true
 	}
 	if node, ok := strings.CutPrefix(rest, "nodes/"); ok {
 		if ValidateNodeID(node) != nil {

@@ -65,9 +65,12 @@ type Node struct {
 	// MasterPort is where this node serves the rendezvous store
 	// (MASTER_PORT) if it becomes rank 0.
 	MasterPort int `json:"masterPort"`
-	// Pod is the Kubernetes pod name, if any.
-	Pod   string    `json:"pod,omitempty"`
-	State NodeState `json:"state"`
+	// Pod and PodUID name the Kubernetes pod, if any: a pod deleted under
+	// that name evicts the node only if the UID matches, so a replacement
+	// pod of the same name is never evicted for its predecessor.
+	Pod    string    `json:"pod,omitempty"`
+	PodUID string    `json:"podUID,omitempty"`
+	State  NodeState `json:"state"`
 	// Generation is the plan generation State refers to.
 	Generation int64 `json:"generation"`
 	// ExitCode is the exit code of a failed child (128+signal when it was

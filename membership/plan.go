@@ -151,3 +151,48 @@ func DecodePlan(data []byte) (Plan, error) {
 	}
 	return p, nil
 }
+
+// Endpoints are the addresses of a generation's roles, as every framework's
+// environment lists them.
+type Endpoints struct {
+	// Trainers are the worker processes' host:port in global rank order;
+	// TrainerHosts the worker nodes' hosts in rank order.
+	Trainers     []string
+	TrainerHosts []string
+	// PServers are the PS nodes' first host:port in rank order.
+	PServers []string
+	// MasterAddr and MasterPort serve the rank-0 rendezvous store.
+	MasterAddr string
+	MasterPort int
+	// SchedulerAddr and SchedulerPort are the scheduler node's first
+	// endpoint, or the master when the job has no scheduler.
+	SchedulerAddr string
+	SchedulerPort int
+	// Nodes and Processes count each role's members and processes.
+	Nodes     map[Role]int
+	Processes map[Role]int
+}
+
+// Endpoints collects the addresses of p's members.
+func (p Plan) Endpoints() Endpoints {
+	e := Endpoints{Nodes: map[Role]int{}, Processes: map[Role]int{}}
+	if host, port, err := net.SplitHostPort(p.Master); err == nil {
+		e.MasterAddr = host
+		e.MasterPort, _ = strconv.Atoi(port)
+	}
+	e.SchedulerAddr, e.SchedulerPort = e.MasterAddr, e.MasterPort
+	for _, m := range p.Members {
+		e.Nodes[m.Role]++
+		e.Processes[m.Role] += m.NProc
+		switch m.Role {
+		case RoleWorker:
+			e.Trainers = append(e.Trainers, m.Endpoints()...)
+			e.TrainerHosts = append(e.TrainerHosts, m.Host)
+		case RolePS:
+			e.PServers = append(e.PServers, m.Endpoints()[0])
+		case RoleScheduler:
+			e.SchedulerAddr, e.SchedulerPort = m.Host, m.Ports[0]
+		}
+	}
+	return e
+}

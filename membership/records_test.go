@@ -119,3 +119,7 @@ func FuzzDecodeStatus(f *testing.F) {
 func FuzzDecodeEvent(f *testing.F) {
 	fuzzDecoder(f, membership.DecodeEvent, `{"seq":1,"time":"2026-01-01T00:00:00Z","generation":1,"type":"GenerationRunning","message":"m","steps":{"total":"1s"}}`)
 }
+
+func FuzzDecodeBridgeStatus(f *testing.F) {
+	fuzzDecoder(f, membership.DecodeBridgeStatus, `{"workload":"StatefulSet/w","replicas":4,"problem":"p","updatedAt":"2026-01-01T00:00:00Z"}`)
+}

@@ -28,6 +28,7 @@ type serveOptions struct {
 	stopTimeout    time.Duration
 	eventRetention time.Duration
 	logLevel       string
+	kube           kubeOptions
 }
 
 func newServeCommand(env lookupEnv) *cobra.Command {
@@ -41,8 +42,19 @@ events. Run two or more: when the leader stops, another takes over within the
 session TTL, from what is stored in etcd, without restarting healthy jobs.
 
 It serves Prometheus metrics on /metrics, liveness on /healthz and readiness
-(etcd answers) on /readyz.`,
-		Example: `  coordinator serve --etcd-endpoints https://etcd:2379 --cacert ca.crt --cert client.crt --key client.key`,
+(etcd answers) on /readyz.
+
+With --kubernetes the leader also runs the Kubernetes bridge in --namespace:
+it scales each job's workloads (labelled elastic.job=JOB, elastic.role=ROLE)
+through their scale subresource, writes the ConfigMap JOB-elastic with the
+endpoints of every generation, keeps a headless Service per pod that asks for
+one (annotation elastic.intranet: Service), evicts the node of a deleted or
+failed pod at once, and applies the job's cleanPodPolicy when it ends. It needs
+only a Role in that namespace (see deploy/). Without a usable kubeconfig it
+says so and runs without the bridge.`,
+		Example: `  coordinator serve --etcd-endpoints https://etcd:2379 --cacert ca.crt --cert client.crt --key client.key
+  coordinator serve --etcd-endpoints http://etcd:2379 --kubernetes --namespace training \
+      --workload-resource statefulsets.v1.apps --workload-resource paddlejobs.v1.batch.paddlepaddle.org`,
 		Args:    cobra.NoArgs,
 		RunE:    func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
@@ -55,6 +67,7 @@ It serves Prometheus metrics on /metrics, liveness on /healthz and readiness
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", coordinator.DefaultStopTimeout, "how long a node may take to ack a stop before it is evicted")
 	fs.DurationVar(&o.eventRetention, "event-retention", coordinator.DefaultEventRetention, "how long job events are kept")
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	o.kube.register(fs, env)
 	return cmd
 }
 
@@ -73,9 +86,23 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var tasks []coordinator.LeaderTask
+	if o.kube.enabled {
+		bridge, err := o.kube.bridge(cli, keys, logger)
+		if err != nil {
+			var usage usageError
+			if errors.As(err, &usage) {
+				return err
+			}
+			// Not a reason to crash-loop: the etcd side of every job goes on.
+			logger.Error("kubernetes bridge off", "error", err)
+		} else {
+			tasks = append(tasks, bridge)
+		}
+	}
 	c, err := coordinator.New(coordinator.Config{
 		Client: cli, Keys: keys, ID: o.id, SessionTTL: o.sessionTTL, SettleWindow: o.settle,
-		StopTimeout: o.stopTimeout, EventRetention: o.eventRetention, Logger: logger, Registerer: reg,
+		StopTimeout: o.stopTimeout, EventRetention: o.eventRetention, Logger: logger, Registerer: reg, LeaderTasks: tasks,
 	})
 	if err != nil {
 		return usageError{err}

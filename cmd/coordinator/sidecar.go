@@ -38,10 +38,13 @@ type sidecarOptions struct {
 	waitTimeout    time.Duration
 	logLevel       string
 	pod            string // the Kubernetes pod, from POD_NAME
+	podUID         string // from POD_UID
+	namespace      string // from POD_NAMESPACE
+	intranet       string
 }
 
 func newSidecarCommand(env lookupEnv) *cobra.Command {
-	o := &sidecarOptions{pod: fromEnv(env, "", "POD_NAME")}
+	o := &sidecarOptions{pod: fromEnv(env, "", "POD_NAME"), podUID: fromEnv(env, "", "POD_UID"), namespace: fromEnv(env, "", "POD_NAMESPACE")}
 	cmd := &cobra.Command{
 		Use:   "sidecar --etcd-endpoints URLS --job ID [flags] -- CMD [ARGS...]",
 		Short: "Register this node and run the training command as the job's generations ask",
@@ -89,6 +92,8 @@ written for paddle.distributed.launch works unchanged.`,
 	fs.BoolVar(&o.withGloo, "with-gloo", false, "set PaddlePaddle's gloo variables (PADDLE_WITH_GLOO, PADDLE_GLOO_RENDEZVOUS)")
 	fs.DurationVar(&o.waitTimeout, "wait-timeout", envSeconds(env, "PADDLE_ELASTIC_TIMEOUT"),
 		"give up after waiting this long without running; 0 waits forever"+envNote("PADDLE_ELASTIC_TIMEOUT"))
+	fs.StringVar(&o.intranet, "intranet", fromEnv(env, "PodIP", "ELASTIC_INTRANET"),
+		"how other nodes reach this one on Kubernetes: PodIP, or Service for the pod's headless Service that the bridge keeps (POD_NAME.POD_NAMESPACE.svc)"+envNote("ELASTIC_INTRANET"))
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	return cmd
 }
@@ -128,10 +133,20 @@ func (o *sidecarOptions) node() (membership.Node, error) {
 	if err := membership.ValidateNodeID(o.nodeID); err != nil {
 		return membership.Node{}, usageError{fmt.Errorf("--node-id: %w", err)}
 	}
+	switch o.intranet {
+	case "PodIP":
+	case "Service":
+		if o.pod == "" || o.namespace == "" {
+			return membership.Node{}, usagef("--intranet Service needs POD_NAME and POD_NAMESPACE (from the downward API)")
+		}
+		o.host = o.pod + "." + o.namespace + ".svc"
+	default:
+		return membership.Node{}, usagef("--intranet %q: want PodIP or Service", o.intranet)
+	}
 	if o.host == "" {
 		o.host = firstAddress()
 	}
-	n := membership.Node{ID: o.nodeID, Role: role, Host: o.host, NProc: o.nproc, MasterPort: o.masterPort, Pod: o.pod}
+	n := membership.Node{ID: o.nodeID, Role: role, Host: o.host, NProc: o.nproc, MasterPort: o.masterPort, Pod: o.pod, PodUID: o.podUID}
 	for l := range o.nproc {
 		n.Ports = append(n.Ports, o.port+l)
 	}

@@ -1,0 +1,176 @@
+package operatorbridge
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// kubeCache watches the pods and workloads that carry a job label.
+type kubeCache struct {
+	stopCh     chan struct{}
+	factory    informers.SharedInformerFactory
+	dynFactory dynamicinformer.DynamicSharedInformerFactory
+	pods       corelisters.PodLister
+	synced     []cache.InformerSynced
+	workloads  map[schema.GroupVersionResource]cache.GenericLister
+
+	mu        sync.Mutex
+	lastError map[string]string // by resource: the last list or watch error
+}
+
+// workload is one object that runs a role of a job.
+type workload struct {
+	gvr schema.GroupVersionResource
+	obj *unstructured.Unstructured
+}
+
+func (w workload) String() string { return fmt.Sprintf("%s/%s", w.obj.GetKind(), w.obj.GetName()) }
+
+func startKubeCache(ctx context.Context, b *Bridge, onPod func(old, pod *corev1.Pod, deleted bool), onWorkload func(job string)) (*kubeCache, error) {
+	withJob := func(o *metav1.ListOptions) { o.LabelSelector = LabelJob }
+	c := &kubeCache{
+		stopCh:     make(chan struct{}),
+		factory:    informers.NewSharedInformerFactoryWithOptions(b.cfg.Kube, 0, informers.WithNamespace(b.cfg.Namespace), informers.WithTweakListOptions(withJob)),
+		dynFactory: dynamicinformer.NewFilteredDynamicSharedInformerFactory(b.cfg.Dynamic, 0, b.cfg.Namespace, withJob),
+		workloads:  map[schema.GroupVersionResource]cache.GenericLister{},
+		lastError:  map[string]string{},
+	}
+	podInformer := c.factory.Core().V1().Pods()
+	if err := podInformer.Informer().SetWatchErrorHandlerWithContext(c.errorHandler(b, "pods")); err != nil {
+		return nil, err
+	}
+	if _, err := podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { onPod(nil, obj.(*corev1.Pod), false) },
+		UpdateFunc: func(old, obj any) { onPod(old.(*corev1.Pod), obj.(*corev1.Pod), false) },
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if pod, ok := obj.(*corev1.Pod); ok {
+				onPod(nil, pod, true)
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+	c.pods = podInformer.Lister()
+	c.synced = append(c.synced, podInformer.Informer().HasSynced)
+
+	for _, gvr := range b.cfg.Workloads {
+		inf := c.dynFactory.ForResource(gvr)
+		if err := inf.Informer().SetWatchErrorHandlerWithContext(c.errorHandler(b, describe(gvr))); err != nil {
+			return nil, err
+		}
+		notify := func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				if job := u.GetLabels()[LabelJob]; job != "" {
+					onWorkload(job)
+				}
+			}
+		}
+		if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: notify, UpdateFunc: func(_, obj any) { notify(obj) }, DeleteFunc: notify,
+		}); err != nil {
+			return nil, err
+		}
+		c.workloads[gvr] = inf.Lister()
+		c.synced = append(c.synced, inf.Informer().HasSynced)
+	}
+	c.factory.Start(c.stopCh)
+	c.dynFactory.Start(c.stopCh)
+
+	// Wait a little for the caches; a cache that cannot fill (RBAC, say) is
+	// reported by reconcile, not waited for.
+	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cache.WaitForCacheSync(waitCtx.Done(), c.synced...)
+	return c, nil
+}
+
+func (c *kubeCache) errorHandler(b *Bridge, resource string) cache.WatchErrorHandlerWithContext {
+	return func(_ context.Context, _ *cache.Reflector, err error) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		msg := fmt.Sprintf("cannot list or watch %s in namespace %s: %v", resource, b.cfg.Namespace, err)
+		if c.lastError[resource] != msg {
+			b.logger.Error("kubernetes watch failed", "resource", resource, "error", err)
+		}
+		c.lastError[resource] = msg
+	}
+}
+
+// problem is why the caches are not filled yet, or "".
+func (c *kubeCache) problem() string {
+	for _, synced := range c.synced {
+		if !synced() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			keys := make([]string, 0, len(c.lastError))
+			for k := range c.lastError {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			if len(keys) > 0 {
+				return c.lastError[keys[0]]
+			}
+			return "waiting for the pod and workload caches"
+		}
+	}
+	return ""
+}
+
+// workloadsOf returns the job's workloads of a role, oldest first.
+func (c *kubeCache) workloadsOf(namespace, job string, role membership.Role) []workload {
+	sel := labels.SelectorFromSet(labels.Set{LabelJob: job, LabelRole: string(role)})
+	var out []workload
+	for gvr, lister := range c.workloads {
+		objs, err := lister.ByNamespace(namespace).List(sel)
+		if err != nil {
+			continue
+		}
+		for _, o := range objs {
+			if u, ok := o.(*unstructured.Unstructured); ok {
+				out = append(out, workload{gvr: gvr, obj: u})
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		ti, tj := out[i].obj.GetCreationTimestamp(), out[j].obj.GetCreationTimestamp()
+		if !ti.Equal(&tj) {
+			return ti.Before(&tj)
+		}
+		return out[i].obj.GetName() < out[j].obj.GetName()
+	})
+	return out
+}
+
+// podsOf returns the job's pods.
+func (c *kubeCache) podsOf(job string) []*corev1.Pod {
+	pods, _ := c.pods.List(labels.SelectorFromSet(labels.Set{LabelJob: job}))
+	return pods
+}
+
+func (c *kubeCache) stop() {
+	close(c.stopCh)
+	c.factory.Shutdown()
+	c.dynFactory.Shutdown()
+}

@@ -1,0 +1,139 @@
+package operatorbridge
+
+import (
+	"context"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// podChanged evicts the node of a pod that is gone or failed, and keeps the
+// pod's Service in Service mode. It runs in the informer's goroutine.
+func (r *run) podChanged(old, pod *corev1.Pod, deleted bool) {
+	job := pod.Labels[LabelJob]
+	if membership.ValidateJobID(job) != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	switch {
+	case deleted:
+		r.evict(ctx, job, pod, "its pod was deleted")
+		r.deleteService(ctx, pod)
+		return
+	case pod.Status.Phase == corev1.PodFailed && (old == nil || old.Status.Phase != corev1.PodFailed):
+		r.evict(ctx, job, pod, "its pod failed")
+	}
+	if pod.Annotations[AnnotationIntranet] == "Service" && pod.DeletionTimestamp == nil {
+		r.ensureService(ctx, pod)
+	}
+}
+
+// evict revokes the lease of the pod's node so that the coordinator moves on
+// at once instead of after the lease's TTL. Only the node registered by this
+// very pod (same UID) is evicted: a pod that replaces it under the same name
+// may have registered already.
+//
+// It runs only once the pod is gone or has failed, never while it
+// terminates: its sidecar may still be stopping the training processes, and
+// the next generation must not start beside them.
+func (r *run) evict(ctx context.Context, job string, pod *corev1.Pod, why string) {
+	resp, err := r.cfg.Etcd.Get(ctx, r.cfg.Keys.Nodes(job), clientv3.WithPrefix())
+	if err != nil {
+		r.logger.Warn("node of a gone pod not evicted", "job", job, "pod", pod.Name, "error", err)
+		return
+	}
+	for _, kv := range resp.Kvs {
+		n, err := membership.DecodeNode(kv.Value)
+		if err != nil || (n.Pod != pod.Name && n.ID != pod.Name) {
+			continue
+		}
+		if n.PodUID != "" && n.PodUID != string(pod.UID) {
+			continue // the node of a newer pod with the same name
+		}
+		if _, err := r.cfg.Etcd.Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil {
+			r.logger.Warn("node of a gone pod not evicted", "job", job, "node", n.ID, "error", err)
+			continue
+		}
+		r.logger.Info("evicted node", "job", job, "node", n.ID, "why", why)
+		r.recorder.Eventf(pod, corev1.EventTypeNormal, "Evicted", "node %s left job %s: %s", n.ID, job, why)
+	}
+}
+
+// ensureService keeps a headless Service named after the pod that selects
+// only this pod, owned by it so that it goes when the pod goes.
+func (r *run) ensureService(ctx context.Context, pod *corev1.Pod) {
+	if pod.Labels[statefulSetPodName] != pod.Name {
+		r.logger.Warn("pod asks for a Service but has no label that selects it alone",
+			"pod", pod.Name, "label", statefulSetPodName)
+		return
+	}
+	services := r.cfg.Kube.CoreV1().Services(r.cfg.Namespace)
+	have, err := services.Get(ctx, pod.Name, metav1.GetOptions{})
+	if err == nil && ownedBy(have.OwnerReferences, pod.UID) {
+		return
+	}
+	want := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: pod.Name, Namespace: r.cfg.Namespace,
+			Labels: map[string]string{LabelJob: pod.Labels[LabelJob]},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID,
+			}},
+		},
+		Spec: corev1.ServiceSpec{
+			ClusterIP: corev1.ClusterIPNone,
+			Selector:  map[string]string{statefulSetPodName: pod.Name},
+			// The sidecar resolves peers before they are ready.
+			PublishNotReadyAddresses: true,
+		},
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = services.Create(ctx, want, metav1.CreateOptions{})
+	case err == nil:
+		// A Service left by an earlier pod of the same name.
+		next := have.DeepCopy()
+		next.OwnerReferences, next.Labels = want.OwnerReferences, want.Labels
+		next.Spec.Selector, next.Spec.PublishNotReadyAddresses = want.Spec.Selector, true
+		_, err = services.Update(ctx, next, metav1.UpdateOptions{})
+	}
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		r.logger.Warn("service not written", "pod", pod.Name, "error", err)
+		return
+	}
+	r.logger.Debug("service written", "pod", pod.Name)
+}
+
+// deleteService removes the Service of a deleted pod at once; the garbage
+// collector would, through the owner reference, but later.
+func (r *run) deleteService(ctx context.Context, pod *corev1.Pod) {
+	if pod.Annotations[AnnotationIntranet] != "Service" {
+		return
+	}
+	services := r.cfg.Kube.CoreV1().Services(r.cfg.Namespace)
+	have, err := services.Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil || !ownedBy(have.OwnerReferences, pod.UID) {
+		return
+	}
+	uid := have.UID
+	err = services.Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		r.logger.Warn("service not deleted", "pod", pod.Name, "error", err)
+	}
+}
+
+func ownedBy(refs []metav1.OwnerReference, uid types.UID) bool {
+	for _, ref := range refs {
+		if ref.UID == uid {
+			return true
+		}
+	}
+	return false
+}

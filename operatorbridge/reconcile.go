@@ -1,0 +1,287 @@
+package operatorbridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// reportedState is what the bridge last wrote and said about a job, so that
+// it writes and logs only changes.
+type reportedState struct {
+	bridge  membership.BridgeStatus
+	written bool
+}
+
+var errCachesNotReady = errors.New("kubernetes caches not filled")
+
+// reconcile makes Kubernetes follow one job.
+func (r *run) reconcile(ctx context.Context, job string) error {
+	rec, ok := r.records(job)
+	if !ok || (rec.spec == nil && rec.plan == nil) {
+		return nil
+	}
+	if problem := r.cache.problem(); problem != "" {
+		r.report(ctx, job, nil, 0, problem)
+		return errCachesNotReady
+	}
+	ns := r.cfg.Namespace
+	byRole := map[membership.Role][]workload{}
+	for _, role := range []membership.Role{membership.RoleWorker, membership.RolePS, membership.RoleScheduler} {
+		byRole[role] = r.cache.workloadsOf(ns, job, role)
+	}
+	var problems []string
+	var primary *workload
+	if ws := byRole[membership.RoleWorker]; len(ws) == 0 {
+		kinds := make([]string, len(r.cfg.Workloads))
+		for i, gvr := range r.cfg.Workloads {
+			kinds[i] = describe(gvr)
+		}
+		problems = append(problems, fmt.Sprintf("no workload labelled %s=%s,%s=worker in namespace %s among %s",
+			LabelJob, job, LabelRole, ns, strings.Join(kinds, ", ")))
+	} else {
+		primary = &ws[0]
+		if len(ws) > 1 {
+			problems = append(problems, fmt.Sprintf("%d worker workloads carry job %s's labels; following %s", len(ws), job, ws[0]))
+		}
+	}
+
+	replicas := 0
+	for role, want := range desiredReplicas(rec) {
+		ws := byRole[role]
+		if len(ws) == 0 {
+			if want > 0 && role != membership.RoleWorker {
+				problems = append(problems, fmt.Sprintf("no workload labelled %s=%s,%s=%s for %d %s nodes", LabelJob, job, LabelRole, role, want, role))
+			}
+			continue
+		}
+		if err := r.scale(ctx, ws[0], want, rec); err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		if role == membership.RoleWorker {
+			replicas = want
+		}
+	}
+	if rec.plan != nil && rec.plan.Phase == membership.PhaseRun {
+		if err := r.writeConfigMap(ctx, job, *rec.plan, primary); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	r.report(ctx, job, primary, replicas, strings.Join(problems, "; "))
+	return nil
+}
+
+// desiredReplicas is the replica count of each role's workload: np's
+// maximum of workers while the job runs, and none once it has ended and its
+// cleanPodPolicy removes the pods. A role left out is left alone.
+func desiredReplicas(rec jobRecords) map[membership.Role]int {
+	if rec.spec == nil {
+		return nil
+	}
+	spec := *rec.spec
+	if rec.status != nil && rec.status.Phase.Done() {
+		remove := false
+		switch spec.CleanPodPolicy {
+		case membership.CleanPodAlways:
+			remove = true
+		case membership.CleanPodOnCompletion:
+			remove = rec.status.Phase == membership.JobSucceeded
+		case membership.CleanPodOnFailure:
+			remove = rec.status.Phase == membership.JobFailed
+		}
+		if !remove {
+			return nil
+		}
+		return map[membership.Role]int{membership.RoleWorker: 0, membership.RolePS: 0, membership.RoleScheduler: 0}
+	}
+	return map[membership.Role]int{
+		membership.RoleWorker:    spec.NP.Max,
+		membership.RolePS:        spec.PS,
+		membership.RoleScheduler: spec.Schedulers,
+	}
+}
+
+// scale sets a workload's replicas through its scale subresource.
+func (r *run) scale(ctx context.Context, w workload, want int, rec jobRecords) error {
+	res := r.cfg.Dynamic.Resource(w.gvr).Namespace(r.cfg.Namespace)
+	sc, err := res.Get(ctx, w.obj.GetName(), metav1.GetOptions{}, "scale")
+	if err != nil {
+		err = explain(err, "get the scale of", w)
+		r.recorder.Event(w.obj, corev1.EventTypeWarning, "ScaleFailed", err.Error())
+		return err
+	}
+	have, _, _ := unstructured.NestedInt64(sc.Object, "spec", "replicas")
+	if have == int64(want) {
+		return nil
+	}
+	if err := unstructured.SetNestedField(sc.Object, int64(want), "spec", "replicas"); err != nil {
+		return fmt.Errorf("scale of %s: %w", w, err)
+	}
+	if _, err := res.Update(ctx, sc, metav1.UpdateOptions{}, "scale"); err != nil {
+		err = explain(err, "update the scale of", w)
+		r.recorder.Event(w.obj, corev1.EventTypeWarning, "ScaleFailed", err.Error())
+		return err
+	}
+	why := "np " + rec.spec.NP.String()
+	if want == 0 && rec.status != nil && rec.status.Phase.Done() {
+		why = fmt.Sprintf("job %s, cleanPodPolicy %s", strings.ToLower(string(rec.status.Phase)), rec.spec.CleanPodPolicy)
+	}
+	r.logger.Info("scaled", "workload", w.String(), "from", have, "to", want, "why", why)
+	r.recorder.Eventf(w.obj, corev1.EventTypeNormal, "Scaled", "replicas %d → %d (%s)", have, want, why)
+	return nil
+}
+
+// explain turns an API error into a sentence that says what to fix.
+func explain(err error, doing string, w fmt.Stringer) error {
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("cannot %s %s: it has no scale subresource, or is gone: %v", doing, w, err)
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf("RBAC denies to %s %s: %v", doing, w, err)
+	}
+	return fmt.Errorf("cannot %s %s: %v", doing, w, err)
+}
+
+// ConfigMapName is the name of a job's endpoint ConfigMap.
+func ConfigMapName(job string) string { return job + "-elastic" }
+
+// configMapData are the endpoint variables of a generation, under the names
+// PaddlePaddle and MindSpore read.
+func configMapData(job string, p membership.Plan) map[string]string {
+	e := p.Endpoints()
+	itoa := strconv.Itoa
+	return map[string]string{
+		"ELASTIC_JOB_ID":               job,
+		"ELASTIC_GENERATION":           strconv.FormatInt(p.Generation, 10),
+		"PADDLE_TRAINER_ENDPOINTS":     strings.Join(e.Trainers, ","),
+		"PADDLE_TRAINERS":              strings.Join(e.TrainerHosts, ","),
+		"PADDLE_TRAINERS_NUM":          itoa(e.Processes[membership.RoleWorker]),
+		"PADDLE_PSERVERS_IP_PORT_LIST": strings.Join(e.PServers, ","),
+		"PADDLE_PSERVER_NUM":           itoa(e.Nodes[membership.RolePS]),
+		"PADDLE_NNODES":                itoa(e.Nodes[membership.RoleWorker]),
+		"PADDLE_MASTER":                fmt.Sprintf("%s:%d", e.MasterAddr, e.MasterPort),
+		"MASTER_ADDR":                  e.MasterAddr,
+		"MASTER_PORT":                  itoa(e.MasterPort),
+		"WORLD_SIZE":                   itoa(e.Processes[membership.RoleWorker]),
+		"MS_SCHED_HOST":                e.SchedulerAddr,
+		"MS_SCHED_PORT":                itoa(e.SchedulerPort),
+		"MS_WORKER_NUM":                itoa(e.Processes[membership.RoleWorker]),
+		"MS_SERVER_NUM":                itoa(e.Processes[membership.RolePS]),
+	}
+}
+
+// writeConfigMap writes the generation's endpoints to <job>-elastic, owned
+// by the worker workload, and records an Event on the workload the first
+// time it describes a generation.
+func (r *run) writeConfigMap(ctx context.Context, job string, p membership.Plan, owner *workload) error {
+	cms := r.cfg.Kube.CoreV1().ConfigMaps(r.cfg.Namespace)
+	gen := strconv.FormatInt(p.Generation, 10)
+	want := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: ConfigMapName(job), Namespace: r.cfg.Namespace,
+			Labels:      map[string]string{LabelJob: job},
+			Annotations: map[string]string{AnnotationGeneration: gen},
+		},
+		Data: configMapData(job, p),
+	}
+	if owner != nil {
+		want.OwnerReferences = []metav1.OwnerReference{ownerRef(owner.obj)}
+	}
+	have, err := cms.Get(ctx, want.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		if _, err := cms.Create(ctx, want, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create ConfigMap %s: %w", want.Name, err)
+		}
+	case err != nil:
+		return fmt.Errorf("get ConfigMap %s: %w", want.Name, err)
+	case have.Annotations[AnnotationGeneration] == gen && maps.Equal(have.Data, want.Data) && sameOwners(have.OwnerReferences, want.OwnerReferences):
+		return nil
+	default:
+		next := have.DeepCopy()
+		next.Data, next.OwnerReferences = want.Data, want.OwnerReferences
+		if next.Annotations == nil {
+			next.Annotations = map[string]string{}
+		}
+		next.Labels = want.Labels
+		next.Annotations[AnnotationGeneration] = gen
+		if _, err := cms.Update(ctx, next, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("update ConfigMap %s: %w", want.Name, err)
+		}
+		if have.Annotations[AnnotationGeneration] == gen {
+			return nil // the same generation, rewritten (new owner, say)
+		}
+	}
+	r.logger.Info("endpoints written", "job", job, "generation", p.Generation, "configmap", want.Name)
+	if owner != nil {
+		e := p.Endpoints()
+		r.recorder.Eventf(owner.obj, corev1.EventTypeNormal, "Generation", "generation %d: %d workers, %d ps, world size %d (%s)",
+			p.Generation, e.Nodes[membership.RoleWorker], e.Nodes[membership.RolePS], p.WorldSize, p.Reason)
+	}
+	return nil
+}
+
+func ownerRef(obj metav1.Object) metav1.OwnerReference {
+	ref := metav1.OwnerReference{Name: obj.GetName(), UID: obj.GetUID()}
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		ref.APIVersion, ref.Kind = u.GetAPIVersion(), u.GetKind()
+	}
+	return ref
+}
+
+func sameOwners(a, b []metav1.OwnerReference) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].UID != b[i].UID {
+			return false
+		}
+	}
+	return true
+}
+
+// report writes the bridge's record of a job when it changes, and says so
+// in the log and, on the workload, as an Event.
+func (r *run) report(ctx context.Context, job string, primary *workload, replicas int, problem string) {
+	next := membership.BridgeStatus{Replicas: replicas, Problem: problem}
+	if primary != nil {
+		next.Workload = primary.String()
+	}
+	last := r.reported[job]
+	if last.written && last.bridge == next {
+		return
+	}
+	switch {
+	case problem != "" && problem != last.bridge.Problem:
+		r.logger.Warn("job needs attention", "job", job, "problem", problem)
+		if primary != nil {
+			r.recorder.Event(primary.obj, corev1.EventTypeWarning, "BridgeProblem", problem)
+		}
+	case problem == "" && last.bridge.Problem != "":
+		r.logger.Info("job problem solved", "job", job)
+	}
+	stamped := next
+	stamped.UpdatedAt = time.Now()
+	val, err := membership.Encode(stamped)
+	if err == nil {
+		_, err = r.cfg.Etcd.Put(ctx, r.cfg.Keys.Bridge(job), val)
+	}
+	if err != nil {
+		r.logger.Warn("bridge status not written", "job", job, "error", err)
+		return
+	}
+	r.reported[job] = reportedState{bridge: next, written: true}
+}
