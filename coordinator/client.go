@@ -168,3 +168,20 @@ func (c *Client) WatchStatus(ctx context.Context, job string, fn func(membership
 	}
 	return err
 }
+
+// Bridge returns the Kubernetes bridge's report on a job, and false when
+// the bridge has not reported on it.
+func (c *Client) Bridge(ctx context.Context, job string) (membership.BridgeStatus, bool, error) {
+	if err := membership.ValidateJobID(job); err != nil {
+		return membership.BridgeStatus{}, false, err
+	}
+	resp, err := c.cli.Get(ctx, c.keys.Bridge(job))
+	if err != nil {
+		return membership.BridgeStatus{}, false, fmt.Errorf("read bridge status: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return membership.BridgeStatus{}, false, nil
+	}
+	b, err := membership.DecodeBridgeStatus(resp.Kvs[0].Value)
+	return b, err == nil, err
+}

@@ -115,6 +115,16 @@ func background(t *testing.T, env []string, args ...string) *bgProcess {
 	return p
 }
 
+// exited reports whether the process has exited.
+func (p *bgProcess) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // wait waits for the process to exit and returns its exit code.
 func (p *bgProcess) wait(t *testing.T) int {
 	t.Helper()

@@ -113,6 +113,7 @@ training code resumes from its own checkpoint.`,
 		newSidecarCommand(env),
 		newScaleCommand(env),
 		newStatusCommand(env),
+		newInstallCommand(),
 		newVersionCommand(),
 	)
 	return root

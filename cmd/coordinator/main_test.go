@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"testing"
 
@@ -106,4 +107,17 @@ func TestVersion(t *testing.T) {
 	code, stdout, _ := runCLI(t, nil, "version")
 	require.Equal(t, 0, code)
 	assert.Regexp(t, `^coordinator \S+ \(go\S+, etcd client \S+\)\n$`, stdout)
+}
+
+func TestInstallCopiesTheBinary(t *testing.T) {
+	dst := t.TempDir() + "/coordinator"
+	code, _, stderr := runCLI(t, nil, "install", dst)
+	require.Equal(t, 0, code, stderr)
+	info, err := os.Stat(dst)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o755), info.Mode().Perm())
+
+	code, _, stderr = runCLI(t, nil, "install", "/nonexistent/dir/coordinator")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "install /nonexistent/dir/coordinator")
 }

@@ -55,8 +55,8 @@ says so and runs without the bridge.`,
 		Example: `  coordinator serve --etcd-endpoints https://etcd:2379 --cacert ca.crt --cert client.crt --key client.key
   coordinator serve --etcd-endpoints http://etcd:2379 --kubernetes --namespace training \
       --workload-resource statefulsets.v1.apps --workload-resource paddlejobs.v1.batch.paddlepaddle.org`,
-		Args:    cobra.NoArgs,
-		RunE:    func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
 	fs := cmd.Flags()
 	o.etcd.register(fs, env)

@@ -25,9 +25,10 @@ type nodeView struct {
 }
 
 type statusView struct {
-	Job    string            `json:"job"`
-	Status membership.Status `json:"status"`
-	Nodes  []nodeView        `json:"nodes"`
+	Job    string                   `json:"job"`
+	Status membership.Status        `json:"status"`
+	Bridge *membership.BridgeStatus `json:"bridge,omitempty"`
+	Nodes  []nodeView               `json:"nodes"`
 }
 
 func newStatusCommand(env lookupEnv) *cobra.Command {
@@ -102,6 +103,9 @@ func loadView(cmd *cobra.Command, client *coordinator.Client, job string) (statu
 		}
 	}
 	view := statusView{Job: job, Status: st, Nodes: []nodeView{}}
+	if b, ok, err := client.Bridge(ctx, job); err == nil && ok {
+		view.Bridge = &b
+	}
 	for _, n := range nodes {
 		v := nodeView{Node: n.ID, Role: n.Role, Host: n.Host, State: n.State, Generation: n.Generation, ExitCode: n.ExitCode}
 		if r, ok := ranks[n.ID]; ok {
@@ -132,6 +136,13 @@ func writeTable(w io.Writer, v statusView) {
 	fmt.Fprintln(tw, statusHeader)
 	fmt.Fprintln(tw, statusRow(v.Job, v.Status))
 	tw.Flush()
+	if b := v.Bridge; b != nil {
+		fmt.Fprintf(w, "\nKubernetes: %s at %d replicas", orDash(b.Workload), b.Replicas)
+		if b.Problem != "" {
+			fmt.Fprintf(w, "; problem: %s", b.Problem)
+		}
+		fmt.Fprintln(w)
+	}
 	if len(v.Nodes) == 0 {
 		return
 	}
@@ -161,4 +172,11 @@ func watchJob(cmd *cobra.Command, client *coordinator.Client, job, output string
 		fmt.Fprintln(tw, statusRow(job, s))
 		return s.Phase.Done(), tw.Flush()
 	})
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -26,6 +26,9 @@ type Config struct {
 	// ClientURL is where clients connect, e.g. http://127.0.0.1:2379. An
 	// empty URL or port 0 picks a free localhost port.
 	ClientURL string
+	// AdvertiseClientURL is the client URL the member tells clients; the
+	// ClientURL if empty. A member listening on 0.0.0.0 advertises a name.
+	AdvertiseClientURL string
 	// PeerURL is where the member listens for peers; a free localhost port
 	// if empty. A single member has no peers, but etcd wants the address.
 	PeerURL string
@@ -84,6 +87,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	ec.Dir = cfg.DataDir
 	ec.ListenClientUrls = []url.URL{*clientURL}
 	ec.AdvertiseClientUrls = []url.URL{*clientURL}
+	if cfg.AdvertiseClientURL != "" {
+		adv, err := url.Parse(cfg.AdvertiseClientURL)
+		if err != nil || adv.Host == "" {
+			return nil, fmt.Errorf("embedded etcd: advertise client url %q: want scheme://host:port", cfg.AdvertiseClientURL)
+		}
+		ec.AdvertiseClientUrls = []url.URL{*adv}
+	}
 	ec.ListenPeerUrls = []url.URL{*peerURL}
 	ec.AdvertisePeerUrls = []url.URL{*peerURL}
 	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)

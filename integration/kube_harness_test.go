@@ -1,0 +1,364 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/elastictraining/coordinator/coordinator"
+	"github.com/elastictraining/coordinator/internal/etcdtest"
+	"github.com/elastictraining/coordinator/internal/kubetest"
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// The control plane is shared by the package's tests; each test has its own
+// namespace, etcd and bridge.
+var (
+	clusterOnce sync.Once
+	cluster     *kubetest.Cluster
+	clusterErr  error
+	clusterDir  string
+)
+
+// kubeCluster starts the control plane on first use. It fails in CI, where
+// `make test` builds it, and skips elsewhere when it was not built.
+func kubeCluster(t *testing.T) *kubetest.Cluster {
+	t.Helper()
+	clusterOnce.Do(func() {
+		clusterDir, clusterErr = os.MkdirTemp("", "kube-")
+		if clusterErr == nil {
+			cluster, clusterErr = kubetest.Start(context.Background(), clusterDir)
+		}
+	})
+	if clusterErr != nil {
+		if errors.Is(clusterErr, kubetest.ErrNoBinaries) && os.Getenv("CI") == "" {
+			t.Skip(clusterErr)
+		}
+		t.Fatalf("kubernetes control plane: %v", clusterErr)
+	}
+	return cluster
+}
+
+func stopCluster() {
+	if cluster != nil {
+		cluster.Stop()
+	}
+	if clusterDir != "" {
+		os.RemoveAll(clusterDir)
+	}
+}
+
+// kubeEnv is one test's namespace with the bridge running in it on the
+// ServiceAccount and Role of deploy/rbac.yaml.
+type kubeEnv struct {
+	t          *testing.T
+	c          *kubetest.Cluster
+	ns         string
+	etcd       *etcdtest.Server
+	client     *coordinator.Client
+	dyn        dynamic.Interface
+	kubeconfig string // the bridge's: its ServiceAccount's token
+	bridge     *bgProcess
+	runner     *podRunner
+}
+
+type kubeOptions struct {
+	// role replaces deploy/rbac.yaml's Role rules, to test RBAC denial.
+	role string
+	// bridgeArgs are added to `coordinator serve`.
+	bridgeArgs []string
+	// sidecarTTL is the stand-in sidecars' lease TTL.
+	sidecarTTL time.Duration
+	// toyEnv sets the toy trainer's variables.
+	toyEnv []string
+}
+
+func newKubeEnv(t *testing.T, o kubeOptions) *kubeEnv {
+	t.Helper()
+	c := kubeCluster(t)
+	e := &kubeEnv{t: t, c: c, ns: "e-" + newMarker()[:10], etcd: etcdtest.Start(t)}
+	var err error
+	e.dyn, err = dynamic.NewForConfig(c.Config)
+	require.NoError(t, err)
+	e.client = coordinator.NewClient(e.etcd.Client(t), membership.DefaultKeys())
+	_, err = c.Client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.ns}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	rbac, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "rbac.yaml"))
+	require.NoError(t, err)
+	manifest := strings.ReplaceAll(string(rbac), "namespace: elastic-system", "namespace: "+e.ns)
+	if o.role != "" {
+		manifest = replaceRules(manifest, o.role)
+	}
+	e.apply(manifest, "")
+	tok, err := c.Client.CoreV1().ServiceAccounts(e.ns).CreateToken(t.Context(), "elastic-coordinator",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	e.kubeconfig = filepath.Join(t.TempDir(), "bridge.kubeconfig")
+	require.NoError(t, kubetest.WriteKubeconfig(e.kubeconfig, c.Server, tok.Status.Token))
+
+	args := []string{"serve", "--etcd-endpoints", e.etcd.Endpoint(), "--listen-metrics", "127.0.0.1:0",
+		"--kubernetes", "--kubeconfig", e.kubeconfig, "--namespace", e.ns, "--session-ttl", "2s"}
+	e.bridge = background(t, nil, append(args, o.bridgeArgs...)...)
+	ttl := o.sidecarTTL
+	if ttl == 0 {
+		ttl = 5 * time.Second
+	}
+	e.runner = startPodRunner(t, c.Client, e.ns, e.etcd.Endpoint(), ttl, o.toyEnv)
+	return e
+}
+
+// replaceRules swaps the rules of the Role in an RBAC manifest.
+func replaceRules(manifest, rules string) string {
+	start := strings.Index(manifest, "rules:")
+	end := strings.Index(manifest[start:], "---")
+	return manifest[:start] + rules + "\n" + manifest[start+end:]
+}
+
+// apply applies every object of a YAML stream server-side, into namespace
+// ns when it is not empty.
+func (e *kubeEnv) apply(manifest, ns string) {
+	e.t.Helper()
+	applyManifest(e.t, e.c, e.dyn, manifest, ns)
+}
+
+func applyManifest(t *testing.T, c *kubetest.Cluster, dyn dynamic.Interface, manifest, ns string) {
+	t.Helper()
+	disc, err := discovery.NewDiscoveryClientForConfig(c.Config)
+	require.NoError(t, err)
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))
+	dec := yaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
+	for {
+		var obj unstructured.Unstructured
+		if err := dec.Decode(&obj.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return
+			}
+			require.NoError(t, err)
+		}
+		if len(obj.Object) == 0 {
+			continue
+		}
+		if ns != "" {
+			obj.SetNamespace(ns)
+		}
+		gvk := obj.GroupVersionKind()
+		var mapping *metaMapping
+		require.Eventually(t, func() bool {
+			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+			if err != nil {
+				mapper.Reset() // a CRD applied a moment ago
+				return false
+			}
+			mapping = &metaMapping{resource: m.Resource, namespaced: m.Scope.Name() == "namespace"}
+			return true
+		}, 30*time.Second, 100*time.Millisecond, "no resource for %s", gvk)
+		res := dyn.Resource(mapping.resource)
+		var ri dynamic.ResourceInterface = res
+		if mapping.namespaced {
+			ri = res.Namespace(obj.GetNamespace())
+		}
+		_, err := ri.Apply(t.Context(), obj.GetName(), &obj, metav1.ApplyOptions{FieldManager: "elastic-test", Force: true})
+		require.NoError(t, err, "apply %s %s", gvk.Kind, obj.GetName())
+	}
+}
+
+type metaMapping struct {
+	resource   schema.GroupVersionResource
+	namespaced bool
+}
+
+// statefulSet creates a job's workload of a role with pods that kwok runs.
+func (e *kubeEnv) statefulSet(job, role string, replicas int32, podAnnotations map[string]string) *appsv1.StatefulSet {
+	e.t.Helper()
+	labels := map[string]string{"elastic.job": job, "elastic.role": role}
+	sts := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: job + "-" + role, Labels: labels},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			PodManagementPolicy: appsv1.ParallelPodManagement, ServiceName: job,
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: podAnnotations},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "trainer", Image: "trainer"}}},
+			},
+		},
+	}
+	sts, err := e.c.Client.AppsV1().StatefulSets(e.ns).Create(e.t.Context(), sts, metav1.CreateOptions{})
+	require.NoError(e.t, err)
+	return sts
+}
+
+// spec stores a job's spec.
+func (e *kubeEnv) spec(job string, s membership.Spec) {
+	e.t.Helper()
+	val, err := membership.Encode(s)
+	require.NoError(e.t, err)
+	_, err = e.etcd.Client(e.t).Put(e.t.Context(), membership.DefaultKeys().Spec(job), val)
+	require.NoError(e.t, err)
+}
+
+// status waits for the job's status to satisfy ok.
+func (e *kubeEnv) status(job, what string, ok func(membership.Status) bool) membership.Status {
+	e.t.Helper()
+	var last membership.Status
+	require.Eventually(e.t, func() bool {
+		s, err := e.client.Status(e.t.Context(), job)
+		last = s
+		return err == nil && ok(s)
+	}, 60*time.Second, 20*time.Millisecond, "job %s never %s; last status %+v\nbridge:\n%s", job, what, &last, e.bridge.out)
+	return last
+}
+
+// runningPods counts the job's pods that kwok runs.
+func (e *kubeEnv) runningPods(job string) int {
+	pods, err := e.c.Client.CoreV1().Pods(e.ns).List(e.t.Context(), metav1.ListOptions{LabelSelector: "elastic.job=" + job})
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// podRunner stands in for the kubelet: for every Running pod of a job it
+// starts the real sidecar process on the host with the pod's name, IP and
+// UID, and stops it when the pod goes.
+type podRunner struct {
+	t        *testing.T
+	endpoint string
+	ns       string
+	ttl      time.Duration
+	toyEnv   []string
+
+	mu       sync.Mutex
+	sidecars map[string]*podSidecar // by pod UID
+	frozen   map[string]bool        // pod names whose sidecar is not stopped with the pod
+}
+
+type podSidecar struct {
+	pod  string
+	proc *bgProcess
+}
+
+func startPodRunner(t *testing.T, kube kubernetes.Interface, ns, endpoint string, ttl time.Duration, toyEnv []string) *podRunner {
+	r := &podRunner{t: t, endpoint: endpoint, ns: ns, ttl: ttl, toyEnv: toyEnv, sidecars: map[string]*podSidecar{}, frozen: map[string]bool{}}
+	factory := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = "elastic.job" }))
+	inf := factory.Core().V1().Pods().Informer()
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { r.sync(obj.(*corev1.Pod), false) },
+		UpdateFunc: func(_, obj any) { r.sync(obj.(*corev1.Pod), false) },
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			r.sync(obj.(*corev1.Pod), true)
+		},
+	})
+	require.NoError(t, err)
+	stop := make(chan struct{})
+	factory.Start(stop)
+	t.Cleanup(func() {
+		close(stop)
+		factory.Shutdown()
+	})
+	return r
+}
+
+func (r *podRunner) sync(pod *corev1.Pod, deleted bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	uid := string(pod.UID)
+	s, running := r.sidecars[uid]
+	switch {
+	case deleted || pod.DeletionTimestamp != nil:
+		if running && !r.frozen[pod.Name] {
+			_ = s.proc.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	case !running && pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != "":
+		env := append([]string{"POD_NAME=" + pod.Name, "POD_NAMESPACE=" + pod.Namespace, "POD_UID=" + uid, "POD_IP=" + pod.Status.PodIP,
+			"TOY_DIR=" + r.t.TempDir()}, r.toyEnv...)
+		if pod.Annotations["elastic.intranet"] == "Service" {
+			env = append(env, "ELASTIC_INTRANET=Service")
+		}
+		args := []string{"sidecar", "--etcd-endpoints", r.endpoint, "--job", pod.Labels["elastic.job"], "--role", pod.Labels["elastic.role"],
+			"--ttl", r.ttl.String(), "--grace-period", "2s", "--", "testdata/toytrainer.sh"}
+		r.sidecars[uid] = &podSidecar{pod: pod.Name, proc: background(r.t, env, args...)}
+	}
+}
+
+// freeze stops a pod's sidecar in its tracks (SIGSTOP), as a machine that
+// dies would: it neither renews nor revokes its lease, and is not stopped
+// when its pod is deleted.
+func (r *podRunner) freeze(podName string) *bgProcess {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.sidecars {
+		if s.pod == podName && !s.proc.exited() {
+			r.frozen[podName] = true
+			require.NoError(r.t, s.proc.cmd.Process.Signal(syscall.SIGSTOP))
+			r.t.Cleanup(func() { _ = s.proc.cmd.Process.Signal(syscall.SIGCONT) })
+			return s.proc
+		}
+	}
+	r.t.Fatalf("no sidecar for pod %s", podName)
+	return nil
+}
+
+// events lists the Events of an object.
+func (e *kubeEnv) events(name string) []corev1.Event {
+	list, err := e.c.Client.CoreV1().Events(e.ns).List(e.t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		return nil
+	}
+	return list.Items
+}
+
+func hasEvent(events []corev1.Event, reason, contains string) bool {
+	for _, ev := range events {
+		if ev.Reason == reason && strings.Contains(ev.Message, contains) {
+			return true
+		}
+	}
+	return false
+}
+
+func itoa(n int) string     { return strconv.Itoa(n) }
+func itoa64(n int64) string { return strconv.FormatInt(n, 10) }
+
+func unstructuredInt(obj map[string]any, fields ...string) (int64, bool, error) {
+	return unstructured.NestedInt64(obj, fields...)
+}
+
+func etcdtestStart(t *testing.T) *etcdtest.Server { return etcdtest.Start(t) }
+
+func clientv3LeaseID(id int64) clientv3.LeaseID { return clientv3.LeaseID(id) }
