@@ -5,7 +5,7 @@ BENCHTIME ?= 20x
 FUZZTIME  ?= 30s
 BIN       := bin
 
-.PHONY: all build test lint bench bench-go bench-restart fuzz clean kube-tools
+.PHONY: all build test lint bench bench-go bench-restart bench-kube fuzz clean kube-tools
 
 all: lint build test
 
@@ -37,7 +37,7 @@ lint:
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 
 # Benchmarks; results go to bench/results/.
-bench: bench-go bench-restart
+bench: bench-go bench-restart bench-kube
 
 # The coordinator on embedded etcd with simulated nodes.
 bench-go:
@@ -62,3 +62,10 @@ fuzz:
 
 clean:
 	rm -rf $(BIN)
+
+# Time from `coordinator scale` to pods Running and the ConfigMap updated,
+# on the real control plane with kwok.
+KUBE_REPLICAS ?= 4,64
+bench-kube: build kube-tools
+	@mkdir -p bench/results
+	KUBE_BIN_DIR=$(abspath $(BIN)) $(GO) run ./bench/kube -coordinator $(BIN)/coordinator -replicas $(KUBE_REPLICAS) -runs 5 -out bench/results/kube.txt

@@ -25,10 +25,8 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/internal/etcdtest"
@@ -84,7 +82,7 @@ type kubeEnv struct {
 	dyn        dynamic.Interface
 	kubeconfig string // the bridge's: its ServiceAccount's token
 	bridge     *bgProcess
-	runner     *podRunner
+	runner     *kubetest.PodRunner
 }
 
 type kubeOptions struct {
@@ -249,89 +247,42 @@ func (e *kubeEnv) runningPods(job string) int {
 	return n
 }
 
-// podRunner stands in for the kubelet: for every Running pod of a job it
-// starts the real sidecar process on the host with the pod's name, IP and
-// UID, and stops it when the pod goes.
-type podRunner struct {
-	t        *testing.T
-	endpoint string
-	ns       string
-	ttl      time.Duration
-	toyEnv   []string
+// sidecarContainer is a real sidecar process standing in for a pod's
+// container.
+type sidecarContainer struct{ proc *bgProcess }
 
-	mu       sync.Mutex
-	sidecars map[string]*podSidecar // by pod UID
-	frozen   map[string]bool        // pod names whose sidecar is not stopped with the pod
-}
+func (c sidecarContainer) Stop() { _ = c.proc.cmd.Process.Signal(syscall.SIGTERM) }
 
-type podSidecar struct {
-	pod  string
-	proc *bgProcess
-}
-
-func startPodRunner(t *testing.T, kube kubernetes.Interface, ns, endpoint string, ttl time.Duration, toyEnv []string) *podRunner {
-	r := &podRunner{t: t, endpoint: endpoint, ns: ns, ttl: ttl, toyEnv: toyEnv, sidecars: map[string]*podSidecar{}, frozen: map[string]bool{}}
-	factory := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(ns),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = "elastic.job" }))
-	inf := factory.Core().V1().Pods().Informer()
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { r.sync(obj.(*corev1.Pod), false) },
-		UpdateFunc: func(_, obj any) { r.sync(obj.(*corev1.Pod), false) },
-		DeleteFunc: func(obj any) {
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			r.sync(obj.(*corev1.Pod), true)
-		},
-	})
-	require.NoError(t, err)
-	stop := make(chan struct{})
-	factory.Start(stop)
-	t.Cleanup(func() {
-		close(stop)
-		factory.Shutdown()
-	})
-	return r
-}
-
-func (r *podRunner) sync(pod *corev1.Pod, deleted bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	uid := string(pod.UID)
-	s, running := r.sidecars[uid]
-	switch {
-	case deleted || pod.DeletionTimestamp != nil:
-		if running && !r.frozen[pod.Name] {
-			_ = s.proc.cmd.Process.Signal(syscall.SIGTERM)
-		}
-	case !running && pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != "":
-		env := append([]string{"POD_NAME=" + pod.Name, "POD_NAMESPACE=" + pod.Namespace, "POD_UID=" + uid, "POD_IP=" + pod.Status.PodIP,
-			"TOY_DIR=" + r.t.TempDir()}, r.toyEnv...)
+// startPodRunner runs a real sidecar process on the host for every Running
+// pod of the namespace, with the pod's name, IP and UID, running the toy
+// trainer.
+func startPodRunner(t *testing.T, kube kubernetes.Interface, ns, endpoint string, ttl time.Duration, toyEnv []string) *kubetest.PodRunner {
+	start := func(pod *corev1.Pod) (kubetest.Container, error) {
+		env := append([]string{"POD_NAME=" + pod.Name, "POD_NAMESPACE=" + pod.Namespace, "POD_UID=" + string(pod.UID),
+			"POD_IP=" + pod.Status.PodIP, "TOY_DIR=" + t.TempDir()}, toyEnv...)
 		if pod.Annotations["elastic.intranet"] == "Service" {
 			env = append(env, "ELASTIC_INTRANET=Service")
 		}
-		args := []string{"sidecar", "--etcd-endpoints", r.endpoint, "--job", pod.Labels["elastic.job"], "--role", pod.Labels["elastic.role"],
-			"--ttl", r.ttl.String(), "--grace-period", "2s", "--", "testdata/toytrainer.sh"}
-		r.sidecars[uid] = &podSidecar{pod: pod.Name, proc: background(r.t, env, args...)}
+		args := []string{"sidecar", "--etcd-endpoints", endpoint, "--job", pod.Labels["elastic.job"], "--role", pod.Labels["elastic.role"],
+			"--ttl", ttl.String(), "--grace-period", "2s", "--", "testdata/toytrainer.sh"}
+		return sidecarContainer{proc: background(t, env, args...)}, nil
 	}
+	r, err := kubetest.StartPodRunner(kube, ns, "elastic.job", start, func(err error) { t.Error(err) })
+	require.NoError(t, err)
+	t.Cleanup(r.Stop)
+	return r
 }
 
 // freeze stops a pod's sidecar in its tracks (SIGSTOP), as a machine that
-// dies would: it neither renews nor revokes its lease, and is not stopped
+// dies would: it neither renews nor revokes its lease, and it is not stopped
 // when its pod is deleted.
-func (r *podRunner) freeze(podName string) *bgProcess {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, s := range r.sidecars {
-		if s.pod == podName && !s.proc.exited() {
-			r.frozen[podName] = true
-			require.NoError(r.t, s.proc.cmd.Process.Signal(syscall.SIGSTOP))
-			r.t.Cleanup(func() { _ = s.proc.cmd.Process.Signal(syscall.SIGCONT) })
-			return s.proc
-		}
-	}
-	r.t.Fatalf("no sidecar for pod %s", podName)
-	return nil
+func freeze(t *testing.T, r *kubetest.PodRunner, pod string) {
+	t.Helper()
+	c, ok := r.Hold(pod)
+	require.True(t, ok, "no sidecar for pod %s", pod)
+	proc := c.(sidecarContainer).proc
+	require.NoError(t, proc.cmd.Process.Signal(syscall.SIGSTOP))
+	t.Cleanup(func() { _ = proc.cmd.Process.Signal(syscall.SIGCONT) })
 }
 
 // events lists the Events of an object.

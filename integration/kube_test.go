@@ -125,7 +125,7 @@ func TestDeletedPodEvictsItsNodeAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, resp.Kvs, 1)
 	lease := resp.Kvs[0].Lease
-	e.runner.freeze("evict-worker-1")
+	freeze(t, e.runner, "evict-worker-1")
 	zero := int64(0)
 	require.NoError(t, e.c.Client.CoreV1().Pods(e.ns).Delete(t.Context(), "evict-worker-1", metav1.DeleteOptions{GracePeriodSeconds: &zero}))
 

@@ -104,6 +104,7 @@ func (b *Bridge) Lead(ctx context.Context) error {
 			workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "elastic-jobs"}),
 		jobs:     map[string]*jobRecords{},
 		reported: map[string]reportedState{},
+		configs:  map[string]writtenConfig{},
 	}
 	return r.run(ctx)
 }
@@ -120,6 +121,7 @@ type run struct {
 
 	// Owned by the reconcile worker.
 	reported map[string]reportedState
+	configs  map[string]writtenConfig
 }
 
 func (r *run) run(ctx context.Context) error {

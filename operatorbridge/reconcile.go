@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/elastictraining/coordinator/membership"
 )
@@ -25,6 +26,13 @@ type reportedState struct {
 }
 
 var errCachesNotReady = errors.New("kubernetes caches not filled")
+
+// writtenConfig is a ConfigMap the bridge wrote: the generation it
+// describes and the workload that owns it.
+type writtenConfig struct {
+	generation int64
+	owner      types.UID
+}
 
 // reconcile makes Kubernetes follow one job.
 func (r *run) reconcile(ctx context.Context, job string) error {
@@ -79,6 +87,9 @@ func (r *run) reconcile(ctx context.Context, job string) error {
 			problems = append(problems, err.Error())
 		}
 	}
+	if ctx.Err() != nil {
+		return ctx.Err() // stepping down: nothing to report
+	}
 	r.report(ctx, job, primary, replicas, strings.Join(problems, "; "))
 	return nil
 }
@@ -113,8 +124,15 @@ func desiredReplicas(rec jobRecords) map[membership.Role]int {
 	}
 }
 
-// scale sets a workload's replicas through its scale subresource.
+// scale sets a workload's replicas through its scale subresource. For the
+// apps resources, whose spec.replicas is the scale, the cached object says
+// whether anything needs doing without a call to the API server.
 func (r *run) scale(ctx context.Context, w workload, want int, rec jobRecords) error {
+	if w.gvr.Group == "apps" {
+		if cached, found, _ := unstructured.NestedInt64(w.obj.Object, "spec", "replicas"); found && cached == int64(want) {
+			return nil
+		}
+	}
 	res := r.cfg.Dynamic.Resource(w.gvr).Namespace(r.cfg.Namespace)
 	sc, err := res.Get(ctx, w.obj.GetName(), metav1.GetOptions{}, "scale")
 	if err != nil {
@@ -188,6 +206,18 @@ func configMapData(job string, p membership.Plan) map[string]string {
 func (r *run) writeConfigMap(ctx context.Context, job string, p membership.Plan, owner *workload) error {
 	cms := r.cfg.Kube.CoreV1().ConfigMaps(r.cfg.Namespace)
 	gen := strconv.FormatInt(p.Generation, 10)
+	written := writtenConfig{generation: p.Generation}
+	if owner != nil {
+		written.owner = owner.obj.GetUID()
+	}
+	if r.configs[job] == written {
+		return nil // written this term; the next generation writes it again
+	}
+	defer func() {
+		if ctx.Err() == nil {
+			r.configs[job] = written
+		}
+	}()
 	want := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: ConfigMapName(job), Namespace: r.cfg.Namespace,

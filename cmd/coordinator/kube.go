@@ -54,6 +54,9 @@ func (o *kubeOptions) bridge(cli *clientv3.Client, keys membership.Keys, logger 
 		return nil, fmt.Errorf("kubernetes client config: %w", err)
 	}
 	config.UserAgent = "elastic-coordinator"
+	// client-go's default of 5 requests a second, burst 10, would make the
+	// bridge wait on itself; these are a controller's usual limits.
+	config.QPS, config.Burst = 50, 100
 	kube, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
