@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
@@ -109,37 +110,64 @@ func TestBridgeFollowsScaleWithPodsConfigMapAndServices(t *testing.T) {
 			return hasEvent(e.events(sts.Name), "Generation", "generation "+itoa64(gen)+":")
 		}, 10*time.Second, 20*time.Millisecond, "an Event on the workload for generation %d", gen)
 	}
+
+	// What the bridge created goes with the workload.
+	require.NoError(t, e.c.Client.AppsV1().StatefulSets(e.ns).Delete(t.Context(), sts.Name, metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool {
+		_, cmErr := e.c.Client.CoreV1().ConfigMaps(e.ns).Get(t.Context(), operatorbridge.ConfigMapName("train"), metav1.GetOptions{})
+		svcs, err := e.c.Client.CoreV1().Services(e.ns).List(t.Context(), metav1.ListOptions{LabelSelector: "elastic.job=train"})
+		return apierrors.IsNotFound(cmErr) && err == nil && len(svcs.Items) == 0
+	}, 60*time.Second, 50*time.Millisecond, "the ConfigMap and Services outlived the workload")
 }
 
-// TestDeletedPodEvictsItsNodeAtOnce deletes a pod whose machine is gone (its
-// sidecar frozen: no renewal, no revocation) and expects the coordinator to
-// move on long before the node's 60 s lease could expire.
-func TestDeletedPodEvictsItsNodeAtOnce(t *testing.T) {
-	t.Parallel()
-	e := newKubeEnv(t, kubeOptions{sidecarTTL: 60 * time.Second, toyEnv: []string{"TOY_STEPS=100000", "TOY_INTERVAL=1"}})
-	e.spec("evict", membership.DefaultSpec(membership.NP{Min: 2, Max: 2}))
-	e.statefulSet("evict", "worker", 2, nil)
-	st := e.status("evict", "Running", func(s membership.Status) bool { return s.Phase == membership.JobRunning })
+// TestGonePodEvictsItsNodeAtOnce deletes, or fails, a pod whose machine is
+// gone (its sidecar frozen: no renewal, no revocation) and expects the
+// coordinator to move on long before the node's 60 s lease could expire.
+func TestGonePodEvictsItsNodeAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name, why string
+		end       func(e *kubeEnv, pod string)
+	}{
+		{"deleted", "its pod was deleted", func(e *kubeEnv, pod string) {
+			zero := int64(0)
+			require.NoError(e.t, e.c.Client.CoreV1().Pods(e.ns).Delete(e.t.Context(), pod, metav1.DeleteOptions{GracePeriodSeconds: &zero}))
+		}},
+		{"failed", "its pod failed", func(e *kubeEnv, pod string) {
+			p, err := e.c.Client.CoreV1().Pods(e.ns).Get(e.t.Context(), pod, metav1.GetOptions{})
+			require.NoError(e.t, err)
+			p.Status.Phase = corev1.PodFailed
+			_, err = e.c.Client.CoreV1().Pods(e.ns).UpdateStatus(e.t.Context(), p, metav1.UpdateOptions{})
+			require.NoError(e.t, err)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newKubeEnv(t, kubeOptions{sidecarTTL: 60 * time.Second, toyEnv: []string{"TOY_STEPS=100000", "TOY_INTERVAL=1"}})
+			e.spec("evict", membership.DefaultSpec(membership.NP{Min: 2, Max: 2}))
+			e.statefulSet("evict", "worker", 2, nil)
+			st := e.status("evict", "Running", func(s membership.Status) bool { return s.Phase == membership.JobRunning })
 
-	resp, err := e.etcd.Client(t).Get(t.Context(), membership.DefaultKeys().Node("evict", "evict-worker-1"))
-	require.NoError(t, err)
-	require.Len(t, resp.Kvs, 1)
-	lease := resp.Kvs[0].Lease
-	freeze(t, e.runner, "evict-worker-1")
-	zero := int64(0)
-	require.NoError(t, e.c.Client.CoreV1().Pods(e.ns).Delete(t.Context(), "evict-worker-1", metav1.DeleteOptions{GracePeriodSeconds: &zero}))
+			resp, err := e.etcd.Client(t).Get(t.Context(), membership.DefaultKeys().Node("evict", "evict-worker-1"))
+			require.NoError(t, err)
+			require.Len(t, resp.Kvs, 1)
+			lease := resp.Kvs[0].Lease
+			freeze(t, e.runner, "evict-worker-1")
+			tc.end(e, "evict-worker-1")
 
-	start := time.Now()
-	e.status("evict", "past the lost member", func(s membership.Status) bool { return s.Generation > st.Generation })
-	t.Logf("the coordinator saw the node go %s after its pod was deleted", time.Since(start).Round(time.Millisecond))
-	ttl, err := e.etcd.Client(t).TimeToLive(t.Context(), clientv3LeaseID(lease))
-	require.NoError(t, err)
-	assert.Equal(t, int64(-1), ttl.TTL, "the bridge revoked the frozen node's lease")
+			start := time.Now()
+			e.status("evict", "past the lost member", func(s membership.Status) bool { return s.Generation > st.Generation })
+			t.Logf("the coordinator saw the node go %s after its pod was %s", time.Since(start).Round(time.Millisecond), tc.name)
+			ttl, err := e.etcd.Client(t).TimeToLive(t.Context(), clientv3LeaseID(lease))
+			require.NoError(t, err)
+			assert.Equal(t, int64(-1), ttl.TTL, "the bridge revoked the frozen node's lease")
+			assert.Contains(t, e.bridge.out.String(), tc.why)
 
-	// The StatefulSet brings the pod back; the job runs at full size again.
-	e.status("evict", "Running again with 2", func(s membership.Status) bool {
-		return s.Phase == membership.JobRunning && s.Members == 2 && s.Generation > st.Generation
-	})
+			// The StatefulSet brings the pod back; the job runs at full size again.
+			e.status("evict", "Running again with 2", func(s membership.Status) bool {
+				return s.Phase == membership.JobRunning && s.Members == 2 && s.Generation > st.Generation
+			})
+		})
+	}
 }
 
 func TestOnCompletionRemovesThePods(t *testing.T) {

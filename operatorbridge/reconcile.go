@@ -82,8 +82,10 @@ func (r *run) reconcile(ctx context.Context, job string) error {
 			replicas = want
 		}
 	}
-	if rec.plan != nil && rec.plan.Phase == membership.PhaseRun {
-		if err := r.writeConfigMap(ctx, job, *rec.plan, primary); err != nil {
+	// The ConfigMap is for the workload's pods and goes with the workload:
+	// without one there is nothing to write it for, and nothing to own it.
+	if rec.plan != nil && rec.plan.Phase == membership.PhaseRun && primary != nil {
+		if err := r.writeConfigMap(ctx, job, *rec.plan, *primary); err != nil {
 			problems = append(problems, err.Error())
 		}
 	}
@@ -201,15 +203,12 @@ func configMapData(job string, p membership.Plan) map[string]string {
 }
 
 // writeConfigMap writes the generation's endpoints to <job>-elastic, owned
-// by the worker workload, and records an Event on the workload the first
-// time it describes a generation.
-func (r *run) writeConfigMap(ctx context.Context, job string, p membership.Plan, owner *workload) error {
+// by the worker workload so that it goes with it, and records an Event on
+// the workload the first time it describes a generation.
+func (r *run) writeConfigMap(ctx context.Context, job string, p membership.Plan, owner workload) error {
 	cms := r.cfg.Kube.CoreV1().ConfigMaps(r.cfg.Namespace)
 	gen := strconv.FormatInt(p.Generation, 10)
-	written := writtenConfig{generation: p.Generation}
-	if owner != nil {
-		written.owner = owner.obj.GetUID()
-	}
+	written := writtenConfig{generation: p.Generation, owner: owner.obj.GetUID()}
 	if r.configs[job] == written {
 		return nil // written this term; the next generation writes it again
 	}
@@ -221,13 +220,11 @@ func (r *run) writeConfigMap(ctx context.Context, job string, p membership.Plan,
 	want := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: ConfigMapName(job), Namespace: r.cfg.Namespace,
-			Labels:      map[string]string{LabelJob: job},
-			Annotations: map[string]string{AnnotationGeneration: gen},
+			Labels:          map[string]string{LabelJob: job},
+			Annotations:     map[string]string{AnnotationGeneration: gen},
+			OwnerReferences: []metav1.OwnerReference{ownerRef(owner.obj)},
 		},
 		Data: configMapData(job, p),
-	}
-	if owner != nil {
-		want.OwnerReferences = []metav1.OwnerReference{ownerRef(owner.obj)}
 	}
 	have, err := cms.Get(ctx, want.Name, metav1.GetOptions{})
 	switch {
@@ -255,11 +252,9 @@ func (r *run) writeConfigMap(ctx context.Context, job string, p membership.Plan,
 		}
 	}
 	r.logger.Info("endpoints written", "job", job, "generation", p.Generation, "configmap", want.Name)
-	if owner != nil {
-		e := p.Endpoints()
-		r.recorder.Eventf(owner.obj, corev1.EventTypeNormal, "Generation", "generation %d: %d workers, %d ps, world size %d (%s)",
-			p.Generation, e.Nodes[membership.RoleWorker], e.Nodes[membership.RolePS], p.WorldSize, p.Reason)
-	}
+	e := p.Endpoints()
+	r.recorder.Eventf(owner.obj, corev1.EventTypeNormal, "Generation", "generation %d: %d workers, %d ps, world size %d (%s)",
+		p.Generation, e.Nodes[membership.RoleWorker], e.Nodes[membership.RolePS], p.WorldSize, p.Reason)
 	return nil
 }
 
