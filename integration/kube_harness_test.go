@@ -232,21 +232,6 @@ func (e *kubeEnv) status(job, what string, ok func(membership.Status) bool) memb
 	return last
 }
 
-// runningPods counts the job's pods that kwok runs.
-func (e *kubeEnv) runningPods(job string) int {
-	pods, err := e.c.Client.CoreV1().Pods(e.ns).List(e.t.Context(), metav1.ListOptions{LabelSelector: "elastic.job=" + job})
-	if err != nil {
-		return -1
-	}
-	n := 0
-	for _, p := range pods.Items {
-		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-			n++
-		}
-	}
-	return n
-}
-
 // sidecarContainer is a real sidecar process standing in for a pod's
 // container.
 type sidecarContainer struct{ proc *bgProcess }

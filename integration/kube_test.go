@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/elastictraining/coordinator/internal/kubetest"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/operatorbridge"
 )
@@ -73,7 +74,7 @@ func TestBridgeFollowsScaleWithPodsConfigMapAndServices(t *testing.T) {
 			got, err := e.c.Client.AppsV1().StatefulSets(e.ns).Get(t.Context(), sts.Name, metav1.GetOptions{})
 			return err == nil && *got.Spec.Replicas == int32(n)
 		}, 30*time.Second, 20*time.Millisecond, "the StatefulSet never had %d replicas:\n%s", n, e.bridge.out)
-		require.Eventually(t, func() bool { return e.runningPods("train") == n }, 60*time.Second, 50*time.Millisecond)
+		require.Eventually(t, func() bool { return kubetest.RunningPods(t.Context(), e.c.Client, e.ns, "elastic.job=train") == n }, 60*time.Second, 50*time.Millisecond)
 		st := e.status("train", "Running at "+itoa(n), func(s membership.Status) bool {
 			return s.Phase == membership.JobRunning && s.WorldSize == n && s.Generation > gen
 		})

@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,6 +26,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/elastictraining/coordinator/bench/internal/stats"
 	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/internal/embedetcd"
 	"github.com/elastictraining/coordinator/internal/etcdclient"
@@ -65,7 +65,7 @@ func main() {
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCALE\tRUNS\tPODS RUNNING (MEDIAN)\tCONFIGMAP UPDATED (MEDIAN)\tCONFIGMAP (MIN)\tCONFIGMAP (MAX)")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", r.name, len(r.cm), ms(median(r.pods)), ms(median(r.cm)), ms(minOf(r.cm)), ms(maxOf(r.cm)))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", r.name, len(r.cm), stats.Ms(stats.Median(r.pods)), stats.Ms(stats.Median(r.cm)), stats.Ms(stats.Quantile(r.cm, 0)), stats.Ms(stats.Quantile(r.cm, 1)))
 	}
 	tw.Flush()
 	fmt.Print(b.String())
@@ -183,7 +183,7 @@ func waitUp(ctx context.Context, c *kubetest.Cluster, ns string, n int) (time.Ti
 	var podsAt, cmAt time.Time
 	deadline := time.Now().Add(5 * time.Minute)
 	for time.Now().Before(deadline) && (podsAt.IsZero() || cmAt.IsZero()) {
-		if podsAt.IsZero() && runningPods(ctx, c, ns) == n {
+		if podsAt.IsZero() && kubetest.RunningPods(ctx, c.Client, ns, "") == n {
 			podsAt = time.Now()
 		}
 		if cmAt.IsZero() {
@@ -222,20 +222,6 @@ func waitSize(ctx context.Context, c *kubetest.Cluster, client *coordinator.Clie
 	return ctx.Err()
 }
 
-func runningPods(ctx context.Context, c *kubetest.Cluster, ns string) int {
-	pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return -1
-	}
-	running := 0
-	for _, p := range pods.Items {
-		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-			running++
-		}
-	}
-	return running
-}
-
 type process struct{ cmd *exec.Cmd }
 
 func (p process) Stop() { _ = p.cmd.Process.Signal(syscall.SIGTERM) }
@@ -244,30 +230,6 @@ func stop(cmd *exec.Cmd) {
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	_ = cmd.Wait()
 }
-
-func median(d []time.Duration) time.Duration {
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)/2]
-}
-
-func minOf(d []time.Duration) time.Duration {
-	m := d[0]
-	for _, x := range d {
-		m = min(m, x)
-	}
-	return m
-}
-
-func maxOf(d []time.Duration) time.Duration {
-	m := d[0]
-	for _, x := range d {
-		m = max(m, x)
-	}
-	return m
-}
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.0fms", float64(d)/float64(time.Millisecond)) }
 
 func check(err error) {
 	if err != nil {

@@ -19,13 +19,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
+	"github.com/elastictraining/coordinator/bench/internal/stats"
 	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/internal/embedetcd"
 	"github.com/elastictraining/coordinator/internal/etcdclient"
@@ -343,11 +343,10 @@ func report(w io.Writer, results []result) {
 	fmt.Fprintln(tw, "SCENARIO\tNODES\tRUNS\tMEDIAN\tP90\tMIN\tMAX")
 	medians := map[string]time.Duration{}
 	for _, r := range results {
-		s := append([]time.Duration(nil), r.samples...)
-		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-		med := s[len(s)/2]
+		med := stats.Median(r.samples)
 		medians[fmt.Sprintf("%s/%d", r.scenario, r.nodes)] = med
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\n", r.scenario, r.nodes, len(s), ms(med), ms(s[len(s)*9/10]), ms(s[0]), ms(s[len(s)-1]))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\n", r.scenario, r.nodes, len(r.samples), stats.Ms(med),
+			stats.Ms(stats.Quantile(r.samples, 0.9)), stats.Ms(stats.Quantile(r.samples, 0)), stats.Ms(stats.Quantile(r.samples, 1)))
 	}
 	tw.Flush()
 	for _, r := range results {
@@ -361,5 +360,3 @@ func report(w io.Writer, results []result) {
 		}
 	}
 }
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.0fms", float64(d)/float64(time.Millisecond)) }

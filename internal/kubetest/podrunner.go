@@ -1,6 +1,7 @@
 package kubetest
 
 import (
+	"context"
 	"fmt"
 	"sync"
 
@@ -104,4 +105,20 @@ func (r *PodRunner) Stop() {
 		c.Stop()
 		delete(r.running, uid)
 	}
+}
+
+// RunningPods counts the pods of ns matching selector that are Running and
+// not being deleted, or returns -1 if the API server cannot say.
+func RunningPods(ctx context.Context, kube kubernetes.Interface, ns, selector string) int {
+	pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			n++
+		}
+	}
+	return n
 }
