@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"strings"
 	"syscall"
 	"testing"
@@ -169,4 +170,29 @@ func mustGet(t *testing.T, srv *etcdtest.Server, key string) []byte {
 	require.NoError(t, err)
 	require.Len(t, resp.Kvs, 1)
 	return resp.Kvs[0].Value
+}
+
+func TestStatusWatchFollowsTheJobToItsEnd(t *testing.T) {
+	t.Parallel()
+	srv := etcdtest.Start(t)
+	background(t, nil, "serve", "--etcd-endpoints", srv.Endpoint(), "--listen-metrics", "127.0.0.1:0")
+	code, _, stderr := cli(t, nil, "scale", "--etcd-endpoints", srv.Endpoint(), "--job", "watched", "--np", "1")
+	require.Equal(t, 0, code, stderr)
+	watch := background(t, nil, "status", "--etcd-endpoints", srv.Endpoint(), "--job", "watched", "--watch", "-o", "json")
+	background(t, []string{"TOY_DIR=" + t.TempDir(), "TOY_STEPS=5", "TOY_INTERVAL=0.1"},
+		"sidecar", "--etcd-endpoints", srv.Endpoint(), "--job", "watched", "--host", "127.0.0.1", "--", "testdata/toytrainer.sh")
+
+	assert.Equal(t, 0, watch.wait(t), "the watch ends with the job")
+	var phases []string
+	for _, line := range strings.Split(strings.TrimSpace(watch.out.String()), "\n") {
+		var v struct {
+			Status membership.Status `json:"status"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(line), &v), "one JSON object per line: %q", line)
+		if len(phases) == 0 || phases[len(phases)-1] != string(v.Status.Phase) {
+			phases = append(phases, string(v.Status.Phase))
+		}
+	}
+	assert.Equal(t, "Succeeded", phases[len(phases)-1])
+	assert.Contains(t, phases, "Running")
 }
