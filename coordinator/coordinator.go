@@ -44,10 +44,10 @@ func (c *Coordinator) IsLeader() bool { return c.leading.Load() }
 // Run campaigns for the lead and, while it leads, reconciles every job. It
 // returns when ctx is done, resigning the lead if it holds it.
 func (c *Coordinator) Run(ctx context.Context) error {
-	retry := backoff.NewExponentialBackOff()
-	retry.InitialInterval = 100 * time.Millisecond
-	retry.MaxInterval = 2 * time.Second
-	retry.MaxElapsedTime = 0
+	retry := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMaxInterval(2*time.Second),
+		backoff.WithMaxElapsedTime(0))
 	for {
 		led, err := c.campaignAndLead(ctx)
 		if ctx.Err() != nil {

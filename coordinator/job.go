@@ -54,10 +54,10 @@ type jobActor struct {
 }
 
 func newJobActor(t *term, job string) *jobActor {
-	retry := backoff.NewExponentialBackOff()
-	retry.InitialInterval = 50 * time.Millisecond
-	retry.MaxInterval = 2 * time.Second
-	retry.MaxElapsedTime = 0
+	retry := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(50*time.Millisecond),
+		backoff.WithMaxInterval(2*time.Second),
+		backoff.WithMaxElapsedTime(0))
 	return &jobActor{
 		t: t, job: job, logger: t.c.logger.With("job", job),
 		wake: make(chan struct{}, 1), nodes: map[string]nodeEntry{},

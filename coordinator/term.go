@@ -120,10 +120,10 @@ func (t *term) forgetEventLease() {
 // lead runs a leader task for the whole term, starting it again after a
 // backoff when it fails.
 func (t *term) lead(ctx context.Context, task LeaderTask) {
-	retry := backoff.NewExponentialBackOff()
-	retry.InitialInterval = time.Second
-	retry.MaxInterval = 30 * time.Second
-	retry.MaxElapsedTime = 0
+	retry := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(time.Second),
+		backoff.WithMaxInterval(30*time.Second),
+		backoff.WithMaxElapsedTime(0))
 	for {
 		err := task.Lead(ctx)
 		if ctx.Err() != nil {

@@ -1,28 +1,37 @@
-// Package launcher supervises a node's training processes: it starts one
-// process per local rank, each in its own process group, with the
-// environment of its rank; forwards their output line by line with a rank
-// prefix; and stops them with SIGTERM, a grace period and SIGKILL. Children
-// are always reaped, and die with the launcher's process (Pdeathsig).
+// Package launcher supervises a node's training processes through a process
+// guard (package guard): it starts one process per local rank with the
+// environment of its rank, stops them with SIGTERM, a grace period and
+// SIGKILL, and hands the guard the lease deadline past which the guard
+// kills them on its own. A stop returns only once nothing of the processes'
+// trees is left.
 //
 // It knows nothing of etcd or Kubernetes.
 package launcher
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/elastictraining/coordinator/guard"
 )
 
 // DefaultGrace is how long processes get between SIGTERM and SIGKILL.
 const DefaultGrace = 10 * time.Second
+
+// guardTimeout bounds how long the launcher waits for the guard to act on a
+// kill, or to take a command, before it kills the guard itself.
+const guardTimeout = 2 * time.Second
 
 // Exit is how a node's processes ended: Code 0 when every process exited 0;
 // otherwise the code of the first process that failed, 128+signal for a
@@ -43,29 +52,44 @@ type Config struct {
 	// with "[rank N] "; os.Stdout and os.Stderr if nil.
 	Stdout io.Writer
 	Stderr io.Writer
-	Logger hclog.Logger
+	// Guard is the command line that starts the process guard: the
+	// coordinator binary and its argument "guard". Required.
+	Guard []string
+	// OnFenced is called when the guard killed the processes on its own
+	// because their deadline passed: the lease they ran under is over.
+	OnFenced func(lease int64)
+	Logger   hclog.Logger
 }
 
 // Launcher runs one generation of a node's processes at a time.
 type Launcher struct {
 	cfg    Config
 	logger hclog.Logger
-	outMu  sync.Mutex // one line at a time on the shared outputs
 
 	mu      sync.Mutex
+	guard   *guardProc // nil until first needed, and after it died
+	lease   int64
+	fenceAt time.Time
 	current *group
+	closed  bool
 }
 
-// New validates cfg.
+// New validates cfg. The guard starts with the first deadline or start.
 func New(cfg Config) (*Launcher, error) {
 	if len(cfg.Command) == 0 || cfg.Command[0] == "" {
 		return nil, errors.New("launcher: no command to run")
+	}
+	if len(cfg.Guard) == 0 {
+		return nil, errors.New("launcher: no process guard command")
 	}
 	if cfg.Stdout == nil {
 		cfg.Stdout = os.Stdout
 	}
 	if cfg.Stderr == nil {
 		cfg.Stderr = os.Stderr
+	}
+	if cfg.OnFenced == nil {
+		cfg.OnFenced = func(int64) {}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
@@ -75,230 +99,299 @@ func New(cfg Config) (*Launcher, error) {
 
 // group is the processes of one Start.
 type group struct {
-	procs    []*proc
-	exit     chan Exit
-	stopping chan struct{} // closed by Stop: exits are no longer failures
-	stopOnce sync.Once
-	done     chan struct{} // closed when every process is reaped
+	mu        sync.Mutex
+	ranks     map[int]int // pid -> local rank's global rank
+	pids      []int
+	remaining int
+	first     *Exit // the first failure
+	stopping  bool
+	exit      chan Exit
 }
 
-type proc struct {
-	rank    int
-	cmd     *exec.Cmd
-	outputs []*lineWriter
-	done    chan struct{}
-	exit    Exit
-}
-
-// Start runs one process per port of t. The channel receives one Exit when
-// every process exited 0, or when one failed and the others were stopped;
-// then it closes.
-func (l *Launcher) Start(t Topology) (<-chan Exit, error) {
+// Start runs one process per port of t under the guard, for the lease they
+// run under, which must be the one of the last deadline. The channel
+// receives one Exit when every process exited 0, or when one failed and the
+// others were stopped; then it closes.
+func (l *Launcher) Start(t Topology, lease int64) (<-chan Exit, error) {
 	if len(t.Ports) == 0 {
 		return nil, errors.New("launcher: topology without ports")
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.current != nil {
-		select {
-		case <-l.current.done:
-		default:
-			return nil, errors.New("launcher: the previous generation still runs")
-		}
+	path, err := exec.LookPath(l.cfg.Command[0])
+	if err == nil {
+		path, err = filepath.Abs(path)
 	}
-	g := &group{exit: make(chan Exit, 1), stopping: make(chan struct{}), done: make(chan struct{})}
-	for local := range t.Ports {
-		p, err := l.spawn(t, local)
-		if err != nil {
-			g.stop(0)
-			<-g.waitAll()
-			return nil, err
-		}
-		g.procs = append(g.procs, p)
-	}
-	l.current = g
-	go l.supervise(g)
-	l.logger.Debug("started", "generation", t.Generation, "processes", len(g.procs))
-	return g.exit, nil
-}
-
-// spawn starts the process of one local rank; see Spawn.
-func (l *Launcher) spawn(t Topology, local int) (*proc, error) {
-	rank := t.GlobalRankBase + local
-	prefix := fmt.Sprintf("[rank %d] ", rank)
-	if t.Role != "" && t.Role != "worker" {
-		prefix = fmt.Sprintf("[%s %d] ", t.Role, t.NodeRank)
-	}
-	cmd := exec.Command(l.cfg.Command[0], l.cfg.Command[1:]...)
-	cmd.Dir = l.cfg.Dir
-	cmd.Env = mergeEnv(l.cfg.Env, t.Env(local))
-	stdout, stderr := newLineWriter(&l.outMu, l.cfg.Stdout, prefix), newLineWriter(&l.outMu, l.cfg.Stderr, prefix)
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	// Output held open by a grandchild must not keep the process unreaped.
-	cmd.WaitDelay = 2 * time.Second
-	p := &proc{rank: rank, cmd: cmd, outputs: []*lineWriter{stdout, stderr}, done: make(chan struct{})}
-
-	waited, err := Spawn(cmd)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", l.cfg.Command[0], err)
 	}
-	go func() {
-		err := <-waited
-		for _, w := range p.outputs {
-			w.Flush()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	g, err := l.guardLocked()
+	if err != nil {
+		return nil, err
+	}
+	cmd := guard.Command{Op: guard.OpStart, Lease: lease, Generation: max(t.Generation, 1)}
+	for local := range t.Ports {
+		prefix := fmt.Sprintf("[rank %d] ", t.GlobalRankBase+local)
+		if t.Role != "" && t.Role != "worker" {
+			prefix = fmt.Sprintf("[%s %d] ", t.Role, t.NodeRank)
 		}
-		p.exit = exitOf(cmd, err)
-		close(p.done)
-	}()
-	return p, nil
+		cmd.Procs = append(cmd.Procs, guard.Proc{
+			Rank: t.GlobalRankBase + local, Path: path, Argv: l.cfg.Command, Dir: l.cfg.Dir,
+			Env: mergeEnv(l.cfg.Env, t.Env(local)), Prefix: prefix,
+		})
+	}
+	grp := &group{ranks: map[int]int{}, exit: make(chan Exit, 1)}
+	l.current = grp
+	rep, err := g.call(cmd, 30*time.Second)
+	if err == nil && rep.Event == guard.EventStartFailed {
+		err = errors.New(rep.Error)
+	}
+	if err != nil {
+		l.current = nil
+		return nil, err
+	}
+	grp.mu.Lock()
+	for i, pid := range rep.Pids {
+		grp.ranks[pid] = cmd.Procs[i].Rank
+	}
+	grp.pids, grp.remaining = rep.Pids, len(rep.Pids)
+	grp.mu.Unlock()
+	l.logger.Debug("started", "generation", t.Generation, "processes", len(rep.Pids))
+	return grp.exit, nil
 }
 
-// supervise reports the group's exit: the first failure stops the others.
-func (l *Launcher) supervise(g *group) {
-	defer close(g.exit)
-	failed := make(chan *proc, len(g.procs))
-	for _, p := range g.procs {
-		go func() {
-			<-p.done
-			if p.exit.Code != 0 {
-				failed <- p
-			}
-		}()
-	}
-	all := g.waitAll()
-	var first *proc
-	select {
-	case <-all:
-	case first = <-failed:
-		select {
-		case <-g.stopping:
-		default:
-			l.logger.Info("a process failed; stopping the others", "rank", first.rank, "exit_code", first.exit.Code)
-			g.stop(DefaultGrace)
-		}
-		<-all
-	}
-	if first == nil {
-		for _, p := range g.procs {
-			if p.exit.Code != 0 {
-				first = p
-				break
-			}
-		}
-	}
-	close(g.done)
-	if first == nil {
-		g.exit <- Exit{Code: 0, Message: "every process exited 0"}
+// onExit records a process's exit; the first failure stops the others.
+func (l *Launcher) onExit(rep guard.Report) {
+	l.mu.Lock()
+	grp := l.current
+	l.mu.Unlock()
+	if grp == nil {
 		return
 	}
-	g.exit <- Exit{Code: first.exit.Code, Message: fmt.Sprintf("rank %d: %s", first.rank, first.exit.Message)}
-}
-
-// waitAll returns a channel closed when every process is reaped.
-func (g *group) waitAll() <-chan struct{} {
-	all := make(chan struct{})
-	go func() {
-		for _, p := range g.procs {
-			<-p.done
-		}
-		close(all)
-	}()
-	return all
-}
-
-// stop signals every process group with SIGTERM and, after grace, SIGKILL.
-// It does not wait.
-func (g *group) stop(grace time.Duration) {
-	g.stopOnce.Do(func() {
-		close(g.stopping)
-		for _, p := range g.procs {
-			signalGroup(p, syscall.SIGTERM)
-		}
-		go func() {
-			timer := time.NewTimer(grace)
-			defer timer.Stop()
-			select {
-			case <-g.waitAll():
-				return
-			case <-timer.C:
-			}
-			for _, p := range g.procs {
-				signalGroup(p, syscall.SIGKILL)
-			}
-		}()
-	})
-}
-
-func signalGroup(p *proc, sig syscall.Signal) {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	if p.cmd.Process == nil {
+	grp.mu.Lock()
+	rank, ok := grp.ranks[rep.Pid]
+	if !ok {
+		grp.mu.Unlock()
 		return
 	}
-	// The process leads its own group; signal the whole group so that its
-	// own children go too.
-	_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+	delete(grp.ranks, rep.Pid)
+	grp.remaining--
+	stopOthers := false
+	if rep.Code != 0 && grp.first == nil {
+		msg := fmt.Sprintf("exited with code %d", rep.Code)
+		if rep.Signal != 0 {
+			msg = "killed by signal " + signalName(rep.Signal)
+		}
+		grp.first = &Exit{Code: rep.Code, Message: fmt.Sprintf("rank %d: %s", rank, msg)}
+		stopOthers = !grp.stopping && grp.remaining > 0
+		grp.stopping = true
+		if stopOthers {
+			l.logger.Info("a process failed; stopping the others", "rank", rank, "exit_code", rep.Code)
+		}
+	}
+	l.finishLocked(grp)
+	grp.mu.Unlock()
+	if stopOthers {
+		go func() { _ = l.Stop(context.Background(), DefaultGrace) }()
+	}
+}
+
+// finishLocked delivers the group's exit once every process exited.
+func (l *Launcher) finishLocked(grp *group) {
+	if grp.remaining > 0 || grp.exit == nil {
+		return
+	}
+	if grp.first != nil {
+		grp.exit <- *grp.first
+	} else {
+		grp.exit <- Exit{Code: 0, Message: "every process exited 0"}
+	}
+	close(grp.exit)
+	grp.exit = nil
+}
+
+// SetDeadline tells the guard the lease the processes run under and the
+// time by which they must be dead unless it is extended again.
+func (l *Launcher) SetDeadline(lease int64, at time.Time) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lease, l.fenceAt = lease, at
+	if l.guard == nil {
+		return nil // given to the guard when it starts
+	}
+	_, err := l.guard.send(deadlineCommand(lease, at), nil)
+	return err
+}
+
+func deadlineCommand(lease int64, at time.Time) guard.Command {
+	return guard.Command{Op: guard.OpDeadline, Lease: lease, KillAt: guard.MonoNow() + int64(time.Until(at))}
 }
 
 // Stop stops the running processes: SIGTERM to each process group, up to
-// grace for them to exit, then SIGKILL. It returns when every process is
-// reaped, or when ctx is done first. Stopping nothing is not an error; Stop
-// is safe to call twice.
+// grace for them to exit, then SIGKILL of whatever is left of their trees.
+// It returns when nothing is left, or kills at once when ctx is done first.
+// Stopping nothing is not an error; Stop is safe to call twice and
+// alongside Kill.
 func (l *Launcher) Stop(ctx context.Context, grace time.Duration) error {
 	l.mu.Lock()
-	g := l.current
+	g := l.guard
+	if grp := l.current; grp != nil {
+		grp.mu.Lock()
+		grp.stopping = true
+		grp.mu.Unlock()
+	}
 	l.mu.Unlock()
 	if g == nil {
 		return nil
 	}
-	g.stop(grace)
-	select {
-	case <-g.done:
-		return nil
-	case <-ctx.Done():
-		for _, p := range g.procs {
-			signalGroup(p, syscall.SIGKILL)
-		}
-		<-g.done
-		return ctx.Err()
+	seq, err := g.send(guard.Command{Op: guard.OpStop, GraceNanos: int64(grace)}, nil)
+	if err == nil {
+		err = g.awaitClear(seq, ctx.Done())
 	}
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, errGuardDied) {
+		l.guardDied(g)
+		return nil
+	}
+	if kerr := l.Kill(context.WithoutCancel(ctx)); kerr != nil {
+		return kerr
+	}
+	return ctx.Err()
+}
+
+// Kill kills the running processes at once and refuses to start more until
+// the next deadline: the node is fenced out. It returns when nothing is
+// left; a guard that does not act in time is killed and its processes'
+// remains swept.
+func (l *Launcher) Kill(ctx context.Context) error {
+	l.mu.Lock()
+	g := l.guard
+	l.lease, l.fenceAt = 0, time.Time{}
+	if grp := l.current; grp != nil {
+		grp.mu.Lock()
+		grp.stopping = true
+		grp.mu.Unlock()
+	}
+	l.mu.Unlock()
+	if g == nil {
+		return nil
+	}
+	seq, err := g.send(guard.Command{Op: guard.OpKill}, nil)
+	if err == nil {
+		timeout, cancel := context.WithTimeout(ctx, guardTimeout)
+		err = g.awaitClear(seq, timeout.Done())
+		cancel()
+	}
+	if err != nil {
+		l.logger.Warn("the process guard did not kill in time; killing it", "error", err)
+		g.kill()
+		<-g.dead
+		l.guardDied(g)
+	}
+	return nil
+}
+
+// Close stops everything and the guard with it. The launcher cannot be
+// used afterwards.
+func (l *Launcher) Close() {
+	l.mu.Lock()
+	g := l.guard
+	l.closed = true
+	l.mu.Unlock()
+	if g == nil {
+		return
+	}
+	g.close()
+	select {
+	case <-g.dead:
+	case <-time.After(guardTimeout + DefaultGrace):
+		g.kill()
+		<-g.dead
+	}
+	l.guardDied(g)
 }
 
 // Pids returns the process ids of the running processes, for tests and
 // diagnostics.
 func (l *Launcher) Pids() []int {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.current == nil {
+	grp := l.current
+	l.mu.Unlock()
+	if grp == nil {
 		return nil
 	}
+	grp.mu.Lock()
+	defer grp.mu.Unlock()
 	var out []int
-	for _, p := range l.current.procs {
-		select {
-		case <-p.done:
-		default:
-			out = append(out, p.cmd.Process.Pid)
+	for _, pid := range grp.pids {
+		if _, running := grp.ranks[pid]; running {
+			out = append(out, pid)
 		}
 	}
 	return out
 }
 
-// exitOf turns Wait's result into an Exit.
-func exitOf(cmd *exec.Cmd, err error) Exit {
-	state := cmd.ProcessState
-	if state == nil {
-		return Exit{Code: 1, Message: fmt.Sprintf("not reaped: %v", err)}
+// guardLocked returns the running guard, starting one if there is none.
+func (l *Launcher) guardLocked() (*guardProc, error) {
+	if l.closed {
+		return nil, errors.New("launcher: closed")
 	}
-	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return Exit{Code: 128 + int(ws.Signal()), Message: "killed by signal " + ws.Signal().String()}
+	if l.guard != nil {
+		return l.guard, nil
 	}
-	code := state.ExitCode()
-	if code == 0 {
-		return Exit{Code: 0, Message: "exited 0"}
+	var g *guardProc
+	hooks := guardHooks{exit: l.onExit, fenced: func(lease int64) {
+		l.logger.Warn("the lease deadline passed: the guard killed the processes", "lease", fmt.Sprintf("%x", lease))
+		l.cfg.OnFenced(lease)
+	}}
+	g, err := startGuard(l.cfg.Guard, l.cfg.Env, l.cfg.Stdout, l.cfg.Stderr, hooks)
+	if err != nil {
+		return nil, err
 	}
-	return Exit{Code: code, Message: fmt.Sprintf("exited with code %d", code)}
+	if l.lease != 0 {
+		if _, err := g.send(deadlineCommand(l.lease, l.fenceAt), nil); err != nil {
+			g.close()
+			return nil, err
+		}
+	}
+	l.guard = g
+	go func() {
+		<-g.dead
+		l.guardDied(g)
+	}()
+	return g, nil
+}
+
+// guardDied forgets a guard that exited, ends the processes it ran, and
+// sweeps whatever of their trees it left behind.
+func (l *Launcher) guardDied(g *guardProc) {
+	l.mu.Lock()
+	if l.guard == g {
+		l.guard = nil
+	}
+	grp := l.current
+	l.mu.Unlock()
+	Sweep(g.marker, g.cgroupPath())
+	if grp == nil {
+		return
+	}
+	grp.mu.Lock()
+	defer grp.mu.Unlock()
+	if len(grp.ranks) == 0 {
+		return
+	}
+	if grp.first == nil {
+		grp.first = &Exit{Code: 137, Message: "the process guard died"}
+	}
+	clear(grp.ranks)
+	grp.remaining = 0
+	l.finishLocked(grp)
+}
+
+func newMarker() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

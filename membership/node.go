@@ -29,9 +29,9 @@ func ParseRole(s string) (Role, error) {
 // NodeState is what a node's sidecar last reported about its processes.
 type NodeState string
 
-// Node states. Only a node in NodeRunning, NodeSucceeded or NodeFailed can
-// have a process of its generation left; a node in NodeWaiting or
-// NodeStopped has none.
+// Node states. Only a node in NodeRunning, NodeSucceeded, NodeFailed or
+// NodeLeaving can have a process of its generation left; a node in
+// NodeWaiting or NodeStopped has none.
 const (
 	// NodeWaiting: registered, never started a process under this lease.
 	NodeWaiting NodeState = "waiting"
@@ -43,6 +43,10 @@ const (
 	NodeSucceeded NodeState = "succeeded"
 	// NodeFailed: a process of Generation failed; ExitCode says how.
 	NodeFailed NodeState = "failed"
+	// NodeLeaving: the sidecar is leaving the job (SIGTERM, a preemption)
+	// and stops its processes; it revokes its lease once they are gone.
+	// Failures of its peers from then on are explained by its leaving.
+	NodeLeaving NodeState = "leaving"
 )
 
 // MaxNProc is the largest number of processes a node may run.
@@ -105,7 +109,7 @@ func (n Node) Validate() error {
 		}
 	}
 	switch n.State {
-	case NodeWaiting, NodeStopped, NodeRunning, NodeSucceeded, NodeFailed:
+	case NodeWaiting, NodeStopped, NodeRunning, NodeSucceeded, NodeFailed, NodeLeaving:
 	default:
 		return fmt.Errorf("node %s: unknown state %q", n.ID, n.State)
 	}

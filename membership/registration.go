@@ -19,11 +19,18 @@ import (
 const (
 	DefaultTTL = 5 * time.Second
 	MinTTL     = 2 * time.Second
+	// MinFenceMargin is the least time between a node fencing itself and
+	// the earliest moment etcd may expire its lease.
+	MinFenceMargin = 250 * time.Millisecond
 )
 
 // ErrNotRegistered is returned by Registration.Update while the node has no
 // live lease; the update is kept and written when the node registers again.
 var ErrNotRegistered = errors.New("membership: node not registered")
+
+// ErrNodeTaken is returned when another sidecar, alive, holds the node's
+// record: two sidecars must never run one node.
+var ErrNodeTaken = errors.New("membership: node id taken")
 
 // RegistrationConfig configures Register.
 type RegistrationConfig struct {
@@ -33,11 +40,20 @@ type RegistrationConfig struct {
 	// Node is the first record to write; Node.ID names the key.
 	Node Node
 	// TTL of the lease, whole seconds; DefaultTTL if zero, at least MinTTL.
-	TTL    time.Duration
-	Logger hclog.Logger
-	// OnLost is called when the lease could not be renewed for a TTL, or
-	// was revoked. The node must have no process left when it returns: the
-	// coordinator may start the next generation without it from then on.
+	TTL time.Duration
+	// FenceMargin is how long before the earliest possible expiry of the
+	// lease the node fences itself; a tenth of the TTL if zero, and never
+	// less than MinFenceMargin.
+	FenceMargin time.Duration
+	Logger      hclog.Logger
+	// OnDeadline is called with the lease and the time by which the node's
+	// processes must be dead, each time it moves: at registration and after
+	// each renewal. It must not block.
+	OnDeadline func(lease clientv3.LeaseID, fenceAt time.Time)
+	// OnLost is called when the lease is lost: its fence time passed
+	// without a renewal, or it was revoked or not found. The node must have
+	// no process left when it returns: the coordinator may start the next
+	// generation without it from then on.
 	OnLost func()
 	// OnRegistered is called after the node registered again following a
 	// loss, with the record it wrote.
@@ -64,8 +80,18 @@ func (c *RegistrationConfig) setDefaults() error {
 		return fmt.Errorf("registration: lease ttl %s is below the minimum of %s", c.TTL, MinTTL)
 	}
 	c.TTL = time.Duration(math.Ceil(c.TTL.Seconds())) * time.Second
+	if c.FenceMargin == 0 {
+		c.FenceMargin = c.TTL / 10
+	}
+	c.FenceMargin = max(c.FenceMargin, MinFenceMargin)
+	if c.FenceMargin >= c.TTL/2 {
+		return fmt.Errorf("registration: fence margin %s must be below half the ttl %s", c.FenceMargin, c.TTL)
+	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
+	}
+	if c.OnDeadline == nil {
+		c.OnDeadline = func(clientv3.LeaseID, time.Time) {}
 	}
 	if c.OnLost == nil {
 		c.OnLost = func() {}
@@ -78,47 +104,53 @@ func (c *RegistrationConfig) setDefaults() error {
 
 // Registration is a node's presence in etcd: its record under a lease that a
 // goroutine keeps alive. Through transient errors and etcd restarts it
-// retries with backoff; when the lease is lost it tells its owner (OnLost)
-// and registers again with a new lease.
+// retries with backoff. It fences the node (OnLost) at the lease's deadline
+// minus a margin, measured from when the last successful renewal was sent,
+// so that the node's processes are gone before etcd can expire the lease;
+// then it registers again with a new lease.
 type Registration struct {
 	cfg    RegistrationConfig
 	key    string
 	logger hclog.Logger
 
-	// mu serialises writes of the record so that acks are never reordered.
-	mu       sync.Mutex
-	record   Node
-	lease    clientv3.LeaseID // 0 while lost
-	deadline time.Time        // when the lease may have expired on the server
+	// writeMu orders the writes of the record, so that acks are never
+	// reordered; it is held across the etcd call. mu guards the state
+	// below and is never held across a call, so a blocked write cannot
+	// delay the fence.
+	writeMu sync.Mutex
+	mu      sync.Mutex
+	record  Node
+	lease   clientv3.LeaseID // 0 while lost
+	fenceAt time.Time
 
 	renewals atomic.Int64
 	losses   atomic.Int64
 
-	expired chan struct{} // an Update saw the lease gone
-	cancel  context.CancelFunc
-	done    chan struct{}
-	stop    sync.Once
+	lost   chan clientv3.LeaseID // a lease seen gone by a write, or given up
+	fatal  chan error            // the node cannot register again
+	cancel context.CancelFunc
+	done   chan struct{}
+	stop   sync.Once
 }
 
 // Register grants a lease, writes the node record under it, and keeps it
 // alive until Leave or Close. The first registration happens before Register
-// returns, so an unreachable etcd is reported here.
+// returns, so an unreachable etcd, or another live sidecar holding the same
+// node id (ErrNodeTaken), is reported here.
 func Register(ctx context.Context, cfg RegistrationConfig) (*Registration, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
 	r := &Registration{
-		cfg:     cfg,
-		key:     cfg.Keys.Node(cfg.Job, cfg.Node.ID),
-		logger:  cfg.Logger.Named("membership").With("job", cfg.Job, "node", cfg.Node.ID),
-		record:  cfg.Node,
-		expired: make(chan struct{}, 1),
-		done:    make(chan struct{}),
+		cfg:    cfg,
+		key:    cfg.Keys.Node(cfg.Job, cfg.Node.ID),
+		logger: cfg.Logger.Named("membership").With("job", cfg.Job, "node", cfg.Node.ID),
+		record: cfg.Node,
+		lost:   make(chan clientv3.LeaseID, 1),
+		fatal:  make(chan error, 1),
+		done:   make(chan struct{}),
 	}
-	r.mu.Lock()
-	err := r.registerLocked(ctx)
-	r.mu.Unlock()
-	if err != nil {
+	if err := r.register(ctx, 0); err != nil {
 		return nil, err
 	}
 	loopCtx, cancel := context.WithCancel(context.Background())
@@ -150,29 +182,48 @@ func (r *Registration) Renewals() int64 { return r.renewals.Load() }
 // Losses counts the times the lease was lost and the node fenced.
 func (r *Registration) Losses() int64 { return r.losses.Load() }
 
+// Fatal receives an error when the node cannot register again: another
+// sidecar took its node id while this one was cut off.
+func (r *Registration) Fatal() <-chan error { return r.fatal }
+
+// GiveUp treats lease as lost, as when the node's processes were killed
+// because its deadline passed: the node fences and registers again. A lease
+// that is no longer current is ignored.
+func (r *Registration) GiveUp(lease clientv3.LeaseID) {
+	select {
+	case r.lost <- lease:
+	default:
+	}
+}
+
 // Update changes the record with fn and writes it under the current lease.
-// While the node is not registered it returns ErrNotRegistered and keeps the
-// change for the next registration.
+// While the node is not registered, or once its fence time has passed, it
+// returns ErrNotRegistered and keeps the change for the next registration.
 func (r *Registration) Update(ctx context.Context, fn func(*Node)) (Node, error) {
+	r.writeMu.Lock()
+	defer r.writeMu.Unlock()
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	next := r.record
 	next.Ports = append([]int(nil), r.record.Ports...)
 	fn(&next)
 	next.ID = r.record.ID
 	if err := next.Validate(); err != nil {
-		return r.record, fmt.Errorf("update node record: %w", err)
+		prev := r.record
+		r.mu.Unlock()
+		return prev, fmt.Errorf("update node record: %w", err)
 	}
 	r.record = next
-	if r.lease == 0 {
+	lease, fenceAt := r.lease, r.fenceAt
+	r.mu.Unlock()
+	if lease == 0 || !time.Now().Before(fenceAt) {
 		return next, ErrNotRegistered
 	}
-	if err := r.putLocked(ctx); err != nil {
+	// A write after the fence time would speak for processes that are gone.
+	putCtx, cancel := context.WithDeadline(ctx, fenceAt)
+	defer cancel()
+	if err := r.put(putCtx, lease, next); err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			select {
-			case r.expired <- struct{}{}:
-			default:
-			}
+			r.GiveUp(lease)
 			return next, ErrNotRegistered
 		}
 		return next, err
@@ -201,37 +252,155 @@ func (r *Registration) Leave(ctx context.Context) error {
 // the lease expires, as if the node had crashed. Safe to call more than once.
 func (r *Registration) Close() {
 	r.stop.Do(func() {
-		r.cancel()
-		<-r.done
+		if r.cancel != nil {
+			r.cancel()
+			<-r.done
+		}
 	})
 }
 
-// registerLocked grants a new lease and writes the record under it.
-func (r *Registration) registerLocked(ctx context.Context) error {
-	sent := time.Now()
-	grant, err := r.cfg.Client.Grant(ctx, int64(r.cfg.TTL/time.Second))
-	if err != nil {
-		return fmt.Errorf("grant lease: %w", err)
-	}
-	r.lease = grant.ID
-	r.deadline = sent.Add(time.Duration(grant.TTL) * time.Second)
-	if err := r.putLocked(ctx); err != nil {
-		r.lease = 0
-		// The lease expires by itself; revoking is only tidier.
+// register grants a new lease and creates the record under it. The record
+// is created only if no other lease holds it: a record under a lease that
+// is not renewed is waited for until it expires; one still renewed after
+// its TTL belongs to a live sidecar, and ErrNodeTaken is returned. old, if
+// set, is this registration's previous lease, revoked first: its processes
+// are gone.
+func (r *Registration) register(ctx context.Context, old clientv3.LeaseID) error {
+	r.writeMu.Lock()
+	defer r.writeMu.Unlock()
+	if old != 0 {
+		// Best effort: a record left under it expires with it anyway.
 		revokeCtx, cancel := context.WithTimeout(ctx, time.Second)
-		_, _ = r.cfg.Client.Revoke(revokeCtx, grant.ID)
+		_, _ = r.cfg.Client.Revoke(revokeCtx, old)
+		cancel()
+		// A new registration has started nothing, whatever was written
+		// meanwhile.
+		r.mu.Lock()
+		r.record.State, r.record.Generation, r.record.ExitCode, r.record.Message = NodeWaiting, 0, 0, ""
+		r.record.LeaseLosses = r.losses.Load()
+		r.mu.Unlock()
+	}
+	lease, fenceAt, err := r.grant(ctx)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	record := r.record
+	r.mu.Unlock()
+	if err := r.create(ctx, lease, record); err != nil {
+		// The lease expires by itself; revoking is only tidier.
+		revokeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_, _ = r.cfg.Client.Revoke(revokeCtx, lease)
 		cancel()
 		return err
+	}
+	r.mu.Lock()
+	r.lease, r.fenceAt = lease, fenceAt
+	r.mu.Unlock()
+	r.cfg.OnDeadline(lease, fenceAt)
+	return nil
+}
+
+// grant grants a lease and returns its fence time. The deadline counts from
+// when the grant was sent; a grant that took long (etcd was catching up
+// after an outage) is followed by a renewal, so that a new registration
+// starts with most of its TTL ahead of it.
+func (r *Registration) grant(ctx context.Context) (clientv3.LeaseID, time.Time, error) {
+	sent := time.Now()
+	resp, err := r.cfg.Client.Grant(ctx, int64(r.cfg.TTL/time.Second))
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("grant lease: %w", err)
+	}
+	fenceAt := r.fenceTime(sent, resp.TTL)
+	for range 3 {
+		if time.Until(fenceAt) >= r.cfg.TTL/2 {
+			break
+		}
+		sent = time.Now()
+		callCtx, cancel := context.WithDeadline(ctx, fenceAt)
+		ka, err := r.cfg.Client.KeepAliveOnce(callCtx, resp.ID)
+		cancel()
+		if err != nil {
+			break // the deadline stands; the keepalive loop decides
+		}
+		fenceAt = r.fenceTime(sent, ka.TTL)
+	}
+	return resp.ID, fenceAt, nil
+}
+
+// fenceTime is when a lease renewed (or granted) at sent for ttl seconds
+// must be considered lost: the server cannot expire it before sent+ttl.
+func (r *Registration) fenceTime(sent time.Time, ttl int64) time.Time {
+	return sent.Add(time.Duration(ttl)*time.Second - r.cfg.FenceMargin)
+}
+
+// create writes the record under lease if no other lease holds the key,
+// waiting for a record left by a dead sidecar to expire.
+func (r *Registration) create(ctx context.Context, lease clientv3.LeaseID, record Node) error {
+	value, err := Encode(record)
+	if err != nil {
+		return err
+	}
+	var waitedFor clientv3.LeaseID
+	var waitUntil time.Time
+	for {
+		resp, err := r.cfg.Client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(r.key), "=", 0)).
+			Then(clientv3.OpPut(r.key, value, clientv3.WithLease(lease))).
+			Else(clientv3.OpGet(r.key)).
+			Commit()
+		if err != nil {
+			return fmt.Errorf("create node record: %w", err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			continue // gone in between
+		}
+		holder, rev := clientv3.LeaseID(kvs[0].Lease), kvs[0].ModRevision
+		if holder != waitedFor {
+			// Wait for the other lease's TTL and a second: if it is still
+			// there after that, its sidecar is renewing it.
+			ttl := r.cfg.TTL
+			if tl, err := r.cfg.Client.TimeToLive(ctx, holder); err == nil && tl.GrantedTTL > 0 {
+				ttl = time.Duration(tl.GrantedTTL) * time.Second
+			}
+			waitedFor, waitUntil = holder, time.Now().Add(ttl+time.Second)
+			r.logger.Warn("the node's record is held under another lease; waiting for it to expire", "lease", fmt.Sprintf("%x", holder))
+		}
+		if !time.Now().Before(waitUntil) {
+			return fmt.Errorf("%w: node %s of job %s is registered by another sidecar that is alive (lease %x is still renewed); give this node another --node-id",
+				ErrNodeTaken, record.ID, r.cfg.Job, holder)
+		}
+		if err := r.waitGone(ctx, rev, waitUntil); err != nil {
+			return err
+		}
+	}
+}
+
+// waitGone waits until the key changes after rev, or until is reached.
+func (r *Registration) waitGone(ctx context.Context, rev int64, until time.Time) error {
+	wctx, cancel := context.WithDeadline(clientv3.WithRequireLeader(ctx), until)
+	defer cancel()
+	for resp := range r.cfg.Client.Watch(wctx, r.key, clientv3.WithRev(rev+1)) {
+		if resp.Err() != nil || len(resp.Events) > 0 {
+			return nil
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
 	}
 	return nil
 }
 
-func (r *Registration) putLocked(ctx context.Context) error {
-	value, err := Encode(r.record)
+func (r *Registration) put(ctx context.Context, lease clientv3.LeaseID, record Node) error {
+	value, err := Encode(record)
 	if err != nil {
 		return err
 	}
-	if _, err := r.cfg.Client.Put(ctx, r.key, value, clientv3.WithLease(r.lease)); err != nil {
+	if _, err := r.cfg.Client.Put(ctx, r.key, value, clientv3.WithLease(lease)); err != nil {
 		return fmt.Errorf("put node record: %w", err)
 	}
 	return nil
@@ -245,12 +414,18 @@ func (r *Registration) run(ctx context.Context) {
 			return
 		}
 		r.mu.Lock()
+		old := r.lease
 		r.lease = 0
 		r.mu.Unlock()
 		r.losses.Add(1)
 		r.logger.Warn("lease lost; fencing the node")
 		r.cfg.OnLost()
-		record, err := r.reregister(ctx)
+		record, err := r.reregister(ctx, old)
+		if errors.Is(err, ErrNodeTaken) {
+			r.logger.Error("cannot register again", "error", err)
+			r.fatal <- err
+			return
+		}
 		if err != nil {
 			return // only when ctx is done
 		}
@@ -260,90 +435,91 @@ func (r *Registration) run(ctx context.Context) {
 }
 
 // keepAlive renews the lease every TTL/3 and returns when ctx is done or the
-// lease is lost: revoked, not found, or not renewed before its deadline. The
-// deadline is measured from when a renewal was sent, so the node never
-// believes in a lease the server has already let expire.
+// lease is lost: revoked, not found, given up, or not renewed before its
+// fence time. The fence has a timer of its own, so that neither a renewal
+// retrying with backoff nor a blocked write can delay it.
 func (r *Registration) keepAlive(ctx context.Context) {
 	r.mu.Lock()
-	lease, deadline := r.lease, r.deadline
+	lease, fenceAt := r.lease, r.fenceAt
 	r.mu.Unlock()
-	select { // a signal about an earlier lease
-	case <-r.expired:
-	default:
-	}
-
 	interval := r.cfg.TTL / 3
-	retry := backoff.NewExponentialBackOff()
-	retry.InitialInterval = 50 * time.Millisecond
-	retry.MaxInterval = interval / 2
-	retry.MaxElapsedTime = 0
+	retry := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(50*time.Millisecond),
+		backoff.WithMaxInterval(interval/2),
+		backoff.WithMaxElapsedTime(0))
 
-	timer := time.NewTimer(interval)
-	defer timer.Stop()
+	fence := time.NewTimer(time.Until(fenceAt))
+	defer fence.Stop()
+	// Renewals are scheduled from when the last successful one was sent.
+	lastSent := fenceAt.Add(r.cfg.FenceMargin - r.cfg.TTL)
+	renew := time.NewTimer(time.Until(lastSent.Add(interval)))
+	defer renew.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-r.expired:
+		case l := <-r.lost:
+			if l == lease {
+				return
+			}
+			continue // about an earlier lease
+		case <-fence.C:
 			return
-		case <-timer.C:
+		case <-renew.C:
 		}
 		sent := time.Now()
-		if !sent.Before(deadline) {
+		if !sent.Before(fenceAt) {
 			return
 		}
-		callCtx, cancel := context.WithDeadline(ctx, deadline)
+		callCtx, cancel := context.WithDeadline(ctx, fenceAt)
 		resp, err := r.cfg.Client.KeepAliveOnce(callCtx, lease)
 		cancel()
 		switch {
-		case err == nil:
-			deadline = sent.Add(time.Duration(resp.TTL) * time.Second)
+		case err == nil && resp.TTL > 0:
+			fenceAt = r.fenceTime(sent, resp.TTL)
 			r.mu.Lock()
-			r.deadline = deadline
+			r.fenceAt = fenceAt
 			r.mu.Unlock()
+			r.cfg.OnDeadline(lease, fenceAt)
 			r.renewals.Add(1)
 			retry.Reset()
-			timer.Reset(interval)
-		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			fence.Reset(time.Until(fenceAt))
+			renew.Reset(time.Until(sent.Add(interval)))
+		case err == nil, errors.Is(err, rpctypes.ErrLeaseNotFound):
 			return
 		case ctx.Err() != nil:
 			return
 		default:
 			wait := retry.NextBackOff()
 			r.logger.Debug("lease renewal failed; retrying", "error", err, "retry_in", wait)
-			timer.Reset(wait)
+			renew.Reset(wait)
 		}
 	}
 }
 
-// reregister grants a new lease and writes the record, retrying with backoff
-// until it succeeds or ctx is done. The record says the node is waiting: it
-// has started nothing under the new lease.
-func (r *Registration) reregister(ctx context.Context) (Node, error) {
-	retry := backoff.NewExponentialBackOff()
-	retry.InitialInterval = 100 * time.Millisecond
-	retry.MaxInterval = 2 * time.Second
-	retry.MaxElapsedTime = 0
-	var record Node
+// reregister registers the node again with a new lease, retrying with
+// backoff until it succeeds, ctx is done or another sidecar holds the node.
+// The record says the node is waiting: it has started nothing under the new
+// lease.
+func (r *Registration) reregister(ctx context.Context, old clientv3.LeaseID) (Node, error) {
+	retry := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMaxInterval(2*time.Second),
+		backoff.WithMaxElapsedTime(0))
 	err := backoff.Retry(func() error {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		r.record.State = NodeWaiting
-		r.record.Generation = 0
-		r.record.ExitCode = 0
-		r.record.Message = ""
-		r.record.LeaseLosses = r.losses.Load()
-		attemptCtx, cancel := context.WithTimeout(ctx, r.cfg.TTL)
+		attemptCtx, cancel := context.WithTimeout(ctx, r.cfg.TTL+2*time.Second)
 		defer cancel()
-		if err := r.registerLocked(attemptCtx); err != nil {
-			if ctx.Err() != nil {
-				return backoff.Permanent(ctx.Err())
-			}
-			r.logger.Debug("registration failed; retrying", "error", err)
-			return err
+		err := r.register(attemptCtx, old)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, ErrNodeTaken):
+			return backoff.Permanent(err)
+		case ctx.Err() != nil:
+			return backoff.Permanent(ctx.Err())
 		}
-		record = r.record
-		return nil
+		r.logger.Debug("registration failed; retrying", "error", err)
+		return err
 	}, backoff.WithContext(retry, ctx))
-	return record, err
+	return r.Record(), err
 }

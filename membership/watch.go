@@ -56,10 +56,10 @@ func Follow(ctx context.Context, cli *clientv3.Client, r Range, logger hclog.Log
 	if r.Prefix {
 		opts = append(opts, clientv3.WithPrefix())
 	}
-	retry := backoff.NewExponentialBackOff()
-	retry.InitialInterval = 50 * time.Millisecond
-	retry.MaxInterval = 2 * time.Second
-	retry.MaxElapsedTime = 0
+	retry := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(50*time.Millisecond),
+		backoff.WithMaxInterval(2*time.Second),
+		backoff.WithMaxElapsedTime(0))
 	for {
 		err := followOnce(ctx, cli, r, opts, logger, handle)
 		if ctx.Err() != nil {

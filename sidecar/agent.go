@@ -29,6 +29,14 @@ type Workload interface {
 	// to exit before killing them, and returns when none is left. Stopping
 	// nothing is not an error.
 	Stop(ctx context.Context, grace time.Duration) error
+	// Kill kills at once and refuses to start anything until the next
+	// deadline: the node lost its lease. It returns when nothing is left,
+	// and may be called while Stop runs.
+	Kill(ctx context.Context) error
+	// SetDeadline says which lease the processes run under and by when they
+	// must be dead unless the deadline is extended again. Start refuses an
+	// assignment made for another lease.
+	SetDeadline(lease int64, at time.Time)
 }
 
 // Assignment is one node's part in a generation.
@@ -67,6 +75,9 @@ type Config struct {
 	// Node is the node's record; its state is managed by the agent.
 	Node membership.Node
 	TTL  time.Duration
+	// FenceMargin is how long before the lease's earliest expiry the node
+	// fences itself; see membership.RegistrationConfig.
+	FenceMargin time.Duration
 	// Spec, if set, is stored as the job's spec unless it has one.
 	Spec     *membership.Spec
 	Workload Workload
@@ -83,19 +94,17 @@ type Agent struct {
 	cfg    Config
 	logger hclog.Logger
 
-	fenceReq chan chan struct{}
-	abandon  chan struct{}
-	once     sync.Once
-	exiting  chan struct{} // closed when Run starts to return
-	exitOnce sync.Once
-	current  atomic.Pointer[membership.Registration]
+	abandon chan struct{}
+	once    sync.Once
+	current atomic.Pointer[membership.Registration]
 
 	// Owned by the Run goroutine.
-	reg        *membership.Registration
-	exits      <-chan Exit
-	running    bool
-	startedGen int64 // highest generation started (or fenced out of)
-	ackedStop  int64
+	reg          *membership.Registration
+	exits        <-chan Exit
+	running      bool
+	startedGen   int64 // highest generation started (or fenced out of)
+	startedLease int64 // the lease the running processes were started under
+	ackedStop    int64
 }
 
 // New validates cfg.
@@ -121,12 +130,21 @@ func New(cfg Config) (*Agent, error) {
 	}
 	return &Agent{
 		cfg: cfg, logger: cfg.Logger.Named("sidecar").With("job", cfg.Job, "node", cfg.Node.ID),
-		fenceReq: make(chan chan struct{}), abandon: make(chan struct{}), exiting: make(chan struct{}),
+		abandon: make(chan struct{}),
 	}, nil
 }
 
 // Registration is the node's registration, nil before Run registered it.
 func (a *Agent) Registration() *membership.Registration { return a.current.Load() }
+
+// LeaseFenced tells the agent that its processes were killed because the
+// deadline of lease passed (the workload's guard did it): the node gives
+// that lease up and registers again.
+func (a *Agent) LeaseFenced(lease int64) {
+	if reg := a.current.Load(); reg != nil {
+		reg.GiveUp(clientv3.LeaseID(lease))
+	}
+}
 
 // Abandon makes Run return as if the sidecar had crashed: the processes are
 // killed and the lease is left to expire instead of being revoked.
@@ -146,8 +164,17 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 		}
 	}
 	reg, err := membership.Register(ctx, membership.RegistrationConfig{
-		Client: a.cfg.Client, Keys: a.cfg.Keys, Job: a.cfg.Job, Node: a.cfg.Node, TTL: a.cfg.TTL, Logger: a.cfg.Logger,
-		OnLost: a.requestFence,
+		Client: a.cfg.Client, Keys: a.cfg.Keys, Job: a.cfg.Job, Node: a.cfg.Node, TTL: a.cfg.TTL, FenceMargin: a.cfg.FenceMargin,
+		Logger:     a.cfg.Logger,
+		OnDeadline: func(lease clientv3.LeaseID, at time.Time) { a.cfg.Workload.SetDeadline(int64(lease), at) },
+		// The fence does not go through Run's loop, which may be busy in
+		// a graceful stop: the workload is killed from here, at once.
+		OnLost: func() {
+			a.logger.Warn("lease lost: killing the workload")
+			if err := a.cfg.Workload.Kill(context.WithoutCancel(ctx)); err != nil {
+				a.logger.Error("kill workload", "error", err)
+			}
+		},
 	})
 	if err != nil {
 		return Result{}, fmt.Errorf("register node: %w", err)
@@ -165,11 +192,13 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 	}
 	// exit ends Run: the workload stops (with grace, or killed at once) and
 	// the node leaves, revoking its lease, or is abandoned to the lease's
-	// expiry. A fence requested meanwhile is answered at once: the workload
-	// stops here anyway, and the registration must not wait for a loop that
-	// is waiting for it.
+	// expiry. A node that leaves says so first, so that the coordinator
+	// does not take its peers' failures, which its stop may cause, for
+	// failures of their own.
 	exit := func(grace time.Duration, revoke bool) error {
-		a.exitOnce.Do(func() { close(a.exiting) })
+		if revoke {
+			a.markLeaving(context.WithoutCancel(ctx))
+		}
 		a.stopWorkload(context.WithoutCancel(ctx), grace)
 		var err error
 		if revoke {
@@ -200,10 +229,9 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 		case <-a.abandon:
 			_ = exit(0, false)
 			return Result{}, ErrLeft
-		case done := <-a.fenceReq:
-			a.logger.Warn("lease lost: killing the workload")
-			a.stopWorkload(context.WithoutCancel(ctx), 0)
-			close(done)
+		case err := <-reg.Fatal():
+			_ = exit(0, false)
+			return Result{}, err
 		case ex := <-a.exits:
 			a.childExited(ctx, ex)
 		case pu := <-plans:
@@ -224,14 +252,15 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 	}
 }
 
-// requestFence runs in the registration's goroutine when the lease is lost;
-// it returns once the workload is gone.
-func (a *Agent) requestFence() {
-	done := make(chan struct{})
-	select {
-	case a.fenceReq <- done:
-		<-done
-	case <-a.exiting:
+// markLeaving tells the coordinator, before the processes stop, that this
+// node is leaving. It is brief: a node cut off from etcd leaves anyway.
+func (a *Agent) markLeaving(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := a.reg.Update(ctx, func(n *membership.Node) {
+		n.State, n.Message = membership.NodeLeaving, "the sidecar is leaving"
+	}); err != nil && !errors.Is(err, membership.ErrNotRegistered) {
+		a.logger.Debug("leaving not recorded", "error", err)
 	}
 }
 
@@ -264,12 +293,16 @@ func (a *Agent) follow(ctx context.Context, p membership.Plan) (Result, bool) {
 		a.stopWorkload(ctx, a.cfg.StopGrace)
 		a.startedGen = p.Generation
 		exits, err := a.cfg.Workload.Start(ctx, Assignment{Job: a.cfg.Job, Plan: p, Member: m})
+		if err != nil && a.reg.Lease() != clientv3.LeaseID(m.Lease) {
+			a.logger.Warn("generation not started: the lease was lost meanwhile", "generation", p.Generation)
+			return Result{}, false
+		}
 		if err != nil {
 			a.logger.Error("workload did not start", "generation", p.Generation, "error", err)
 			a.ackMessage(ctx, membership.NodeFailed, p.Generation, 127, err.Error())
 			return Result{}, false
 		}
-		a.exits, a.running = exits, true
+		a.exits, a.running, a.startedLease = exits, true, m.Lease
 		a.logger.Info("started", "generation", p.Generation, "rank", m.Rank, "world_size", p.WorldSize)
 		a.ack(ctx, membership.NodeRunning, p.Generation, 0)
 	}
@@ -278,6 +311,12 @@ func (a *Agent) follow(ctx context.Context, p membership.Plan) (Result, bool) {
 
 func (a *Agent) childExited(ctx context.Context, ex Exit) {
 	a.exits, a.running = nil, false
+	if int64(a.reg.Lease()) != a.startedLease {
+		// Killed by the fence: the lease they ran under is gone, and with
+		// it any say about them.
+		a.logger.Info("workload of a lost lease exited", "generation", a.startedGen, "exit_code", ex.Code)
+		return
+	}
 	state := membership.NodeSucceeded
 	if ex.Code != 0 {
 		state = membership.NodeFailed
@@ -286,10 +325,9 @@ func (a *Agent) childExited(ctx context.Context, ex Exit) {
 	a.ackMessage(ctx, state, a.startedGen, ex.Code, ex.Message)
 }
 
+// stopWorkload stops the workload and returns when nothing of it is left,
+// even of processes whose leader already exited.
 func (a *Agent) stopWorkload(ctx context.Context, grace time.Duration) {
-	if !a.running {
-		return
-	}
 	if err := a.cfg.Workload.Stop(ctx, grace); err != nil {
 		a.logger.Error("stop workload", "error", err)
 	}
@@ -304,10 +342,10 @@ func (a *Agent) ack(ctx context.Context, state membership.NodeState, gen int64, 
 // when the node is not registered (the fence and the new registration take
 // over) or ctx is done.
 func (a *Agent) ackMessage(ctx context.Context, state membership.NodeState, gen int64, code int, msg string) bool {
-	retry := backoff.NewExponentialBackOff()
-	retry.InitialInterval = 20 * time.Millisecond
-	retry.MaxInterval = time.Second
-	retry.MaxElapsedTime = 0
+	retry := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(20*time.Millisecond),
+		backoff.WithMaxInterval(time.Second),
+		backoff.WithMaxElapsedTime(0))
 	err := backoff.Retry(func() error {
 		attemptCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()

@@ -18,7 +18,7 @@ var _ Workload = (*Processes)(nil)
 
 // Start implements Workload.
 func (p *Processes) Start(_ context.Context, a Assignment) (<-chan Exit, error) {
-	exits, err := p.Launcher.Start(TopologyOf(a, p.WithGloo))
+	exits, err := p.Launcher.Start(TopologyOf(a, p.WithGloo), a.Member.Lease)
 	if err != nil {
 		return nil, err
 	}
@@ -35,6 +35,16 @@ func (p *Processes) Start(_ context.Context, a Assignment) (<-chan Exit, error) 
 // Stop implements Workload.
 func (p *Processes) Stop(ctx context.Context, grace time.Duration) error {
 	return p.Launcher.Stop(ctx, grace)
+}
+
+// Kill implements Workload.
+func (p *Processes) Kill(ctx context.Context) error { return p.Launcher.Kill(ctx) }
+
+// SetDeadline implements Workload.
+func (p *Processes) SetDeadline(lease int64, at time.Time) {
+	// A guard that cannot be told is killed by the launcher's next call;
+	// its deadline is the last one it was given.
+	_ = p.Launcher.SetDeadline(lease, at)
 }
 
 // TopologyOf is what the processes of a member are told of its generation.

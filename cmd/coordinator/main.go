@@ -11,6 +11,10 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	// The process guard and `commit` run from here, before the rest of
+	// the binary initialises.
+	_ "github.com/elastictraining/coordinator/cmd/coordinator/internal/fastpath"
 )
 
 func main() {
@@ -114,6 +118,8 @@ training code resumes from its own checkpoint.`,
 		newScaleCommand(env),
 		newStatusCommand(env),
 		newInstallCommand(),
+		newCommitCommand(env),
+		newGuardCommand(),
 		newVersionCommand(),
 	)
 	return root

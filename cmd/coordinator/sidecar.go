@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/elastictraining/coordinator/guard"
 	"github.com/elastictraining/coordinator/launcher"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/sidecar"
@@ -28,6 +29,8 @@ type sidecarOptions struct {
 	masterPort     int
 	nproc          int
 	ttl            time.Duration
+	fenceMargin    time.Duration
+	cgroup         string
 	grace          time.Duration
 	faultTolerance int
 	maxRestarts    int
@@ -82,6 +85,9 @@ written for paddle.distributed.launch works unchanged.`,
 	fs.IntVar(&o.masterPort, "master-port", 29500, "rendezvous port (MASTER_PORT) if this node becomes rank 0")
 	fs.IntVar(&o.nproc, "nproc-per-node", 1, "training processes on this node")
 	fs.DurationVar(&o.ttl, "ttl", membership.DefaultTTL, "lease TTL: how long a silent node keeps its place (at least 2s)")
+	fs.DurationVar(&o.fenceMargin, "fence-margin", 0,
+		"how long before the lease could expire the node kills its processes; 0: a tenth of the TTL, at least 250ms")
+	fs.StringVar(&o.cgroup, "cgroup", "auto", "auto: run the training processes in a cgroup v2 of their own where one is writable; off: never")
 	fs.DurationVar(&o.grace, "grace-period", launcher.DefaultGrace, "time between SIGTERM and SIGKILL when stopping the training processes")
 	fs.IntVar(&o.faultTolerance, "fault-tolerance-level", envInt(env, membership.FaultToleranceRestart, "PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL"),
 		"0: a failure ends the job; 1: restart; 2: restart and replace the failing node"+envNote("PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL"))
@@ -187,6 +193,12 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 	if o.ttl < membership.MinTTL {
 		return usagef("--ttl %s: at least %s", o.ttl, membership.MinTTL)
 	}
+	if o.fenceMargin < 0 || o.fenceMargin >= o.ttl/2 {
+		return usagef("--fence-margin %s: want 0 or a duration below half the TTL %s", o.fenceMargin, o.ttl)
+	}
+	if o.cgroup != "auto" && o.cgroup != "off" {
+		return usagef("--cgroup %q: want auto or off", o.cgroup)
+	}
 	logger, err := newLogger(cmd.ErrOrStderr(), "sidecar", o.logLevel)
 	if err != nil {
 		return err
@@ -202,12 +214,27 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 	}
 	defer cli.Close()
 
-	l, err := launcher.New(launcher.Config{Command: command, Env: os.Environ(), Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(), Logger: logger})
+	// The training processes run under a guard, this binary re-executed;
+	// what is left of them when a guard dies is re-parented to this process.
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find this binary for the process guard: %w", err)
+	}
+	if err := guard.BecomeSubreaper(); err != nil {
+		logger.Warn("not a child subreaper; processes orphaned by a dead guard go to init", "error", err)
+	}
+	var agent *sidecar.Agent
+	l, err := launcher.New(launcher.Config{
+		Command: command, Env: os.Environ(), Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(), Logger: logger,
+		Guard:    []string{self, "guard", "--cgroup", o.cgroup},
+		OnFenced: func(lease int64) { agent.LeaseFenced(lease) },
+	})
 	if err != nil {
 		return usageError{err}
 	}
-	agent, err := sidecar.New(sidecar.Config{
-		Client: cli, Keys: keys, Job: o.job, Node: node, TTL: o.ttl, Spec: spec,
+	defer l.Close()
+	agent, err = sidecar.New(sidecar.Config{
+		Client: cli, Keys: keys, Job: o.job, Node: node, TTL: o.ttl, FenceMargin: o.fenceMargin, Spec: spec,
 		Workload: &sidecar.Processes{Launcher: l, WithGloo: o.withGloo}, StopGrace: o.grace, WaitTimeout: o.waitTimeout, Logger: logger,
 	})
 	if err != nil {

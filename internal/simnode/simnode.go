@@ -25,6 +25,7 @@ type Workload struct {
 	starts  []sidecar.Assignment
 	changed chan struct{}
 	stuck   chan struct{} // while set, Stop hangs until it is closed
+	lease   int64         // the lease of the last deadline; 0 after a kill
 }
 
 var _ sidecar.Workload = (*Workload)(nil)
@@ -38,6 +39,9 @@ func (w *Workload) Start(_ context.Context, a sidecar.Assignment) (<-chan sideca
 	defer w.mu.Unlock()
 	if w.current != nil {
 		return nil, fmt.Errorf("simnode: started while generation %d runs", w.starts[len(w.starts)-1].Plan.Generation)
+	}
+	if a.Member.Lease != w.lease {
+		return nil, fmt.Errorf("simnode: assignment for lease %x, not the current %x", a.Member.Lease, w.lease)
 	}
 	w.current = make(chan sidecar.Exit, 1)
 	w.starts = append(w.starts, a)
@@ -61,6 +65,23 @@ func (w *Workload) Stop(ctx context.Context, _ time.Duration) error {
 	w.current = nil
 	w.notifyLocked()
 	return nil
+}
+
+// Kill implements sidecar.Workload: a fence is never held up by Hang.
+func (w *Workload) Kill(context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.current, w.lease = nil, 0
+	w.notifyLocked()
+	return nil
+}
+
+// SetDeadline implements sidecar.Workload; the deadline itself is not
+// simulated.
+func (w *Workload) SetDeadline(lease int64, _ time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lease = lease
 }
 
 // Hang makes Stop hang, as a process that ignores SIGTERM and cannot be

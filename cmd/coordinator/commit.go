@@ -1,0 +1,46 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/elastictraining/coordinator/guard"
+)
+
+// newCommitCommand documents `commit` and `guard`; both normally run from
+// the fastpath package before cobra is reached.
+func newCommitCommand(env lookupEnv) *cobra.Command {
+	return &cobra.Command{
+		Use:   "commit SRC DST | commit --check",
+		Short: "Commit a checkpoint (rename SRC to DST) only while this training process's generation is current",
+		Long: `commit is for training code run by a sidecar. It renames the checkpoint SRC to DST
+only while the process's generation is current and its node holds its lease; a
+process of a node that was fenced out (frozen, cut off, evicted) is refused and
+exits 1, so that it can never write an older checkpoint over a newer one. With
+--check it only asks. Outside a sidecar (no ELASTIC_FENCE_SOCKET) it renames.`,
+		Example: `  # in a shell trainer, after writing "$ckpt.tmp":
+  "$ELASTIC_COORDINATOR" commit "$ckpt.tmp" "$ckpt" || exit 1`,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			getenv := func(k string) string { v, _ := env(k); return v }
+			if code := guard.CommitMain(args, getenv, cmd.ErrOrStderr()); code != 0 {
+				return exitError{code: code}
+			}
+			return nil
+		},
+	}
+}
+
+func newGuardCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:                "guard",
+		Short:              "The process guard of a sidecar's training processes (started by the sidecar)",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if code := guard.Main(args, cmd.OutOrStdout(), cmd.ErrOrStderr()); code != 0 {
+				return exitError{code: code}
+			}
+			return nil
+		},
+	}
+}

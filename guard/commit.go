@@ -1,0 +1,194 @@
+package guard
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Environment variables the guard gives each training process.
+const (
+	// EnvFenceSocket names the guard's commit socket, an abstract unix
+	// socket written with a leading '@'.
+	EnvFenceSocket = "ELASTIC_FENCE_SOCKET"
+	// EnvCoordinator is the coordinator binary, for `$ELASTIC_COORDINATOR
+	// commit SRC DST` from a shell script.
+	EnvCoordinator = "ELASTIC_COORDINATOR"
+)
+
+// CommitRequest is what a training process asks the guard, one JSON line
+// per connection. The answer is one line: "ok", "refused: why" or
+// "error: why".
+type CommitRequest struct {
+	// Op is "rename" (rename Src to Dst if still current) or "check".
+	Op         string `json:"op"`
+	Generation int64  `json:"generation"`
+	Src        string `json:"src,omitempty"`
+	Dst        string `json:"dst,omitempty"`
+}
+
+// ErrRefused is returned by Commit when the guard refuses: the process's
+// generation is over or its node fenced out.
+var ErrRefused = errors.New("commit refused")
+
+// Validate checks a request read from the socket.
+func (r CommitRequest) Validate() error {
+	switch r.Op {
+	case "check":
+	case "rename":
+		if !path.IsAbs(r.Src) || !path.IsAbs(r.Dst) {
+			return errors.New("rename needs absolute paths")
+		}
+	default:
+		return fmt.Errorf("unknown op %q: want rename or check", r.Op)
+	}
+	if r.Generation < 1 {
+		return fmt.Errorf("generation %d: want >= 1", r.Generation)
+	}
+	return nil
+}
+
+// DecodeCommitRequest reads one request line.
+func DecodeCommitRequest(line []byte) (CommitRequest, error) {
+	var r CommitRequest
+	if err := json.Unmarshal(line, &r); err != nil {
+		return CommitRequest{}, fmt.Errorf("%w: %v", ErrInvalidMessage, err)
+	}
+	if err := r.Validate(); err != nil {
+		return CommitRequest{}, fmt.Errorf("%w: %v", ErrInvalidMessage, err)
+	}
+	return r, nil
+}
+
+// Commit asks the guard at socket to rename src to dst for a process of
+// generation. Without a socket (not under a guard) it renames at once.
+func Commit(socket string, generation int64, src, dst string) error {
+	if socket == "" {
+		return os.Rename(src, dst)
+	}
+	absSrc, err := absolute(src)
+	if err != nil {
+		return err
+	}
+	absDst, err := absolute(dst)
+	if err != nil {
+		return err
+	}
+	return ask(socket, CommitRequest{Op: "rename", Generation: generation, Src: absSrc, Dst: absDst})
+}
+
+// Check asks the guard whether a process of generation may still commit.
+func Check(socket string, generation int64) error {
+	if socket == "" {
+		return nil
+	}
+	return ask(socket, CommitRequest{Op: "check", Generation: generation})
+}
+
+func ask(socket string, req CommitRequest) error {
+	conn, err := dialUnix(socket, 30*time.Second)
+	if err != nil {
+		return fmt.Errorf("reach the guard at %s: %w", socket, err)
+	}
+	defer conn.Close()
+	line, err := encodeLine(req)
+	if err != nil {
+		return err
+	}
+	if _, err := conn.Write(line); err != nil {
+		return fmt.Errorf("ask the guard: %w", err)
+	}
+	reply, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		// The guard closes the connection without an answer only when it
+		// is going away: the node is being fenced.
+		return fmt.Errorf("%w: the guard did not answer (%v)", ErrRefused, err)
+	}
+	reply = strings.TrimSpace(reply)
+	switch {
+	case reply == "ok":
+		return nil
+	case strings.HasPrefix(reply, "refused: "):
+		return fmt.Errorf("%w: %s", ErrRefused, strings.TrimPrefix(reply, "refused: "))
+	default:
+		return errors.New(strings.TrimPrefix(reply, "error: "))
+	}
+}
+
+// commitCall is a request waiting for the guard's loop to answer it.
+type commitCall struct {
+	req   CommitRequest
+	reply chan string
+}
+
+// serveCommits accepts the training processes' requests and hands each to
+// the loop, which alone knows the deadline. Only the guard's own
+// descendants, of the guard's user, are answered.
+func serveCommits(l *listener, self int, calls chan<- commitCall, done <-chan struct{}) {
+	for {
+		conn, cred, err := l.accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer conn.Close()
+			if why := peerRefused(cred, self); why != "" {
+				_, _ = conn.Write([]byte("error: " + why + "\n"))
+				return
+			}
+			line, err := bufio.NewReader(conn).ReadBytes('\n')
+			if err != nil {
+				return
+			}
+			req, err := DecodeCommitRequest(line)
+			if err != nil {
+				_, _ = conn.Write([]byte("error: " + err.Error() + "\n"))
+				return
+			}
+			call := commitCall{req: req, reply: make(chan string, 1)}
+			select {
+			case calls <- call:
+			case <-done:
+				return
+			}
+			select {
+			case answer := <-call.reply:
+				_, _ = conn.Write([]byte(answer + "\n"))
+			case <-done:
+			}
+		}()
+	}
+}
+
+// peerRefused says why the process at the other end may not commit, or ""
+// when it may: it must run as the guard's user, below the guard.
+func peerRefused(cred *syscall.Ucred, self int) string {
+	if cred == nil {
+		return "no peer credentials"
+	}
+	if int(cred.Uid) != os.Getuid() {
+		return "another user's process"
+	}
+	if !IsDescendant(int(cred.Pid), self) {
+		return "not a process of this guard"
+	}
+	return ""
+}
+
+// absolute makes p absolute against the working directory.
+func absolute(p string) (string, error) {
+	if path.IsAbs(p) {
+		return path.Clean(p), nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	return path.Join(wd, p), nil
+}

@@ -1,0 +1,87 @@
+package guard
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+)
+
+// ControlFD is the descriptor of the guard's end of its socket pair: the
+// first of exec.Cmd.ExtraFiles.
+const ControlFD = 3
+
+// Main is the guard process's main: `coordinator guard --marker M
+// [--cgroup auto|off]`, started by the launcher with its socket as
+// descriptor 3. It returns the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("guard", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	marker := fs.String("marker", "", "marker set in the processes' environment")
+	cg := fs.String("cgroup", "auto", "auto: a cgroup v2 of its own where one is writable; off: none")
+	if err := fs.Parse(args); err != nil || *marker == "" || (*cg != "auto" && *cg != "off") {
+		fmt.Fprintln(stderr, "coordinator guard: started by the sidecar only: guard --marker M [--cgroup auto|off]")
+		return 2
+	}
+	control := os.NewFile(ControlFD, "guard-control")
+	if control == nil {
+		fmt.Fprintln(stderr, "coordinator guard: no control socket on descriptor "+strconv.Itoa(ControlFD))
+		return 2
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		exe = os.Args[0]
+	}
+	return Run(Config{Control: control, Stdout: stdout, Stderr: stderr, Cgroup: *cg == "auto", Executable: exe, Marker: *marker})
+}
+
+// CommitMain is `coordinator commit [--check] [SRC DST]`: a shell script's
+// fenced checkpoint commit. It returns 0 when the guard renamed SRC to DST
+// (or, with --check, would allow it), 1 when it refused, 2 for a usage
+// error.
+func CommitMain(args []string, getenv func(string) string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("commit", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	check := fs.Bool("check", false, "only ask whether this process may still commit")
+	help := "usage: coordinator commit SRC DST | coordinator commit --check\n" +
+		"renames the checkpoint SRC to DST only while this training process's generation is current\n" +
+		"and its node holds its lease (ELASTIC_FENCE_SOCKET, ELASTIC_GENERATION, set by the sidecar)"
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stderr, help)
+			return 0
+		}
+		fmt.Fprintf(stderr, "coordinator commit: %v (see 'coordinator commit --help')\n", err)
+		return 2
+	}
+	want := 2
+	if *check {
+		want = 0
+	}
+	if fs.NArg() != want {
+		fmt.Fprintln(stderr, "coordinator commit: want SRC and DST, or --check alone (see 'coordinator commit --help')")
+		return 2
+	}
+	socket := getenv(EnvFenceSocket)
+	var gen int64
+	if socket != "" {
+		var err error
+		if gen, err = strconv.ParseInt(getenv("ELASTIC_GENERATION"), 10, 64); err != nil || gen < 1 {
+			fmt.Fprintln(stderr, "coordinator commit: ELASTIC_GENERATION is not a generation; run it from a training process")
+			return 2
+		}
+	}
+	var err error
+	if *check {
+		err = Check(socket, gen)
+	} else {
+		err = Commit(socket, gen, fs.Arg(0), fs.Arg(1))
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "coordinator commit: %v\n", err)
+		return 1
+	}
+	return 0
+}

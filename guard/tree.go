@@ -1,0 +1,102 @@
+package guard
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// BecomeSubreaper makes the calling process a child subreaper: orphans
+// below it are re-parented to it instead of to init.
+func BecomeSubreaper() error {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("become a child subreaper: %w", err)
+	}
+	return nil
+}
+
+// MonoNow is CLOCK_MONOTONIC in nanoseconds, the clock of deadlines shared
+// by the sidecar and the guard. It keeps counting while a process is
+// stopped.
+func MonoNow() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+// ParentOf reads a process's parent id from /proc; ok is false once the
+// process is gone.
+func ParentOf(pid int) (ppid int, ok bool) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// The state and the parent follow the command name, which is in
+	// parentheses and may itself hold spaces and parentheses.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, false
+	}
+	fields := bytes.Fields(data[i+1:])
+	if len(fields) < 2 {
+		return 0, false
+	}
+	ppid, err = strconv.Atoi(string(fields[1]))
+	return ppid, err == nil
+}
+
+// Descendants lists every live process below root, found through the
+// parent links in /proc.
+func Descendants(root int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, ok := ParentOf(pid); ok {
+			children[ppid] = append(children[ppid], pid)
+		}
+	}
+	var out []int
+	queue := append([]int(nil), children[root]...)
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		out = append(out, pid)
+		queue = append(queue, children[pid]...)
+	}
+	return out
+}
+
+// IsDescendant reports whether pid runs below root.
+func IsDescendant(pid, root int) bool {
+	for range 1024 { // deeper than any real tree; guards against a loop
+		ppid, ok := ParentOf(pid)
+		if !ok || ppid <= 1 {
+			return ppid == root
+		}
+		if ppid == root {
+			return true
+		}
+		pid = ppid
+	}
+	return false
+}
+
+// killAll sends SIGKILL to every process below root.
+func killAll(root int) int {
+	pids := Descendants(root)
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return len(pids)
+}

@@ -1,0 +1,214 @@
+package launcher
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/elastictraining/coordinator/guard"
+)
+
+// errGuardDied is returned by calls that were waiting on a guard that died.
+var errGuardDied = errors.New("launcher: the process guard died")
+
+// guardProc is a running guard process and the launcher's end of its
+// socket.
+type guardProc struct {
+	cmd    *exec.Cmd
+	conn   *os.File
+	marker string
+
+	writeMu sync.Mutex
+	seq     atomic.Int64
+
+	mu       sync.Mutex
+	pid      int
+	cgroup   string
+	waiters  map[int64]chan guard.Report
+	clearSeq int64
+	cleared  chan struct{} // closed and replaced at each clear report
+
+	ready chan struct{}
+	dead  chan struct{} // closed once the guard exited and its socket is drained
+}
+
+// guardHooks receive what the guard reports on its own.
+type guardHooks struct {
+	exit   func(guard.Report)
+	fenced func(lease int64)
+}
+
+// startGuard starts the guard and waits until it is ready.
+func startGuard(argv []string, env []string, stdout, stderr io.Writer, hooks guardHooks) (*guardProc, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("guard socket: %w", err)
+	}
+	// Non-blocking, so that writes to a guard that stopped reading time out.
+	if err := syscall.SetNonblock(fds[0], true); err != nil {
+		syscall.Close(fds[0])
+		syscall.Close(fds[1])
+		return nil, fmt.Errorf("guard socket: %w", err)
+	}
+	ours := os.NewFile(uintptr(fds[0]), "guard-control")
+	theirs := os.NewFile(uintptr(fds[1]), "guard-control")
+	g := &guardProc{
+		conn: ours, marker: newMarker(), waiters: map[int64]chan guard.Report{},
+		cleared: make(chan struct{}), ready: make(chan struct{}), dead: make(chan struct{}),
+	}
+	cmd := exec.Command(argv[0], append(append([]string(nil), argv[1:]...), "--marker", g.marker)...)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.ExtraFiles = []*os.File{theirs}
+	g.cmd = cmd
+	err = cmd.Start()
+	theirs.Close()
+	if err != nil {
+		ours.Close()
+		return nil, fmt.Errorf("start the process guard: %w", err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	go g.read(hooks, waited)
+	select {
+	case <-g.ready:
+		return g, nil
+	case <-g.dead:
+		return nil, errors.New("launcher: the process guard exited at start")
+	case <-time.After(30 * time.Second):
+		g.kill()
+		<-g.dead
+		return nil, errors.New("launcher: the process guard did not start within 30s")
+	}
+}
+
+// read dispatches the guard's reports until its socket closes, then waits
+// for the process.
+func (g *guardProc) read(hooks guardHooks, waited <-chan error) {
+	r := bufio.NewReader(g.conn)
+	for {
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			break
+		}
+		rep, err := guard.DecodeReport(line)
+		if err != nil {
+			continue
+		}
+		switch rep.Event {
+		case guard.EventReady:
+			g.mu.Lock()
+			g.pid, g.cgroup = rep.Pid, rep.Cgroup
+			g.mu.Unlock()
+			close(g.ready)
+		case guard.EventStarted, guard.EventStartFailed:
+			g.mu.Lock()
+			ch := g.waiters[rep.Seq]
+			delete(g.waiters, rep.Seq)
+			g.mu.Unlock()
+			if ch != nil {
+				ch <- rep
+			}
+		case guard.EventExit:
+			hooks.exit(rep)
+		case guard.EventClear:
+			g.mu.Lock()
+			if rep.Seq > g.clearSeq {
+				g.clearSeq = rep.Seq
+			}
+			close(g.cleared)
+			g.cleared = make(chan struct{})
+			g.mu.Unlock()
+		case guard.EventFenced:
+			hooks.fenced(rep.Lease)
+		}
+	}
+	g.conn.Close()
+	<-waited
+	close(g.dead)
+}
+
+// send writes one command and returns its sequence number. A reply
+// channel, if given, receives the command's answer.
+func (g *guardProc) send(c guard.Command, reply chan guard.Report) (int64, error) {
+	g.writeMu.Lock()
+	defer g.writeMu.Unlock()
+	c.Seq = g.seq.Add(1)
+	line, err := guard.EncodeCommand(c)
+	if err != nil {
+		return 0, err
+	}
+	if reply != nil {
+		g.mu.Lock()
+		g.waiters[c.Seq] = reply
+		g.mu.Unlock()
+	}
+	_ = g.conn.SetWriteDeadline(time.Now().Add(guardTimeout))
+	if _, err := g.conn.Write(line); err != nil {
+		g.mu.Lock()
+		delete(g.waiters, c.Seq)
+		g.mu.Unlock()
+		return 0, fmt.Errorf("tell the process guard: %w", err)
+	}
+	return c.Seq, nil
+}
+
+// call sends a command and waits for its answer.
+func (g *guardProc) call(c guard.Command, timeout time.Duration) (guard.Report, error) {
+	ch := make(chan guard.Report, 1)
+	if _, err := g.send(c, ch); err != nil {
+		return guard.Report{}, err
+	}
+	select {
+	case rep := <-ch:
+		return rep, nil
+	case <-g.dead:
+		return guard.Report{}, errGuardDied
+	case <-time.After(timeout):
+		return guard.Report{}, fmt.Errorf("launcher: the process guard did not answer within %s", timeout)
+	}
+}
+
+// awaitClear waits until the guard reports that nothing is left after
+// command seq, or until stop is closed.
+func (g *guardProc) awaitClear(seq int64, stop <-chan struct{}) error {
+	for {
+		g.mu.Lock()
+		done, wait := g.clearSeq >= seq, g.cleared
+		g.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-wait:
+		case <-g.dead:
+			return errGuardDied
+		case <-stop:
+			return errors.New("launcher: gave up waiting for the processes to exit")
+		}
+	}
+}
+
+// kill ends the guard at once; its processes die with it (Pdeathsig) and
+// what they leave is swept by the caller.
+func (g *guardProc) kill() {
+	if g.cmd.Process != nil {
+		_ = g.cmd.Process.Kill()
+	}
+}
+
+// close closes the socket: the guard kills every process and exits.
+func (g *guardProc) close() { _ = g.conn.Close() }
+
+func (g *guardProc) cgroupPath() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.cgroup
+}
