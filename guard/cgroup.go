@@ -2,7 +2,6 @@ package guard
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -12,37 +11,82 @@ import (
 	"syscall"
 )
 
-// cgroup is a cgroup v2 of the guard's own, below the guard's cgroup, that
-// every training process is started in (clone3 with CLONE_INTO_CGROUP). It
-// is killed as a unit through cgroup.kill, so a process forking while it is
-// killed cannot slip out.
-type cgroup struct {
+// cgroupRoot is a cgroup v2 of the guard's own, below the guard's cgroup.
+// Each start's processes go to a new leaf below it (clone3 with
+// CLONE_INTO_CGROUP), which is killed as a unit through cgroup.kill, so a
+// process forking while it is killed cannot slip out. A leaf is never
+// reused: some kernels kill every process that later joins a cgroup that
+// was killed.
+type cgroupRoot struct {
 	path string
-	dir  *os.File // passed to clone3
+	runs int
 }
 
-// newCgroup creates the guard's cgroup, or says why it cannot.
-func newCgroup(name string) (*cgroup, error) {
+// newCgroupRoot creates the guard's cgroup, or says why it cannot.
+func newCgroupRoot(name string) (*cgroupRoot, error) {
 	own, err := ownCgroupDir()
 	if err != nil {
 		return nil, err
 	}
-	dirPath := path.Join(own, name)
-	if err := os.Mkdir(dirPath, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+	removeStale(own)
+	dir := path.Join(own, name)
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("create cgroup: %w", err)
 	}
-	cg := &cgroup{path: dirPath}
-	if _, err := os.Stat(path.Join(dirPath, "cgroup.kill")); err != nil {
-		cg.remove()
+	if _, err := os.Stat(path.Join(dir, "cgroup.kill")); err != nil {
+		_ = syscall.Rmdir(dir)
 		return nil, errors.New("cgroup.kill missing (Linux before 5.14)")
 	}
-	dir, err := os.Open(dirPath)
+	return &cgroupRoot{path: dir}, nil
+}
+
+// removeStale removes the empty cgroups of guards that are gone (a guard
+// killed with SIGKILL cannot remove its own).
+func removeStale(own string) {
+	entries, _ := os.ReadDir(own)
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), "elastic-guard-")
+		if !ok || !e.IsDir() {
+			continue
+		}
+		if pid, err := strconv.Atoi(rest); err == nil && !isGuard(pid) {
+			RemoveCgroup(path.Join(own, e.Name()))
+		}
+	}
+}
+
+// isGuard reports whether pid is a running guard.
+func isGuard(pid int) bool {
+	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 	if err != nil {
-		cg.remove()
+		return false
+	}
+	args := strings.Split(string(cmdline), "\x00")
+	return len(args) > 1 && args[1] == "guard"
+}
+
+// newRun creates the leaf of one start.
+func (r *cgroupRoot) newRun() (*cgroup, error) {
+	r.runs++
+	dir := path.Join(r.path, "run-"+strconv.Itoa(r.runs))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create cgroup: %w", err)
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		_ = syscall.Rmdir(dir)
 		return nil, fmt.Errorf("open cgroup: %w", err)
 	}
-	cg.dir = dir
-	return cg, nil
+	return &cgroup{path: dir, dir: f}, nil
+}
+
+// remove deletes the guard's (empty) cgroup.
+func (r *cgroupRoot) remove() { _ = syscall.Rmdir(r.path) }
+
+// cgroup is the leaf of one start's processes.
+type cgroup struct {
+	path string
+	dir  *os.File // passed to clone3
 }
 
 // fd is the directory's descriptor for clone3.
@@ -53,25 +97,14 @@ func (c *cgroup) kill() error {
 	return os.WriteFile(path.Join(c.path, "cgroup.kill"), []byte("1"), 0)
 }
 
-// populated reports whether a process is left in the cgroup.
-func (c *cgroup) populated() bool {
-	data, err := os.ReadFile(path.Join(c.path, "cgroup.events"))
-	if err != nil {
-		return false
-	}
-	return bytes.Contains(data, []byte("populated 1"))
-}
-
 // remove deletes the (empty) cgroup.
 func (c *cgroup) remove() {
-	if c.dir != nil {
-		_ = c.dir.Close()
-	}
+	_ = c.dir.Close()
 	_ = syscall.Rmdir(c.path)
 }
 
-// KillCgroup kills every process in the cgroup at path, for a sidecar that
-// cleans up after a guard that died.
+// KillCgroup kills every process in the cgroup at dir and below, for a
+// sidecar that cleans up after a guard that died.
 func KillCgroup(dir string) error {
 	if dir == "" {
 		return nil
@@ -83,11 +116,18 @@ func KillCgroup(dir string) error {
 	return err
 }
 
-// RemoveCgroup deletes an empty cgroup left by a guard that died.
+// RemoveCgroup deletes the cgroup a guard that died left, once empty.
 func RemoveCgroup(dir string) {
-	if dir != "" {
-		_ = syscall.Rmdir(dir)
+	if dir == "" {
+		return
 	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.IsDir() {
+			_ = syscall.Rmdir(path.Join(dir, e.Name()))
+		}
+	}
+	_ = syscall.Rmdir(dir)
 }
 
 // ownCgroupDir is the directory of the calling process's cgroup in the

@@ -64,7 +64,8 @@ type server struct {
 	self    int
 	out     *reportWriter
 	outMu   sync.Mutex
-	cg      *cgroup
+	cgRoot  *cgroupRoot
+	cg      *cgroup // the current start's leaf
 	devnull *os.File
 	socket  string
 
@@ -103,11 +104,14 @@ func Run(cfg Config) int {
 	s.devnull = devnull
 	if cfg.Cgroup {
 		// Without a cgroup the guard still owns the tree as its subreaper.
-		s.cg, _ = newCgroup("elastic-guard-" + strconv.Itoa(s.self))
+		s.cgRoot, _ = newCgroupRoot("elastic-guard-" + strconv.Itoa(s.self))
 	}
 	defer func() {
 		if s.cg != nil {
 			s.cg.remove()
+		}
+		if s.cgRoot != nil {
+			s.cgRoot.remove()
 		}
 	}()
 
@@ -133,8 +137,8 @@ func Run(cfg Config) int {
 	s.out = newReportWriter(cfg.Control)
 	defer s.out.close()
 	ready := Report{Event: EventReady, Pid: s.self}
-	if s.cg != nil {
-		ready.Cgroup = s.cg.path
+	if s.cgRoot != nil {
+		ready.Cgroup = s.cgRoot.path
 	}
 	s.out.send(ready)
 
@@ -241,6 +245,7 @@ func (s *server) fence() {
 	s.clearOwed = true
 	s.killTree()
 	if !alreadyFenced && s.lease != 0 {
+		fmt.Fprintf(s.cfg.Stderr, "%s guard: the lease deadline passed; killed every training process\n", time.Now().UTC().Format("2006-01-02T15:04:05.000Z"))
 		s.out.send(Report{Event: EventFenced, Seq: s.seq, Lease: s.lease})
 	}
 }
@@ -259,6 +264,17 @@ func (s *server) start(c Command) {
 	s.gen = c.Generation
 	r := &run{procs: map[int]*proc{}}
 	s.cur = r
+	if s.cg != nil {
+		s.cg.remove()
+		s.cg = nil
+	}
+	if s.cgRoot != nil {
+		cg, err := s.cgRoot.newRun()
+		if err != nil {
+			s.cgRoot = nil // go on without
+		}
+		s.cg = cg
+	}
 	pids := make([]int, 0, len(c.Procs))
 	for _, p := range c.Procs {
 		pid, err := s.fork(r, p)
@@ -301,7 +317,7 @@ func (s *server) fork(r *run, p Proc) (int, error) {
 	if err != nil && s.cg != nil && !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.EACCES) {
 		// clone3 into a cgroup is not possible here: go on without one.
 		s.cg.remove()
-		s.cg = nil
+		s.cg, s.cgRoot = nil, nil
 		sys.UseCgroupFD = false
 		pid, err = syscall.ForkExec(path, p.Argv, attr)
 	}
@@ -389,6 +405,10 @@ func (s *server) reap() {
 	if s.killing {
 		s.killing = false
 		s.sweep.Stop()
+	}
+	if s.cg != nil {
+		s.cg.remove() // empty now; a leaf is never used twice
+		s.cg = nil
 	}
 	s.graceTimer.Stop()
 	if s.clearOwed {

@@ -1,0 +1,188 @@
+package integration
+
+import (
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/elastictraining/coordinator/guard"
+	"github.com/elastictraining/coordinator/internal/proctest"
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// These tests hold the product's promise against faults a node suffers, with
+// real processes: generation g+1's processes start only after every process
+// of generation g is gone. The fence trainer logs heartbeats; overlaps()
+// finds any sign of life of a generation after the next one started.
+
+// waitGone waits until every trainer of generation gen has exited.
+func (c *jobCluster) waitGone(gen int) {
+	c.t.Helper()
+	for _, s := range startsOfGen(readBeats(c.t, c.log), gen) {
+		require.Eventually(c.t, func() bool { return !proctest.Alive(s.pid) }, 60*time.Second, 10*time.Millisecond,
+			"trainer %d of generation %d never exited", s.pid, gen)
+	}
+}
+
+// A training command that runs its trainer without exec (bash train.sh
+// running python) exits on SIGTERM before the trainer does. The stop is
+// acked only when the trainer is gone too.
+func TestAStopWaitsForTheTrainerBelowAWrapper(t *testing.T) {
+	t.Parallel()
+	c := newJobCluster(t, "wrap")
+	c.serve()
+	// The trainer outlasts its wrapper by more than the 2 s a process's
+	// output may keep it unreaped.
+	env := []string{"FT_NESTED=1", "FT_TERM_DELAY=4"}
+	for i := range 2 {
+		c.sidecar(fmt.Sprintf("n%d", i), env, "--np", "2")
+	}
+	c.running(1, 2)
+	c.waitStarts(1, 2)
+
+	_, err := c.client.Scale(t.Context(), c.job, "1")
+	require.NoError(t, err)
+	c.running(2, 1)
+	c.waitStarts(2, 1)
+	c.waitGone(1)
+	requireNoOverlap(t, c.log)
+}
+
+// A sidecar killed with SIGKILL takes its trainers with it, including one
+// that its training command started without exec.
+func TestASidecarKilledTakesItsWholeTreeWithIt(t *testing.T) {
+	t.Parallel()
+	c := newJobCluster(t, "killed")
+	c.serve()
+	env := []string{"FT_NESTED=1", "FT_SETSID=1"}
+	var nodes []*clusterNode
+	for i := range 3 {
+		nodes = append(nodes, c.sidecar(fmt.Sprintf("n%d", i), env, "--np", "2:3", "--ttl", "2s"))
+	}
+	c.running(1, 3)
+	c.waitStarts(1, 3)
+
+	require.NoError(t, nodes[1].proc.cmd.Process.Kill())
+	c.running(2, 2)
+	c.waitStarts(2, 2)
+	c.waitGone(1)
+	requireNoOverlap(t, c.log)
+}
+
+// A sidecar frozen with SIGSTOP cannot stop anything, while its lease runs
+// out: its trainers die before the lease can expire.
+func TestAFrozenSidecarsTrainerDiesBeforeItsLeaseExpires(t *testing.T) {
+	t.Parallel()
+	c := newJobCluster(t, "frozen")
+	c.serve()
+	var nodes []*clusterNode
+	for i := range 3 {
+		nodes = append(nodes, c.sidecar(fmt.Sprintf("n%d", i), nil, "--np", "2:3", "--ttl", "2s"))
+	}
+	c.running(1, 3)
+	c.waitStarts(1, 3)
+
+	expired := c.watchDelete(membership.DefaultKeys().Node(c.job, "n1"))
+	below := map[int]bool{}
+	for _, pid := range guard.Descendants(nodes[1].proc.cmd.Process.Pid) {
+		below[pid] = true
+	}
+	freezePid(t, nodes[1].proc.cmd.Process.Pid)
+	c.running(2, 2)
+	c.waitStarts(2, 2)
+	c.waitGone(1)
+	requireNoOverlap(t, c.log)
+	at := <-expired
+	for _, b := range readBeats(t, c.log) {
+		if below[b.pid] && b.micros >= at.UnixMicro() {
+			t.Errorf("generation 1 rank %d (pid %d) alive %s after etcd expired its node's lease", b.rank, b.pid,
+				time.Duration(b.micros-at.UnixMicro())*time.Microsecond)
+		}
+	}
+
+	// Thawed, the node registers again and the job grows back.
+	require.NoError(t, sigcont(nodes[1].proc.cmd.Process.Pid))
+	c.running(3, 3)
+	requireNoOverlap(t, c.log)
+}
+
+// A node that does not ack a stop in time is evicted: its lease is revoked
+// while its trainer still stops gracefully. The next generation, which a
+// standby node can start at once, waits until the evicted nodes have
+// certainly fenced themselves.
+func TestAnEvictedNodeIsNotTakenForStopped(t *testing.T) {
+	t.Parallel()
+	c := newJobCluster(t, "evicted")
+	c.serve("--stop-timeout", "1s")
+	env := []string{"FT_TERM_DELAY=10"}
+	for i := range 2 {
+		c.sidecar(fmt.Sprintf("n%d", i), env, "--np", "2", "--ttl", "2s", "--grace-period", "30s")
+	}
+	c.running(1, 2)
+	c.waitStarts(1, 2)
+	c.sidecar("n2", nil, "--ttl", "2s") // on standby
+	c.status("saw the standby node", func(s membership.Status) bool { return true })
+	require.Eventually(t, func() bool {
+		nodes, err := c.client.Nodes(t.Context(), c.job)
+		return err == nil && len(nodes) == 3
+	}, 30*time.Second, 10*time.Millisecond)
+
+	_, err := c.client.Scale(t.Context(), c.job, "1")
+	require.NoError(t, err)
+	c.running(2, 1)
+	c.waitStarts(2, 1)
+	c.waitGone(1)
+	requireNoOverlap(t, c.log)
+}
+
+// A node cut off from etcd while its trainer stops slowly (it saves a
+// checkpoint on SIGTERM) is fenced at its lease deadline, not at the end of
+// the grace period.
+func TestANodeCutOffDuringAStopIsFencedOnTime(t *testing.T) {
+	t.Parallel()
+	c := newJobCluster(t, "cutoff")
+	c.serve()
+	var nodes []*clusterNode
+	for i := range 3 {
+		var env []string
+		if i == 0 {
+			env = []string{"FT_TERM_DELAY=5"} // only this one is slow to stop
+		}
+		nodes = append(nodes, c.sidecar(fmt.Sprintf("n%d", i), env, "--np", "2:3", "--ttl", "2s", "--grace-period", "30s"))
+	}
+	c.running(1, 3)
+	c.waitStarts(1, 3)
+
+	_, err := c.client.Scale(t.Context(), c.job, "2")
+	require.NoError(t, err)
+	time.Sleep(150 * time.Millisecond) // the stop has begun
+	nodes[0].proxy.Cut()
+	c.running(2, 2)
+	c.waitStarts(2, 2)
+	c.waitGone(1)
+	requireNoOverlap(t, c.log)
+	nodes[0].proxy.Heal()
+}
+
+// watchDelete reports when key is deleted.
+func (c *jobCluster) watchDelete(key string) <-chan time.Time {
+	out := make(chan time.Time, 1)
+	ch := c.cli.Watch(c.t.Context(), key)
+	go func() {
+		for resp := range ch {
+			for _, ev := range resp.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					out <- time.Now()
+					return
+				}
+			}
+		}
+	}()
+	return out
+}
+
+func sigcont(pid int) error { return syscall.Kill(pid, syscall.SIGCONT) }

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# A trainer for fault tests. It logs to FT_LOG when it starts and, every
+# FT_BEAT seconds, that it is alive, with its generation, rank, pid and the
+# time in microseconds:
+#   start GEN RANK PID TIME
+#   alive GEN RANK PID TIME
+#
+#   FT_LOG         the log (required)
+#   FT_BEAT        seconds between heartbeats (default 0.02)
+#   FT_NESTED      1: the loop runs in a child process, as when `bash
+#                  train.sh` runs python without exec; this script exits at
+#                  once on SIGTERM and leaves its child to stop on its own
+#   FT_SETSID      1: with FT_NESTED, the child runs in a session of its own
+#   FT_TERM_DELAY  seconds the loop keeps going after SIGTERM (default 0),
+#                  as a trainer saving a checkpoint does
+#   FT_CKPT        if set, a checkpoint "GEN STEP" is committed there through
+#                  the sidecar's guard at every heartbeat
+# SIGUSR1 makes the loop exit 1, as a collective that lost a peer does.
+set -u
+beat=${FT_BEAT:-0.02}
+now() { echo "${EPOCHREALTIME/./}"; }
+
+if [ "${FT_NESTED:-}" = 1 ] && [ -z "${FT_CHILD:-}" ]; then
+	if [ "${FT_SETSID:-}" = 1 ]; then
+		FT_CHILD=1 setsid bash "$0" &
+	else
+		FT_CHILD=1 bash "$0" &
+	fi
+	trap 'exit 143' TERM
+	wait
+	exit $?
+fi
+
+echo "start $ELASTIC_GENERATION $RANK $BASHPID $(now)" >>"$FT_LOG"
+term_at=""
+trap 'term_at=$(now)' TERM
+trap 'exit 1' USR1
+step=0
+while :; do
+	echo "alive $ELASTIC_GENERATION $RANK $BASHPID $(now)" >>"$FT_LOG"
+	if [ -n "$term_at" ]; then
+		delay_us=$(awk -v d="${FT_TERM_DELAY:-0}" 'BEGIN { printf "%d", d * 1000000 }')
+		if [ $(($(now) - term_at)) -ge "$delay_us" ]; then
+			exit 143
+		fi
+	fi
+	step=$((step + 1))
+	if [ -n "${FT_CKPT:-}" ]; then
+		echo "$ELASTIC_GENERATION $step" >"$FT_CKPT.$BASHPID" &&
+			"$ELASTIC_COORDINATOR" commit "$FT_CKPT.$BASHPID" "$FT_CKPT" 2>/dev/null || rm -f "$FT_CKPT.$BASHPID"
+	fi
+	sleep "$beat" &
+	wait $! 2>/dev/null
+done
