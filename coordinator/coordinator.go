@@ -9,7 +9,6 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/hashicorp/go-hclog"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
@@ -102,8 +101,7 @@ func (c *Coordinator) campaignAndLead(ctx context.Context) (bool, error) {
 		c.metrics.leader.Set(0)
 	}()
 	c.logger.Info("leading", "election_key", election.Key(), "revision", election.Rev())
-	fence := clientv3.Compare(clientv3.CreateRevision(election.Key()), "=", election.Rev())
-	t := newTerm(c, fence)
+	t := newTerm(c, election.Key(), election.Rev())
 	err = t.run(leadCtx)
 	c.logger.Info("stepped down", "error", err)
 	return true, err

@@ -18,7 +18,13 @@ type view struct {
 	nodes   []membership.LiveNode
 	plan    *membership.Plan
 	planErr error
+	// planRev is the plan's ModRevision, 0 when there is none: the
+	// decision's write is conditional on it.
+	planRev int64
 	status  *membership.Status
+	// evictions are the eviction records, by node: an evicted node's
+	// processes may run until the record expires.
+	evictions map[string]membership.Eviction
 }
 
 // memo is what the leader remembers between decisions of one job beyond
@@ -30,6 +36,13 @@ type memo struct {
 	// ackedGen's stop phase completed at ackedAt.
 	ackedGen int64
 	ackedAt  time.Time
+	// stopGen's stop phase was first seen by this leader at stopSeen, on
+	// its own monotonic clock: the stop timeout counts from there, never
+	// from a time another replica wrote.
+	stopGen  int64
+	stopSeen time.Time
+	// evicted are the members this leader evicted in stopGen's stop phase.
+	evicted map[string]bool
 }
 
 // timing holds the protocol's time limits.
@@ -78,32 +91,46 @@ func decide(v view, m memo, tm timing, now time.Time) decision {
 }
 
 // decideStopped waits for the stop acks of the previous table's members,
-// then for enough nodes, then commits phase run.
+// and for evicted members to have fenced themselves, then for enough
+// nodes, then commits phase run, or ends the job when the failure that
+// stopped it is charged and the job cannot take it.
 func decideStopped(v view, d decision, tm timing, now time.Time) decision {
 	alive := byID(v.nodes)
 	var prev []membership.Member
 	var gen int64
 	if v.plan != nil {
 		prev, gen = v.plan.Members, v.plan.Generation
+		if d.memo.stopGen != gen {
+			d.memo.stopGen, d.memo.stopSeen, d.memo.evicted = gen, now, nil
+		}
 	}
 
 	var unacked []membership.LiveNode
+	var fencing []string
 	for _, m := range prev {
 		n, ok := alive[m.Node]
-		if !ok || int64(n.Lease) != m.Lease {
-			continue // gone, or restarted: nothing of it runs
-		}
-		if n.State != membership.NodeStopped || n.Generation < gen {
-			unacked = append(unacked, n)
+		switch {
+		case ok && int64(n.Lease) == m.Lease:
+			if n.State != membership.NodeStopped || n.Generation < gen {
+				unacked = append(unacked, n)
+			}
+		case ok:
+			// Registered again under a new lease: it fenced itself first.
+		case evictedFrom(v.evictions, m):
+			// Evicted: it may not know yet, and kills its processes at
+			// its own deadline, before the record expires.
+			fencing = append(fencing, m.Node)
 		}
 	}
 	if len(unacked) > 0 {
-		deadline := v.plan.StopAt.Add(tm.stopTimeout)
+		deadline := d.memo.stopSeen.Add(tm.stopTimeout)
 		if now.Before(deadline) {
 			d.wakeAt = deadline
 		} else {
 			d.evict = unacked
+			d.memo.evicted = map[string]bool{}
 			for _, n := range unacked {
+				d.memo.evicted[n.ID] = true
 				d.events = append(d.events, membership.Event{Generation: gen, Type: "NodeEvicted",
 					Message: fmt.Sprintf("node %s did not ack the stop of generation %d within %s; its lease is revoked", n.ID, gen, tm.stopTimeout)})
 			}
@@ -114,11 +141,52 @@ func decideStopped(v view, d decision, tm timing, now time.Time) decision {
 		d.status = baseStatus(v, membership.JobRestarting, 0, stoppingMessage(*v.plan))
 		return d
 	}
+	if len(fencing) > 0 {
+		d.status = baseStatus(v, membership.JobRestarting, 0, stoppingMessage(*v.plan))
+		return d // the records' expiry wakes the actor
+	}
 	if v.plan != nil && d.memo.ackedGen != gen {
 		d.memo.ackedGen, d.memo.ackedAt = gen, now
 	}
 
-	t, short := assignRanks(*v.spec, v.nodes, prev, aliveExcluded(v.plan, alive))
+	restarts, reason, excluded := 0, "first generation", []string(nil)
+	if v.plan != nil {
+		restarts, reason, excluded = v.plan.Restarts, v.plan.Reason, aliveExcludedList(v.plan, alive)
+	}
+	if v.plan != nil && v.plan.Failure != nil {
+		f := *v.plan.Failure
+		// A member evicted for a slow stop was alive when the failure
+		// happened: it explains nothing.
+		var lost []string
+		for _, id := range lostMembers(prev, alive) {
+			if !d.memo.evicted[id] && !evictedBy(v.evictions, id, "coordinator") {
+				lost = append(lost, id)
+			}
+		}
+		if len(lost) > 0 {
+			reason = fmt.Sprintf("%s; not charged: %s lost meanwhile", reason, nodeList("member", lost))
+		} else {
+			switch {
+			case v.spec.FaultTolerance == membership.FaultToleranceNone:
+				return finish(v, now, membership.JobFailed, max(f.ExitCode, 1), reason+" and fault tolerance is 0")
+			case restarts >= v.spec.MaxRestarts:
+				return finish(v, now, membership.JobFailed, max(f.ExitCode, 1),
+					fmt.Sprintf("%s and the restart budget of %d is spent", reason, v.spec.MaxRestarts))
+			}
+			restarts++
+			if v.spec.FaultTolerance == membership.FaultToleranceReplace {
+				if _, ok := alive[f.Node]; ok {
+					excluded = appendUnique(excluded, f.Node)
+				}
+			}
+		}
+	}
+	excludedSet := map[string]bool{}
+	for _, id := range excluded {
+		excludedSet[id] = true
+	}
+
+	t, short := assignRanks(*v.spec, v.nodes, prev, excludedSet)
 	if short != nil {
 		d.memo.pendingSince = time.Time{}
 		d.status = baseStatus(v, membership.JobWaiting, short.available, short.String())
@@ -132,11 +200,10 @@ func decideStopped(v view, d decision, tm timing, now time.Time) decision {
 
 	next := membership.Plan{
 		Generation: gen + 1, Phase: membership.PhaseRun, Members: t.members, WorldSize: t.worldSize, Master: t.master,
-		MaxRestarts: v.spec.MaxRestarts, Reason: "first generation", DetectedAt: now, RunAt: now,
+		MaxRestarts: v.spec.MaxRestarts, Reason: reason, Restarts: restarts, Excluded: excluded, DetectedAt: now, RunAt: now,
 	}
 	if v.plan != nil {
 		next.Generation = gen
-		next.Restarts, next.Reason, next.Excluded = v.plan.Restarts, v.plan.Reason, aliveExcludedList(v.plan, alive)
 		next.DetectedAt, next.StopAt, next.AckedAt = v.plan.DetectedAt, v.plan.StopAt, d.memo.ackedAt
 	} else if !d.memo.pendingSince.IsZero() {
 		next.DetectedAt = d.memo.pendingSince
@@ -149,6 +216,31 @@ func decideStopped(v view, d decision, tm timing, now time.Time) decision {
 	return d
 }
 
+// evictedFrom reports whether m's node was evicted under the lease it ran
+// with, and the eviction's record has not expired yet.
+func evictedFrom(evictions map[string]membership.Eviction, m membership.Member) bool {
+	e, ok := evictions[m.Node]
+	return ok && e.Lease == m.Lease
+}
+
+// evictedBy reports whether node has an eviction record written by by.
+func evictedBy(evictions map[string]membership.Eviction, node, by string) bool {
+	e, ok := evictions[node]
+	return ok && e.By == by
+}
+
+// lostMembers are the members of a table that are gone, came back under
+// another lease, or are leaving.
+func lostMembers(members []membership.Member, alive map[string]membership.LiveNode) []string {
+	var lost []string
+	for _, m := range members {
+		if n, ok := alive[m.Node]; !ok || int64(n.Lease) != m.Lease || n.State == membership.NodeLeaving {
+			lost = append(lost, m.Node)
+		}
+	}
+	return lost
+}
+
 // decideRunning watches a generation in phase run: lost members, failed or
 // succeeded children, and changes of membership or spec.
 func decideRunning(v view, d decision, tm timing, now time.Time) decision {
@@ -156,17 +248,10 @@ func decideRunning(v view, d decision, tm timing, now time.Time) decision {
 	alive := byID(v.nodes)
 	spec := *v.spec
 
-	var lost []string
-	for _, m := range p.Members {
-		if n, ok := alive[m.Node]; !ok || int64(n.Lease) != m.Lease {
-			lost = append(lost, m.Node)
-		}
-	}
-	if len(lost) > 0 {
+	// A member lost or leaving is a membership change, whatever the fault
+	// tolerance: the budget and the fault tolerance level are for failures.
+	if lost := lostMembers(p.Members, alive); len(lost) > 0 {
 		reason := fmt.Sprintf("%s lost", nodeList("member", lost))
-		if spec.FaultTolerance == membership.FaultToleranceNone {
-			return finish(v, now, membership.JobFailed, 1, reason+" and fault tolerance is 0")
-		}
 		return stopNext(v, d, now, now, reason, p.Restarts, aliveExcludedList(&p, alive))
 	}
 
@@ -200,19 +285,11 @@ func decideRunning(v view, d decision, tm timing, now time.Time) decision {
 			code = 1
 		}
 		reason := fmt.Sprintf("node %s (%s rank %d) failed with exit code %d", f.Node, f.Role, f.Rank, code)
-		if spec.FaultTolerance == membership.FaultToleranceNone {
-			return finish(v, now, membership.JobFailed, code, reason+" and fault tolerance is 0")
-		}
-		if p.Restarts >= spec.MaxRestarts {
-			return finish(v, now, membership.JobFailed, code, fmt.Sprintf("%s and the restart budget of %d is spent", reason, spec.MaxRestarts))
-		}
-		excluded := aliveExcludedList(&p, alive)
-		if spec.FaultTolerance == membership.FaultToleranceReplace {
-			for _, m := range failed {
-				excluded = appendUnique(excluded, m.Node)
-			}
-		}
-		return stopNext(v, d, now, now, reason, p.Restarts+1, excluded)
+		// Whether it is charged is decided when the stop phase ends: a
+		// member lost meanwhile explains it.
+		d = stopNext(v, d, now, now, reason, p.Restarts, aliveExcludedList(&p, alive))
+		d.plan.Failure = &membership.Failure{Node: f.Node, Role: f.Role, Rank: f.Rank, ExitCode: code}
+		return d
 	}
 	switch {
 	case spec.SuccessPolicy == membership.SuccessRank0 && rank0Done:
@@ -279,6 +356,7 @@ func stopNext(v view, d decision, now, detected time.Time, reason string, restar
 		Restarts: restarts, MaxRestarts: v.spec.MaxRestarts, Reason: reason, Excluded: excluded, DetectedAt: detected, StopAt: now,
 	}
 	d.plan = &next
+	d.memo.stopGen, d.memo.stopSeen, d.memo.evicted = next.Generation, now, nil
 	d.status = planStatus(v, next, membership.JobRestarting, 0, stoppingMessage(next))
 	d.events = append(d.events, membership.Event{Generation: next.Generation, Type: "GenerationStopping", Message: reason})
 	return d

@@ -97,16 +97,44 @@ func TestDecideStopPhase(t *testing.T) {
 
 	t.Run("waits for the previous members to ack", func(t *testing.T) {
 		v := view{job: "j", spec: ptr(spec("2")), plan: stop, nodes: []membership.LiveNode{in(nodes, membership.NodeStopped, 2)[0], in(nodes, membership.NodeRunning, 1)[1]}}
-		d := decide(v, memo{}, tm, t0.Add(time.Second))
+		d := decide(v, memo{stopGen: 2, stopSeen: t0}, tm, t0.Add(time.Second))
 		assert.Nil(t, d.plan)
 		assert.Empty(t, d.evict)
 		assert.Equal(t, t0.Add(tm.stopTimeout), d.wakeAt)
 		assert.Equal(t, "stopping generation 1 for generation 2: x", d.status.Message)
 
-		d = decide(v, memo{}, tm, t0.Add(tm.stopTimeout))
+		d = decide(v, d.memo, tm, t0.Add(tm.stopTimeout))
 		require.Len(t, d.evict, 1, "a node that never acks is evicted")
 		assert.Equal(t, "b", d.evict[0].ID)
 		assert.Equal(t, []string{"NodeEvicted"}, types(d.events))
+	})
+	t.Run("the stop timeout counts on this leader's clock, not from the plan's time", func(t *testing.T) {
+		// The plan was written by a leader whose wall clock was an hour
+		// ahead, or long ago by one that failed over.
+		old := *stop
+		old.StopAt = t0.Add(-time.Hour)
+		v := view{job: "j", spec: ptr(spec("2")), plan: &old, nodes: []membership.LiveNode{in(nodes, membership.NodeStopped, 2)[0], in(nodes, membership.NodeRunning, 1)[1]}}
+		d := decide(v, memo{}, tm, t0)
+		assert.Empty(t, d.evict, "a new leader gives the node its whole stop timeout")
+		assert.Equal(t, t0.Add(tm.stopTimeout), d.wakeAt)
+		d = decide(v, d.memo, tm, t0.Add(tm.stopTimeout))
+		assert.Len(t, d.evict, 1)
+	})
+	t.Run("an evicted member is waited for until its record expires", func(t *testing.T) {
+		v := view{job: "j", spec: ptr(spec("1")), plan: stop, nodes: in(nodes, membership.NodeStopped, 2)[:1],
+			evictions: map[string]membership.Eviction{"b": {Node: "b", Lease: stop.Members[1].Lease, TTLSeconds: 5}}}
+		d := decide(v, memo{}, tm, t0)
+		assert.Nil(t, d.plan, "b's processes may run until its own deadline")
+		v.evictions = nil
+		d = decide(v, memo{}, tm, t0)
+		require.NotNil(t, d.plan)
+		assert.Equal(t, membership.PhaseRun, d.plan.Phase)
+	})
+	t.Run("an eviction of an earlier lease is moot", func(t *testing.T) {
+		v := view{job: "j", spec: ptr(spec("1")), plan: stop, nodes: in(nodes, membership.NodeStopped, 2)[:1],
+			evictions: map[string]membership.Eviction{"b": {Node: "b", Lease: 12345, TTLSeconds: 5}}}
+		d := decide(v, memo{}, tm, t0)
+		require.NotNil(t, d.plan)
 	})
 	t.Run("a waiting member must ack too", func(t *testing.T) {
 		// It may have started generation 1 without having said so yet.
@@ -162,28 +190,71 @@ func TestDecideRunPhase(t *testing.T) {
 		assert.Equal(t, 0, d.plan.Restarts)
 		assert.Equal(t, "member b lost", d.plan.Reason)
 	})
-	t.Run("a lost member at fault tolerance 0 fails the job", func(t *testing.T) {
+	t.Run("a lost member at fault tolerance 0 is a membership change too", func(t *testing.T) {
 		s := spec("2")
 		s.FaultTolerance = 0
 		d := decide(base(s, in(nodes, membership.NodeRunning, 1)[:1]), memo{}, tm, t0)
 		require.NotNil(t, d.plan)
-		assert.Equal(t, membership.JobFailed, d.plan.Result)
+		assert.Equal(t, membership.PhaseStop, d.plan.Phase)
+		assert.Empty(t, d.plan.Result)
 	})
-	t.Run("a failed child spends the budget, then fails the job", func(t *testing.T) {
+	t.Run("a leaving member is a membership change at once", func(t *testing.T) {
+		leaving := in(nodes, membership.NodeRunning, 1)
+		leaving[1].State = membership.NodeLeaving
+		d := decide(base(spec("2"), leaving), memo{}, tm, t0)
+		require.NotNil(t, d.plan)
+		assert.Equal(t, "member b lost", d.plan.Reason)
+		assert.Nil(t, d.plan.Failure)
+	})
+	t.Run("a failure stops the generation; its charge waits for the stop's end", func(t *testing.T) {
 		failed := in(nodes, membership.NodeRunning, 1)
 		failed[1].State, failed[1].ExitCode = membership.NodeFailed, 7
 		d := decide(base(spec("2"), failed), memo{}, tm, t0)
 		require.NotNil(t, d.plan)
 		assert.Equal(t, membership.PhaseStop, d.plan.Phase)
+		assert.Equal(t, 0, d.plan.Restarts)
+		require.NotNil(t, d.plan.Failure)
+		assert.Equal(t, membership.Failure{Node: "b", Role: membership.RoleWorker, Rank: 1, ExitCode: 7}, *d.plan.Failure)
+
+		// Every member acked: a real failure, charged.
+		stop := d.plan
+		d = decide(view{job: "j", spec: ptr(spec("2")), plan: stop, nodes: in(nodes, membership.NodeStopped, 2)}, memo{}, tm, t0)
+		require.NotNil(t, d.plan)
+		assert.Equal(t, membership.PhaseRun, d.plan.Phase)
 		assert.Equal(t, 1, d.plan.Restarts)
 
-		spent := *run
+		// The budget spent: the job fails with the child's code.
+		spent := *stop
 		spent.Restarts = membership.DefaultMaxRestarts
-		v := base(spec("2"), failed)
-		v.plan = &spent
-		d = decide(v, memo{}, tm, t0)
+		d = decide(view{job: "j", spec: ptr(spec("2")), plan: &spent, nodes: in(nodes, membership.NodeStopped, 2)}, memo{}, tm, t0)
 		assert.Equal(t, membership.JobFailed, d.plan.Result)
 		assert.Equal(t, 7, d.plan.ExitCode)
+
+		// Fault tolerance 0: the job fails.
+		s := spec("2")
+		s.FaultTolerance = 0
+		d = decide(view{job: "j", spec: &s, plan: stop, nodes: in(nodes, membership.NodeStopped, 2)}, memo{}, tm, t0)
+		assert.Equal(t, membership.JobFailed, d.plan.Result)
+		assert.Equal(t, 7, d.plan.ExitCode)
+	})
+	t.Run("a failure explained by a member lost during the stop costs nothing", func(t *testing.T) {
+		failed := in(nodes, membership.NodeRunning, 1)
+		failed[1].State, failed[1].ExitCode = membership.NodeFailed, 1
+		d := decide(base(spec("2"), failed), memo{}, tm, t0)
+		stop := d.plan
+		require.NotNil(t, stop.Failure)
+		for _, level := range []int{0, 1, 2} {
+			s := spec("1")
+			s.FaultTolerance = level
+			// a died silently; b's collective failed because of it.
+			onlyB := in(nodes, membership.NodeStopped, 2)[1:]
+			d = decide(view{job: "j", spec: &s, plan: stop, nodes: onlyB}, memo{}, tm, t0)
+			require.NotNil(t, d.plan, "level %d", level)
+			assert.Equal(t, membership.PhaseRun, d.plan.Phase, "level %d", level)
+			assert.Equal(t, 0, d.plan.Restarts, "level %d", level)
+			assert.Empty(t, d.plan.Excluded, "level %d: the healthy peer is not benched", level)
+			assert.Equal(t, "node b (worker rank 1) failed with exit code 1; not charged: member a lost meanwhile", d.plan.Reason)
+		}
 	})
 	t.Run("the first failure reported is the cause", func(t *testing.T) {
 		failed := in(nodes, membership.NodeFailed, 1)
@@ -192,7 +263,15 @@ func TestDecideRunPhase(t *testing.T) {
 		d := decide(base(spec("2"), failed), memo{}, tm, t0)
 		require.NotNil(t, d.plan)
 		assert.Equal(t, "node b (worker rank 1) failed with exit code 137", d.plan.Reason)
+		require.NotNil(t, d.plan.Failure)
+		assert.Equal(t, "b", d.plan.Failure.Node)
+
+		s := spec("2")
+		s.FaultTolerance = membership.FaultToleranceReplace
+		d = decide(view{job: "j", spec: &s, plan: d.plan, nodes: in(live("a", "b", "c"), membership.NodeStopped, 2)}, memo{}, tm, t0)
+		require.NotNil(t, d.plan)
 		assert.Equal(t, 1, d.plan.Restarts, "one restart for the whole generation")
+		assert.Equal(t, []string{"b"}, d.plan.Excluded, "only the cause is benched")
 	})
 	t.Run("a failure of an earlier generation is ignored", func(t *testing.T) {
 		old := in(nodes, membership.NodeRunning, 1)

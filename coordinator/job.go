@@ -33,14 +33,16 @@ type jobActor struct {
 
 	mu sync.Mutex
 	// What etcd holds, with the revision each record was last changed at.
-	spec              *membership.Spec
-	specErr           error
-	plan              *membership.Plan
-	planErr           error
-	status            *membership.Status
-	specRev, planRev  int64
-	statusRev         int64
-	nodes             map[string]nodeEntry
+	spec             *membership.Spec
+	specErr          error
+	plan             *membership.Plan
+	planErr          error
+	planExists       bool // the plan key exists (planRev is its ModRevision)
+	status           *membership.Status
+	specRev, planRev int64
+	statusRev        int64
+	nodes            map[string]nodeEntry
+	evictions        map[string]membership.Eviction // by node
 	sorted            []membership.LiveNode // nodes in join order; nil when stale
 	lastSeq           int64
 	invalidLoggedAtRv map[string]int64
@@ -60,7 +62,7 @@ func newJobActor(t *term, job string) *jobActor {
 		backoff.WithMaxElapsedTime(0))
 	return &jobActor{
 		t: t, job: job, logger: t.c.logger.With("job", job),
-		wake: make(chan struct{}, 1), nodes: map[string]nodeEntry{},
+		wake: make(chan struct{}, 1), nodes: map[string]nodeEntry{}, evictions: map[string]membership.Eviction{},
 		invalidLoggedAtRv: map[string]int64{}, lossesSeen: map[string]int64{}, retry: retry,
 	}
 }
@@ -78,8 +80,9 @@ func (a *jobActor) reset() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.spec, a.specErr, a.plan, a.planErr, a.status = nil, nil, nil, nil, nil
-	a.specRev, a.planRev, a.statusRev = 0, 0, 0
+	a.specRev, a.planRev, a.statusRev, a.planExists = 0, 0, 0, false
 	clear(a.nodes)
+	clear(a.evictions)
 	a.sorted = nil
 }
 
@@ -110,7 +113,7 @@ func (a *jobActor) applyLocked(jk membership.JobKey, kv membership.KeyValue) {
 		if kv.ModRevision <= a.planRev {
 			return // our own write, already applied
 		}
-		a.planRev, a.plan, a.planErr = kv.ModRevision, nil, nil
+		a.planRev, a.plan, a.planErr, a.planExists = kv.ModRevision, nil, nil, !kv.Deleted
 		if !kv.Deleted {
 			p, err := membership.DecodePlan(kv.Value)
 			a.plan, a.planErr = ptrOrNil(p, err), err
@@ -140,6 +143,16 @@ func (a *jobActor) applyLocked(jk membership.JobKey, kv membership.KeyValue) {
 				a.t.c.metrics.leaseLosses.WithLabelValues(a.job).Add(float64(n.LeaseLosses - seen))
 			}
 			a.lossesSeen[n.ID] = n.LeaseLosses
+		}
+	case membership.KindEviction:
+		if kv.Deleted {
+			delete(a.evictions, jk.Name)
+			return
+		}
+		e, err := membership.DecodeEviction(kv.Value)
+		a.noteInvalid(kv, err)
+		if err == nil && e.Node == jk.Name {
+			a.evictions[jk.Name] = e
 		}
 	case membership.KindEvent:
 		if seq, err := strconv.ParseInt(jk.Name, 10, 64); err == nil && seq > a.lastSeq {
@@ -174,20 +187,38 @@ func (a *jobActor) viewLocked() view {
 		}
 		membership.SortByJoin(a.sorted)
 	}
-	return view{job: a.job, spec: a.spec, specErr: a.specErr, nodes: a.sorted, plan: a.plan, planErr: a.planErr, status: a.status}
+	v := view{job: a.job, spec: a.spec, specErr: a.specErr, nodes: a.sorted, plan: a.plan, planErr: a.planErr, status: a.status}
+	if a.planExists {
+		v.planRev = a.planRev
+	}
+	if len(a.evictions) > 0 {
+		v.evictions = make(map[string]membership.Eviction, len(a.evictions))
+		for id, e := range a.evictions {
+			v.evictions[id] = e
+		}
+	}
+	return v
 }
 
-// run decides whenever the job changes or a deadline passes.
+// run decides whenever the job changes or a deadline passes. After a failed
+// write it waits out its backoff whatever happens meanwhile, so that its own
+// writes, echoed by the watch, cannot make it loop.
 func (a *jobActor) run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	var notBefore time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-a.wake:
 		case <-timer.C:
+		}
+		if wait := time.Until(notBefore); wait > 0 {
+			timer.Stop()
+			timer.Reset(wait)
+			continue
 		}
 		wakeAt, err := a.reconcile(ctx)
 		switch {
@@ -197,7 +228,8 @@ func (a *jobActor) run(ctx context.Context) {
 		case err != nil && ctx.Err() == nil:
 			wait := a.retry.NextBackOff()
 			a.logger.Warn("reconcile failed; retrying", "error", err, "retry_in", wait)
-			wakeAt = time.Now().Add(wait)
+			notBefore = time.Now().Add(wait)
+			wakeAt = notBefore
 		case err == nil:
 			a.retry.Reset()
 		}
@@ -218,7 +250,11 @@ func (a *jobActor) reconcile(ctx context.Context) (time.Time, error) {
 		a.mu.Unlock()
 		d := decide(v, a.memo, timing{settle: a.t.c.cfg.SettleWindow, stopTimeout: a.t.c.cfg.StopTimeout}, time.Now())
 		a.memo = d.memo
-		if err := a.write(ctx, v, d); err != nil {
+		err := a.write(ctx, v, d)
+		if errors.Is(err, errPlanMoved) {
+			continue // decide again from the plan that is there
+		}
+		if err != nil {
 			return time.Time{}, err
 		}
 		if d.plan == nil {
@@ -228,8 +264,19 @@ func (a *jobActor) reconcile(ctx context.Context) (time.Time, error) {
 	return time.Time{}, nil
 }
 
+// errPlanMoved: the plan changed since the decision read it; the actor now
+// holds the new one and decides again.
+var errPlanMoved = errors.New("coordinator: the plan changed under the decision")
+
+// maxEventsPerJob bounds a job's timeline: older events are deleted as new
+// ones are written.
+const maxEventsPerJob = 1000
+
 // write commits a decision: plan, status and events in one transaction
-// fenced on the election key, then the evictions.
+// fenced on the election key and on the plan the decision was based on, so
+// that a decision never replaces a plan it did not see (one written by a
+// transaction that succeeded but was reported lost, say). Then the
+// evictions.
 func (a *jobActor) write(ctx context.Context, v view, d decision) error {
 	keys := a.t.c.cfg.Keys
 	now := time.Now()
@@ -270,13 +317,21 @@ func (a *jobActor) write(ctx context.Context, v view, d decision) error {
 			ops = append(ops, clientv3.OpPut(keys.Event(a.job, seq), val, clientv3.WithLease(lease)))
 			a.logger.Info("event", "type", e.Type, "generation", e.Generation, "message", e.Message)
 		}
+		if seq > maxEventsPerJob {
+			ops = append(ops, clientv3.OpDelete(keys.Event(a.job, 0), clientv3.WithRange(keys.Event(a.job, seq-maxEventsPerJob+1))))
+		}
 	}
 	if len(ops) > 0 {
 		if a.logger.IsDebug() {
 			a.logger.Debug("commit", "plan", d.plan != nil, "status", status, "events", len(d.events))
 		}
 		a.t.c.metrics.writes.Inc()
-		resp, err := a.t.c.cfg.Client.Txn(ctx).If(a.t.fence).Then(ops...).Commit()
+		planKey := keys.Plan(a.job)
+		resp, err := a.t.c.cfg.Client.Txn(ctx).
+			If(a.t.fence, clientv3.Compare(clientv3.ModRevision(planKey), "=", v.planRev)).
+			Then(ops...).
+			Else(clientv3.OpGet(a.t.electionKey), clientv3.OpGet(planKey)).
+			Commit()
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			a.t.forgetEventLease() // someone revoked it; the retry grants another
 		}
@@ -284,18 +339,46 @@ func (a *jobActor) write(ctx context.Context, v view, d decision) error {
 			return fmt.Errorf("commit: %w", err)
 		}
 		if !resp.Succeeded {
-			return ErrNotLeader
+			return a.notCommitted(resp)
 		}
 		a.committed(resp.Header.Revision, v, d, status, seq)
 	}
 	for _, n := range d.evict {
 		a.t.c.metrics.writes.Inc()
-		if _, err := a.t.c.cfg.Client.Revoke(ctx, n.Lease); err != nil {
-			return fmt.Errorf("evict node %s: %w", n.ID, err)
+		err := membership.Evict(ctx, a.t.c.cfg.Client, keys, membership.EvictRequest{
+			Job: a.job, Node: n.ID, Lease: n.Lease, By: "coordinator", If: []clientv3.Cmp{a.t.fence},
+			Reason: fmt.Sprintf("did not ack the stop of generation %d in time", v.plan.Generation),
+		})
+		switch {
+		case errors.Is(err, membership.ErrEvictionMoot):
+			continue // the node left, or re-registered, meanwhile
+		case err != nil:
+			return err
 		}
 		a.logger.Warn("evicted node", "node", n.ID)
 	}
 	return nil
+}
+
+// notCommitted says why a decision's transaction failed: the lead is lost,
+// or the plan moved, which the actor then takes from the answer.
+func (a *jobActor) notCommitted(resp *clientv3.TxnResponse) error {
+	election := resp.Responses[0].GetResponseRange().Kvs
+	if len(election) == 0 || election[0].CreateRevision != a.t.electionRev {
+		return ErrNotLeader
+	}
+	key := a.t.c.cfg.Keys.Plan(a.job)
+	kv := membership.KeyValue{Key: key, Deleted: true, ModRevision: resp.Header.Revision}
+	if plans := resp.Responses[1].GetResponseRange().Kvs; len(plans) > 0 {
+		p := plans[0]
+		kv = membership.KeyValue{Key: key, Value: p.Value, CreateRevision: p.CreateRevision, ModRevision: p.ModRevision}
+	}
+	a.mu.Lock()
+	jk, _ := a.t.c.cfg.Keys.ParseJobKey(key)
+	a.applyLocked(jk, kv)
+	a.mu.Unlock()
+	a.logger.Info("the plan changed under a decision; deciding again", "revision", kv.ModRevision)
+	return errPlanMoved
 }
 
 // committed applies our own writes at once, so the next decision does not
@@ -321,7 +404,7 @@ func (a *jobActor) committed(rev int64, v view, d decision, status *membership.S
 	defer a.mu.Unlock()
 	if d.plan != nil && rev > a.planRev {
 		p := *d.plan
-		a.plan, a.planErr, a.planRev = &p, nil, rev
+		a.plan, a.planErr, a.planRev, a.planExists = &p, nil, rev, true
 	}
 	if status != nil && rev > a.statusRev {
 		a.status, a.statusRev = status, rev

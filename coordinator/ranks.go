@@ -41,6 +41,9 @@ func (s shortage) String() string {
 func assignRanks(spec membership.Spec, live []membership.LiveNode, prev []membership.Member, excluded map[string]bool) (table, *shortage) {
 	byRole := map[membership.Role][]membership.LiveNode{}
 	for _, n := range live {
+		if n.State == membership.NodeLeaving {
+			continue // on its way out: it runs no new generation
+		}
 		byRole[n.Role] = append(byRole[n.Role], n)
 	}
 	prevRank := map[string]int{}
@@ -93,16 +96,22 @@ func assignRanks(spec membership.Spec, live []membership.LiveNode, prev []member
 
 // rankRole picks n of the candidates (in join order) and returns them indexed
 // by rank.
+//
+// The nodes kept are, in this order of preference: survivors, newcomers in
+// join order, then excluded survivors and excluded newcomers. When not every
+// survivor fits, those of the lowest ordinals are kept if every survivor has
+// one (a StatefulSet that shrinks removes its highest ordinals, so the
+// table keeps the pods it keeps and a scale-down restarts once), else those
+// of the lowest old ranks. Kept survivors keep their rank while it fits;
+// the holes are filled lowest first by the other kept nodes in the same
+// order.
 func rankRole(candidates []membership.LiveNode, n int, prevRank func(string) (int, bool), excluded map[string]bool) []membership.LiveNode {
-	ranked := make([]membership.LiveNode, n)
-	taken := make([]bool, n)
-	var movers, newcomers, excludedSurvivors, excludedNewcomers []membership.LiveNode
 	type withRank struct {
 		node membership.LiveNode
 		rank int
 	}
-	var tail, excludedTail []withRank
-	kept := 0
+	var survivors, excludedTail []withRank
+	var newcomers, excludedNewcomers []membership.LiveNode
 	for _, c := range candidates {
 		r, survivor := prevRank(c.ID)
 		switch {
@@ -110,36 +119,55 @@ func rankRole(candidates []membership.LiveNode, n int, prevRank func(string) (in
 			excludedTail = append(excludedTail, withRank{c, r})
 		case excluded[c.ID]:
 			excludedNewcomers = append(excludedNewcomers, c)
-		case survivor && r < n:
-			ranked[r], taken[r] = c, true
-			kept++
 		case survivor:
-			tail = append(tail, withRank{c, r})
+			survivors = append(survivors, withRank{c, r})
 		default:
 			newcomers = append(newcomers, c)
 		}
 	}
-	byOldRank := func(s []withRank) []membership.LiveNode {
+	byOldRank := func(s []withRank) {
 		sort.Slice(s, func(i, j int) bool { return s[i].rank < s[j].rank })
-		out := make([]membership.LiveNode, len(s))
-		for i := range s {
-			out[i] = s[i].node
-		}
-		return out
 	}
-	movers = byOldRank(tail)
-	excludedSurvivors = byOldRank(excludedTail)
-	fill := append(append(append(movers, newcomers...), excludedSurvivors...), excludedNewcomers...)
-	next := 0
-	for r := 0; r < n && kept < n; r++ {
-		if taken[r] {
-			continue
+	byOldRank(survivors)
+	byOldRank(excludedTail)
+	if len(survivors) > n && allHaveOrdinals(survivors, func(w withRank) membership.LiveNode { return w.node }) {
+		sort.SliceStable(survivors, func(i, j int) bool { return *survivors[i].node.Ordinal < *survivors[j].node.Ordinal })
+		survivors = survivors[:n]
+		byOldRank(survivors)
+	}
+
+	ranked := make([]membership.LiveNode, n)
+	taken := make([]bool, n)
+	var fill []membership.LiveNode
+	for _, s := range survivors {
+		if s.rank < n && !taken[s.rank] {
+			ranked[s.rank], taken[s.rank] = s.node, true
+		} else {
+			fill = append(fill, s.node)
 		}
-		ranked[r], taken[r] = fill[next], true
-		next++
-		kept++
+	}
+	fill = append(fill, newcomers...)
+	for _, s := range excludedTail {
+		fill = append(fill, s.node)
+	}
+	fill = append(fill, excludedNewcomers...)
+	next := 0
+	for r := 0; r < n && next < len(fill); r++ {
+		if !taken[r] {
+			ranked[r], taken[r] = fill[next], true
+			next++
+		}
 	}
 	return ranked
+}
+
+func allHaveOrdinals[T any](s []T, node func(T) membership.LiveNode) bool {
+	for _, x := range s {
+		if node(x).Ordinal == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // sameTable reports whether two tables put the same node incarnations in the

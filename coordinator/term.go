@@ -16,9 +16,13 @@ import (
 // term is one period of leadership. It follows every job's keys with a
 // single watch and hands each job's changes to that job's actor.
 type term struct {
-	c      *Coordinator
-	fence  clientv3.Cmp
-	cancel context.CancelCauseFunc
+	c *Coordinator
+	// fence holds while this replica leads: the election key it created is
+	// still there. Every write of the term is conditional on it.
+	fence       clientv3.Cmp
+	electionKey string
+	electionRev int64
+	cancel      context.CancelCauseFunc
 
 	// jobs is touched only by the goroutine running Follow's handler.
 	jobs map[string]*jobActor
@@ -29,8 +33,11 @@ type term struct {
 	eventLeaseAt time.Time
 }
 
-func newTerm(c *Coordinator, fence clientv3.Cmp) *term {
-	return &term{c: c, fence: fence, jobs: map[string]*jobActor{}}
+func newTerm(c *Coordinator, electionKey string, electionRev int64) *term {
+	return &term{
+		c: c, fence: clientv3.Compare(clientv3.CreateRevision(electionKey), "=", electionRev),
+		electionKey: electionKey, electionRev: electionRev, jobs: map[string]*jobActor{},
+	}
 }
 
 // run leads until ctx ends or a fenced write finds the lead lost.

@@ -137,6 +137,12 @@ func (k Keys) Event(job string, seq int64) string {
 	return k.Events(job) + fmt.Sprintf("%020d", seq)
 }
 
+// Evictions is the prefix of a job's eviction records.
+func (k Keys) Evictions(job string) string { return k.Job(job) + "evictions/" }
+
+// Eviction is the key of the eviction record of a node.
+func (k Keys) Eviction(job, node string) string { return k.Evictions(job) + node }
+
 // Leader is the election name of the coordinator replicas; etcd's
 // concurrency.Election appends "/" and the campaigner's lease to it.
 func (k Keys) Leader() string { return k.root() + "leader" }
@@ -153,14 +159,15 @@ const (
 	KindStatus
 	KindEvent
 	KindBridge
+	KindEviction
 )
 
 // JobKey is a key of the schema taken apart.
 type JobKey struct {
 	Job  string
 	Kind KeyKind
-	// Name is the node id of a KindNode key and the sequence number of a
-	// KindEvent key.
+	// Name is the node id of a KindNode or KindEviction key and the
+	// sequence number of a KindEvent key.
 	Name string
 }
 
@@ -190,6 +197,12 @@ func (k Keys) ParseJobKey(key string) (JobKey, bool) {
 			return JobKey{}, false
 		}
 		return JobKey{Job: job, Kind: KindNode, Name: node}, true
+	}
+	if node, ok := strings.CutPrefix(rest, "evictions/"); ok {
+		if ValidateNodeID(node) != nil {
+			return JobKey{}, false
+		}
+		return JobKey{Job: job, Kind: KindEviction, Name: node}, true
 	}
 	if seq, ok := strings.CutPrefix(rest, "events/"); ok {
 		if _, err := strconv.ParseUint(seq, 10, 63); err != nil {

@@ -84,6 +84,10 @@ type Node struct {
 	// LeaseLosses counts the times this node's sidecar lost its lease and
 	// fenced itself.
 	LeaseLosses int64 `json:"leaseLosses,omitempty"`
+	// Ordinal is the node's place in the workload that runs it, such as a
+	// StatefulSet pod's ordinal, if it has one: a job that shrinks keeps
+	// the nodes of the lowest ordinals, the ones the workload keeps.
+	Ordinal *int `json:"ordinal,omitempty"`
 }
 
 // Validate reports the first field of n that is out of range.
@@ -113,8 +117,8 @@ func (n Node) Validate() error {
 	default:
 		return fmt.Errorf("node %s: unknown state %q", n.ID, n.State)
 	}
-	if n.Generation < 0 || n.LeaseLosses < 0 {
-		return fmt.Errorf("node %s: negative generation or lease losses", n.ID)
+	if n.Generation < 0 || n.LeaseLosses < 0 || (n.Ordinal != nil && *n.Ordinal < 0) {
+		return fmt.Errorf("node %s: negative generation, lease losses or ordinal", n.ID)
 	}
 	return nil
 }

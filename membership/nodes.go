@@ -2,6 +2,7 @@ package membership
 
 import (
 	"context"
+	"fmt"
 	"sort"
 
 	"github.com/hashicorp/go-hclog"
@@ -44,6 +45,11 @@ func DecodeLiveNode(kv KeyValue, id string) (LiveNode, error) {
 	}
 	if n.ID != id {
 		return LiveNode{}, &mismatchError{key: kv.Key, id: n.ID}
+	}
+	if kv.Lease == 0 {
+		// A node is present only while its sidecar renews its lease;
+		// without one the record would outlive the node.
+		return LiveNode{}, fmt.Errorf("%w: node record at %s has no lease", ErrInvalidRecord, kv.Key)
 	}
 	return LiveNode{Node: n, JoinRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Lease: kv.Lease}, nil
 }

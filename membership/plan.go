@@ -63,6 +63,11 @@ type Plan struct {
 	// Excluded lists nodes kept out of the next run while other nodes can
 	// take their place (fault tolerance level 2).
 	Excluded []string `json:"excluded,omitempty"`
+	// Failure, in phase stop, is the process failure that caused it. It is
+	// charged to the restart budget when the phase ends, and only if no
+	// member was lost meanwhile: a member that dies makes its peers'
+	// collectives fail before its lease expires.
+	Failure *Failure `json:"failure,omitempty"`
 	// Result is set on the last plan of a finished job: every sidecar stops
 	// its processes and exits, 0 when Result is JobSucceeded and ExitCode
 	// otherwise.
@@ -73,6 +78,14 @@ type Plan struct {
 	StopAt     time.Time `json:"stopAt,omitzero"`
 	AckedAt    time.Time `json:"ackedAt,omitzero"`
 	RunAt      time.Time `json:"runAt,omitzero"`
+}
+
+// Failure is the first process failure reported in a generation.
+type Failure struct {
+	Node     string `json:"node"`
+	Role     Role   `json:"role"`
+	Rank     int    `json:"rank"`
+	ExitCode int    `json:"exitCode"`
 }
 
 // Final reports whether p ends the job.
@@ -128,6 +141,14 @@ func (p Plan) Validate() error {
 		seenRank[s] = true
 		if m.NProc < 1 || m.NProc > MaxNProc || len(m.Ports) != m.NProc || m.GlobalRank < 0 {
 			return fmt.Errorf("plan: member %s: %d ports for %d processes at global rank %d", m.Node, len(m.Ports), m.NProc, m.GlobalRank)
+		}
+	}
+	if f := p.Failure; f != nil {
+		if err := ValidateNodeID(f.Node); err != nil {
+			return fmt.Errorf("plan: failure: %w", err)
+		}
+		if p.Phase != PhaseStop || f.Rank < 0 {
+			return fmt.Errorf("plan: a failure belongs to phase stop, with a rank >= 0")
 		}
 	}
 	if p.Master != "" {

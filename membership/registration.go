@@ -294,6 +294,8 @@ func (r *Registration) register(ctx context.Context, old clientv3.LeaseID) error
 		cancel()
 		return err
 	}
+	// Creating may have waited for a dead sidecar's record to expire.
+	fenceAt = r.refresh(ctx, lease, fenceAt)
 	r.mu.Lock()
 	r.lease, r.fenceAt = lease, fenceAt
 	r.mu.Unlock()
@@ -302,30 +304,41 @@ func (r *Registration) register(ctx context.Context, old clientv3.LeaseID) error
 }
 
 // grant grants a lease and returns its fence time. The deadline counts from
-// when the grant was sent; a grant that took long (etcd was catching up
-// after an outage) is followed by a renewal, so that a new registration
-// starts with most of its TTL ahead of it.
+// when the grant was sent, so a grant that took long (etcd was catching up
+// after an outage) is renewed at once, before anything is written under
+// it: a new registration starts with most of its TTL ahead of it.
 func (r *Registration) grant(ctx context.Context) (clientv3.LeaseID, time.Time, error) {
 	sent := time.Now()
 	resp, err := r.cfg.Client.Grant(ctx, int64(r.cfg.TTL/time.Second))
 	if err != nil {
 		return 0, time.Time{}, fmt.Errorf("grant lease: %w", err)
 	}
-	fenceAt := r.fenceTime(sent, resp.TTL)
+	fenceAt := r.refresh(ctx, resp.ID, r.fenceTime(sent, resp.TTL))
+	if time.Until(fenceAt) < r.cfg.TTL/2 {
+		revokeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_, _ = r.cfg.Client.Revoke(revokeCtx, resp.ID)
+		cancel()
+		return 0, time.Time{}, errors.New("grant lease: etcd answered too late to renew the new lease")
+	}
+	return resp.ID, fenceAt, nil
+}
+
+// refresh renews a lease that nothing depends on yet while its fence time
+// is less than half a TTL away, and returns the fence time it reached.
+func (r *Registration) refresh(ctx context.Context, lease clientv3.LeaseID, fenceAt time.Time) time.Time {
 	for range 3 {
 		if time.Until(fenceAt) >= r.cfg.TTL/2 {
 			break
 		}
-		sent = time.Now()
-		callCtx, cancel := context.WithDeadline(ctx, fenceAt)
-		ka, err := r.cfg.Client.KeepAliveOnce(callCtx, resp.ID)
+		sent := time.Now()
+		callCtx, cancel := context.WithTimeout(ctx, r.cfg.TTL/3)
+		ka, err := r.cfg.Client.KeepAliveOnce(callCtx, lease)
 		cancel()
-		if err != nil {
-			break // the deadline stands; the keepalive loop decides
+		if err == nil && ka.TTL > 0 {
+			fenceAt = r.fenceTime(sent, ka.TTL)
 		}
-		fenceAt = r.fenceTime(sent, ka.TTL)
 	}
-	return resp.ID, fenceAt, nil
+	return fenceAt
 }
 
 // fenceTime is when a lease renewed (or granted) at sent for ttl seconds

@@ -67,10 +67,15 @@ func (w *Workload) Stop(ctx context.Context, _ time.Duration) error {
 	return nil
 }
 
-// Kill implements sidecar.Workload: a fence is never held up by Hang.
+// Kill implements sidecar.Workload. It ends a Hang, as the guard's SIGKILL
+// ends a process that ignores SIGTERM.
 func (w *Workload) Kill(context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.stuck != nil {
+		close(w.stuck)
+		w.stuck = nil
+	}
 	w.current, w.lease = nil, 0
 	w.notifyLocked()
 	return nil
@@ -91,8 +96,14 @@ func (w *Workload) Hang() (release func()) {
 	defer w.mu.Unlock()
 	stuck := make(chan struct{})
 	w.stuck = stuck
-	var once sync.Once
-	return func() { once.Do(func() { close(stuck) }) }
+	return func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.stuck == stuck {
+			close(stuck)
+			w.stuck = nil
+		}
+	}
 }
 
 // Exit makes the running workload exit with code, as a child process
