@@ -33,17 +33,17 @@ type jobActor struct {
 
 	mu sync.Mutex
 	// What etcd holds, with the revision each record was last changed at.
-	spec             *membership.Spec
-	specErr          error
-	plan             *membership.Plan
-	planErr          error
-	planExists       bool // the plan key exists (planRev is its ModRevision)
-	status           *membership.Status
-	specRev, planRev int64
-	statusRev        int64
-	nodes            map[string]nodeEntry
-	evictions        map[string]membership.Eviction // by node
-	sorted            []membership.LiveNode // nodes in join order; nil when stale
+	spec              *membership.Spec
+	specErr           error
+	plan              *membership.Plan
+	planErr           error
+	planExists        bool // the plan key exists (planRev is its ModRevision)
+	status            *membership.Status
+	specRev, planRev  int64
+	statusRev         int64
+	nodes             map[string]nodeEntry
+	evictions         map[string]membership.Eviction // by node
+	sorted            []membership.LiveNode          // nodes in join order; nil when stale
 	lastSeq           int64
 	invalidLoggedAtRv map[string]int64
 	// lossesSeen is each node's lease-loss count when last seen; it
