@@ -35,6 +35,28 @@ func live(names ...string) []membership.LiveNode {
 
 // prevTable is a previous table of workers: prevTable("a", "b") gives a
 // rank 0 and b rank 1.
+// withOrdinals gives each node an ordinal; -1 gives none.
+func withOrdinals(nodes []membership.LiveNode, ordinals ...int) []membership.LiveNode {
+	for i := range nodes {
+		if ordinals[i] >= 0 {
+			nodes[i].Ordinal = &ordinals[i]
+		}
+	}
+	return nodes
+}
+
+// leaving marks nodes as leaving.
+func leaving(nodes []membership.LiveNode, ids ...string) []membership.LiveNode {
+	for i := range nodes {
+		for _, id := range ids {
+			if nodes[i].ID == id {
+				nodes[i].State = membership.NodeLeaving
+			}
+		}
+	}
+	return nodes
+}
+
 func prevTable(names ...string) []membership.Member {
 	out := make([]membership.Member, len(names))
 	for i, n := range names {
@@ -90,6 +112,19 @@ func TestAssignRanks(t *testing.T) {
 			want: map[string]int{"c": 0, "b": 1}},
 		{name: "an excluded node runs when no one else can", spec: spec("2"), live: live("a", "b"), prev: prevTable("a", "b"), excluded: map[string]bool{"a": true},
 			want: map[string]int{"a": 0, "b": 1}},
+		// A StatefulSet's pods joined in random order (Parallel); it keeps
+		// the lowest ordinals when it shrinks, and so does the table.
+		{name: "scale-down keeps the lowest ordinals when all have one", spec: spec("2"),
+			live: withOrdinals(live("p3", "p1", "p0", "p2"), 3, 1, 0, 2), prev: prevTable("p3", "p1", "p0", "p2"),
+			want: map[string]int{"p0": 0, "p1": 1}},
+		{name: "without ordinals for all, the lowest old ranks stay", spec: spec("2"),
+			live: withOrdinals(live("p3", "p1", "p0", "x"), 3, 1, 0, -1), prev: prevTable("p3", "p1", "p0", "x"),
+			want: map[string]int{"p3": 0, "p1": 1}},
+		{name: "ordinals never reorder a table that fits", spec: spec("4"),
+			live: withOrdinals(live("p3", "p1", "p0", "p2"), 3, 1, 0, 2), prev: prevTable("p3", "p1", "p0", "p2"),
+			want: map[string]int{"p3": 0, "p1": 1, "p0": 2, "p2": 3}},
+		{name: "a leaving node takes no rank", spec: spec("2"), live: leaving(live("a", "b", "c"), "a"), prev: prevTable("a", "b"),
+			want: map[string]int{"b": 1, "c": 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, short := assignRanks(tc.spec, tc.live, tc.prev, tc.excluded)

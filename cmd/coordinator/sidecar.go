@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -24,6 +25,7 @@ type sidecarOptions struct {
 	np             string
 	role           string
 	nodeID         string
+	ordinal        int
 	host           string
 	port           int
 	masterPort     int
@@ -80,6 +82,8 @@ written for paddle.distributed.launch works unchanged.`,
 	fs.StringVar(&o.np, "np", fromEnv(env, "", "ELASTIC_NP", "PADDLE_ELASTIC_NP"), "target worker nodes, N or MIN:MAX; sets the job's spec if it has none"+envNote("ELASTIC_NP", "PADDLE_ELASTIC_NP"))
 	fs.StringVar(&o.role, "role", fromEnv(env, "worker", "ELASTIC_ROLE"), "this node's role: worker, ps or scheduler"+envNote("ELASTIC_ROLE"))
 	fs.StringVar(&o.nodeID, "node-id", fromEnv(env, "", "ELASTIC_NODE_ID", "POD_NAME"), "stable id of this node; the host name if empty"+envNote("ELASTIC_NODE_ID", "POD_NAME"))
+	fs.IntVar(&o.ordinal, "ordinal", -1,
+		"the node's place in its workload (a StatefulSet pod's ordinal); a shrinking job keeps the lowest. -1: the number that ends the node id, if any")
 	fs.StringVar(&o.host, "host", fromEnv(env, "", "POD_IP"), "address other nodes reach this node at; the first non-loopback address if empty"+envNote("POD_IP"))
 	fs.IntVar(&o.port, "port", 36000, "first endpoint port; process l listens on port+l")
 	fs.IntVar(&o.masterPort, "master-port", 29500, "rendezvous port (MASTER_PORT) if this node becomes rank 0")
@@ -153,6 +157,14 @@ func (o *sidecarOptions) node() (membership.Node, error) {
 		o.host = firstAddress()
 	}
 	n := membership.Node{ID: o.nodeID, Role: role, Host: o.host, NProc: o.nproc, MasterPort: o.masterPort, Pod: o.pod, PodUID: o.podUID}
+	switch {
+	case o.ordinal >= 0:
+		n.Ordinal = &o.ordinal
+	case o.ordinal < -1:
+		return membership.Node{}, usagef("--ordinal %d: want -1 or more", o.ordinal)
+	default:
+		n.Ordinal = trailingNumber(o.nodeID)
+	}
 	for l := range o.nproc {
 		n.Ports = append(n.Ports, o.port+l)
 	}
@@ -252,6 +264,20 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 	default:
 		return exitError{code: res.ExitCode, msg: fmt.Sprintf("job %s failed: %s", o.job, res.Message)}
 	}
+}
+
+// trailingNumber is the number that ends a node id after a '-', as in a
+// StatefulSet pod's name (worker-3), or nil.
+func trailingNumber(id string) *int {
+	i := strings.LastIndexByte(id, '-')
+	if i < 0 || i == len(id)-1 || len(id)-i-1 > 9 {
+		return nil
+	}
+	n, err := strconv.Atoi(id[i+1:])
+	if err != nil || n < 0 || strconv.Itoa(n) != id[i+1:] {
+		return nil
+	}
+	return &n
 }
 
 // firstAddress is this host's first non-loopback IP address, or 127.0.0.1.

@@ -41,8 +41,9 @@ func (n *node) kill() {
 }
 
 // scaleTo starts or stops nodes until want of them run. Nodes on standby go
-// first, then the members with the highest ranks, so that a scale-down
-// disturbs the running generation as little as it can.
+// first, then the highest ordinals (node <job>-<i> has ordinal i), which are
+// the ones the coordinator leaves out of a smaller table: a scale-down
+// restarts the job once.
 func (r *runner) scaleTo(ctx context.Context, want int) {
 	var live []*node
 	for _, n := range r.nodes {
@@ -75,20 +76,16 @@ func (r *runner) scaleTo(ctx context.Context, want int) {
 			live = append(live, n)
 		}
 	case len(live) > want:
-		ranks := map[string]int{}
+		members := map[string]bool{}
 		if p, err := r.client.Plan(ctx, r.cfg.Job); err == nil && p.Phase == membership.PhaseRun {
 			for _, m := range p.Members {
-				ranks[m.Node] = m.Rank
+				members[m.Node] = true
 			}
 		}
 		sort.Slice(live, func(i, j int) bool {
-			ri, iMember := ranks[live[i].id]
-			rj, jMember := ranks[live[j].id]
+			iMember, jMember := members[live[i].id], members[live[j].id]
 			if iMember != jMember {
 				return !iMember // standby first
-			}
-			if iMember && ri != rj {
-				return ri > rj
 			}
 			return live[i].index > live[j].index
 		})
