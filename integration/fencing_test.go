@@ -2,10 +2,12 @@ package integration
 
 import (
 	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -186,3 +188,131 @@ func (c *jobCluster) watchDelete(key string) <-chan time.Time {
 }
 
 func sigcont(pid int) error { return syscall.Kill(pid, syscall.SIGCONT) }
+
+// After an outage, etcd answers a new lease's grant late. The node must
+// keep that lease, not fence itself again at once because the deadline,
+// counted from when the grant was sent, has nearly passed.
+func TestARegistrationAfterAnOutageKeepsItsNewLease(t *testing.T) {
+	t.Parallel()
+	c := newJobCluster(t, "outage")
+	c.serve()
+	n := c.sidecar("n0", nil, "--np", "1", "--ttl", "3s")
+	c.running(1, 1)
+
+	// The link stalls: the node fences itself, then its grant waits.
+	n.proxy.Hold()
+	require.Eventually(t, func() bool { return strings.Count(n.proc.out.String(), "lease lost; fencing the node") == 1 },
+		30*time.Second, time.Millisecond, "the node never fenced itself")
+	time.Sleep(2400 * time.Millisecond) // 0.8 of the TTL: the grant is answered late
+	n.proxy.Resume()
+
+	c.running(2, 1)
+	time.Sleep(6 * time.Second) // two TTLs: a node fenced again would show
+	assert.Equal(t, 1, strings.Count(n.proc.out.String(), "lease lost; fencing the node"), "the node lost its new lease:\n%s", n.proc.out)
+	nodes, err := c.client.Nodes(t.Context(), c.job)
+	require.NoError(t, err)
+	require.Len(t, nodes, 1)
+	assert.Equal(t, int64(1), nodes[0].LeaseLosses)
+}
+
+// Two sidecars with one node id (two on a host defaulting to its name, or
+// a force-deleted pod that comes back while the old one runs) would run
+// one rank twice: the second is refused with one line, and starts nothing.
+func TestTwoSidecarsCannotRunOneNode(t *testing.T) {
+	t.Parallel()
+	c := newJobCluster(t, "dup")
+	c.serve()
+	c.sidecar("n0", nil, "--np", "1", "--ttl", "2s")
+	c.running(1, 1)
+	c.waitStarts(1, 1)
+
+	second := c.sidecar("n0", nil, "--np", "1", "--ttl", "2s")
+	assert.Equal(t, 1, second.proc.wait(t), "the second sidecar exits 1")
+	lines := strings.Split(strings.TrimSpace(second.proc.out.String()), "\n")
+	assert.Regexp(t, `^coordinator sidecar: .*node n0 of job dup is registered by another sidecar that is alive`, lines[len(lines)-1])
+	assert.Len(t, startsOfGen(readBeats(t, c.log), 1), 1, "the second sidecar started nothing")
+	st := c.running(1, 1)
+	assert.Equal(t, int64(1), st.Generation)
+}
+
+// A node record without a lease would outlive its node; evicting it would
+// revoke lease 0, fail, and retry on its own writes without end. It is
+// refused as malformed.
+func TestARecordWithoutALeaseIsRefused(t *testing.T) {
+	t.Parallel()
+	c := newJobCluster(t, "nolease")
+	c.serve("--stop-timeout", "1s")
+	ghost := membership.Node{ID: "ghost", Role: membership.RoleWorker, Host: "127.0.0.1", Ports: []int{1}, NProc: 1, MasterPort: 2,
+		State: membership.NodeRunning, Generation: 1}
+	val, err := membership.Encode(ghost)
+	require.NoError(t, err)
+	_, err = c.cli.Put(t.Context(), membership.DefaultKeys().Node(c.job, "ghost"), val)
+	require.NoError(t, err)
+	c.sidecar("n0", nil, "--np", "2", "--ttl", "2s")
+	time.Sleep(2 * time.Second) // whatever the ghost could cause happens now
+	_, err = c.client.Scale(t.Context(), c.job, "1")
+	require.NoError(t, err)
+	c.running(1, 1)
+	time.Sleep(3 * time.Second)
+
+	resp, err := c.cli.Get(t.Context(), membership.DefaultKeys().Events(c.job), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	require.NoError(t, err)
+	assert.Less(t, resp.Count, int64(20), "events written in a few seconds")
+	nodes, err := c.client.Nodes(t.Context(), c.job)
+	require.NoError(t, err)
+	for _, n := range nodes {
+		assert.NotEqual(t, "ghost", n.ID, "a record without a lease is no node")
+	}
+}
+
+// When a node dies with its sidecar (its pod is OOM-killed or preempted),
+// its peers' collectives fail within milliseconds, while its lease still
+// lives: that is a membership change, not a failure of the peers.
+func TestAMemberLostIsNotChargedAsItsPeersFailure(t *testing.T) {
+	t.Parallel()
+	for _, level := range []string{"0", "2"} {
+		t.Run("fault tolerance "+level, func(t *testing.T) {
+			t.Parallel()
+			c := newJobCluster(t, "lost-"+level)
+			c.serve()
+			var nodes []*clusterNode
+			for i := range 3 {
+				nodes = append(nodes, c.sidecar(fmt.Sprintf("n%d", i), nil, "--np", "2:3", "--ttl", "2s", "--fault-tolerance-level", level))
+			}
+			c.running(1, 3)
+			c.waitStarts(1, 3)
+			peer := trainerOf(t, c, nodes[0])
+
+			// n2's pod dies: its sidecar, guard and trainer at once.
+			pod := append([]int{nodes[2].proc.cmd.Process.Pid}, guard.Descendants(nodes[2].proc.cmd.Process.Pid)...)
+			for _, pid := range pod {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			// n0's collective fails because of it.
+			require.NoError(t, syscall.Kill(peer, syscall.SIGUSR1))
+
+			st := c.running(2, 2)
+			assert.Equal(t, 0, st.Restarts, "no restart was charged")
+			plan, err := c.client.Plan(t.Context(), c.job)
+			require.NoError(t, err)
+			assert.Empty(t, plan.Excluded, "the healthy peer is not benched")
+			assert.Contains(t, plan.Reason, "not charged")
+		})
+	}
+}
+
+// trainerOf is the pid of the trainer running below a node's sidecar.
+func trainerOf(t *testing.T, c *jobCluster, n *clusterNode) int {
+	t.Helper()
+	below := map[int]bool{}
+	for _, pid := range guard.Descendants(n.proc.cmd.Process.Pid) {
+		below[pid] = true
+	}
+	for _, b := range readBeats(t, c.log) {
+		if b.kind == "start" && below[b.pid] {
+			return b.pid
+		}
+	}
+	t.Fatalf("no trainer below node %s", n.id)
+	return 0
+}
