@@ -54,10 +54,13 @@ bench-restart: build
 		$$(/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null && echo -torchrun) -out bench/results/restart.txt
 
 # Each fuzz target for FUZZTIME (the seed corpora also run in `make test`).
+FUZZ_PKGS := ./membership/ ./guard/
 fuzz:
-	@for target in $$($(GO) test -list 'Fuzz.*' ./membership/ | grep ^Fuzz); do \
-		echo "== $$target"; \
-		$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) ./membership/ || exit 1; \
+	@for pkg in $(FUZZ_PKGS); do \
+		for target in $$($(GO) test -list 'Fuzz.*' $$pkg | grep ^Fuzz); do \
+			echo "== $$pkg $$target"; \
+			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+		done; \
 	done
 
 clean:

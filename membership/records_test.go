@@ -103,13 +103,15 @@ func FuzzDecodeSpec(f *testing.F) {
 }
 
 func FuzzDecodeNode(f *testing.F) {
-	fuzzDecoder(f, membership.DecodeNode, `{"id":"n0","role":"worker","host":"h","ports":[7000],"nproc":1,"masterPort":6000,"state":"running","generation":3,"exitCode":1}`)
+	fuzzDecoder(f, membership.DecodeNode, `{"id":"n0","role":"worker","host":"h","ports":[7000],"nproc":1,"masterPort":6000,"state":"running","generation":3,"exitCode":1}`,
+		`{"id":"w-3","role":"worker","host":"h","ports":[7000],"nproc":1,"masterPort":6000,"state":"leaving","generation":3,"ordinal":3}`)
 }
 
 func FuzzDecodePlan(f *testing.F) {
 	fuzzDecoder(f, membership.DecodePlan,
 		`{"generation":2,"phase":"run","members":[{"node":"a","role":"worker","rank":0,"globalRank":0,"host":"h","ports":[1],"nproc":1,"lease":5}],"worldSize":1,"master":"h:2","restarts":1,"reason":"r","detectedAt":"2026-01-01T00:00:00Z"}`,
-		`{"generation":3,"phase":"stop","result":"Failed","exitCode":3}`)
+		`{"generation":3,"phase":"stop","result":"Failed","exitCode":3}`,
+		`{"generation":4,"phase":"stop","failure":{"node":"a","role":"worker","rank":1,"exitCode":137}}`)
 }
 
 func FuzzDecodeStatus(f *testing.F) {
@@ -118,6 +120,10 @@ func FuzzDecodeStatus(f *testing.F) {
 
 func FuzzDecodeEvent(f *testing.F) {
 	fuzzDecoder(f, membership.DecodeEvent, `{"seq":1,"time":"2026-01-01T00:00:00Z","generation":1,"type":"GenerationRunning","message":"m","steps":{"total":"1s"}}`)
+}
+
+func FuzzDecodeEviction(f *testing.F) {
+	fuzzDecoder(f, membership.DecodeEviction, `{"node":"n1","lease":123,"ttlSeconds":5,"by":"coordinator","reason":"r","at":"2026-01-01T00:00:00Z"}`)
 }
 
 func FuzzDecodeBridgeStatus(f *testing.F) {
