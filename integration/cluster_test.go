@@ -18,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/elastictraining/coordinator/coordinator"
+	"github.com/elastictraining/coordinator/guard"
 	"github.com/elastictraining/coordinator/internal/etcdclient"
 	"github.com/elastictraining/coordinator/internal/tcpproxy"
 	"github.com/elastictraining/coordinator/membership"
@@ -94,6 +95,35 @@ func freezePid(t *testing.T, pid int) {
 	t.Helper()
 	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+}
+
+// freezeTree stops a process and everything below it with SIGSTOP, as a
+// paused container or a frozen machine is, and returns them top down; the
+// test's end thaws them.
+func freezeTree(t *testing.T, root int) []int {
+	t.Helper()
+	stopped := map[int]bool{}
+	order := []int{root}
+	require.NoError(t, syscall.Kill(root, syscall.SIGSTOP))
+	stopped[root] = true
+	for {
+		fresh := 0
+		for _, pid := range guard.Descendants(root) {
+			if !stopped[pid] && syscall.Kill(pid, syscall.SIGSTOP) == nil {
+				stopped[pid], order = true, append(order, pid)
+				fresh++
+			}
+		}
+		if fresh == 0 {
+			break
+		}
+	}
+	t.Cleanup(func() {
+		for _, pid := range order {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	})
+	return order
 }
 
 // status waits until the job's status satisfies ok.

@@ -2,6 +2,8 @@ package integration
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -315,4 +317,56 @@ func trainerOf(t *testing.T, c *jobCluster, n *clusterNode) int {
 	}
 	t.Fatalf("no trainer below node %s", n.id)
 	return 0
+}
+
+// A whole node frozen past its lease (sidecar, guard and trainer alike) and
+// thawed: the fence wins. The trainer is killed, never sent SIGTERM by the
+// stale stop plan the sidecar wakes up to, and any checkpoint it tries to
+// commit in the moment before it dies is refused.
+func TestAThawedNodeIsKilledAndCommitsNothing(t *testing.T) {
+	t.Parallel()
+	c := newJobCluster(t, "thaw")
+	c.serve()
+	env := []string{"FT_CKPT=" + filepath.Join(c.dir, "ckpt"), "FT_BEAT=0.05"}
+	var nodes []*clusterNode
+	for i := range 3 {
+		nodes = append(nodes, c.sidecar(fmt.Sprintf("n%d", i), env, "--np", "2:3", "--ttl", "2s"))
+	}
+	c.running(1, 3)
+	c.waitStarts(1, 3)
+	frozen := trainerOf(t, c, nodes[1])
+	node := freezeTree(t, nodes[1].proc.cmd.Process.Pid)
+	c.running(2, 2)
+	gen2 := c.waitStarts(2, 2)
+	require.Eventually(t, func() bool {
+		for _, b := range readBeats(t, c.log) {
+			if b.kind == "commit" && b.gen == 2 {
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 10*time.Millisecond, "generation 2 never committed a checkpoint")
+	for i := len(node) - 1; i >= 0; i-- { // the trainer first
+		require.NoError(t, syscall.Kill(node[i], syscall.SIGCONT))
+	}
+	require.Eventually(t, func() bool { return !proctest.Alive(frozen) }, 30*time.Second, time.Millisecond)
+	c.running(3, 3)
+
+	started := gen2[0].micros
+	for _, b := range gen2 {
+		started = min(started, b.micros)
+	}
+	for _, b := range readBeats(t, c.log) {
+		if b.pid != frozen {
+			continue
+		}
+		assert.NotEqual(t, "term", b.kind, "the thawed trainer got SIGTERM from a stale plan")
+		if b.kind == "commit" {
+			assert.Less(t, b.micros, started, "the thawed trainer committed a checkpoint after generation 2 started")
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(c.dir, "ckpt"))
+	require.NoError(t, err)
+	gen, _, _ := strings.Cut(string(data), " ")
+	assert.NotEqual(t, "1", gen, "a checkpoint of generation 1 is the last word")
 }

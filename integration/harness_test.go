@@ -268,5 +268,6 @@ func readInt(dir string, rank int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return strconv.Atoi(strings.TrimSpace(string(data)))
+	step, _, _ := strings.Cut(strings.TrimSpace(string(data)), " ") // "STEP GENERATION"
+	return strconv.Atoi(step)
 }

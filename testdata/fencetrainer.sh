@@ -4,6 +4,8 @@
 # time in microseconds:
 #   start GEN RANK PID TIME
 #   alive GEN RANK PID TIME
+#   term GEN RANK PID TIME    (SIGTERM received)
+#   commit GEN RANK PID TIME  (a checkpoint committed)
 #
 #   FT_LOG         the log (required)
 #   FT_BEAT        seconds between heartbeats (default 0.02)
@@ -33,7 +35,7 @@ fi
 
 echo "start $ELASTIC_GENERATION $RANK $BASHPID $(now)" >>"$FT_LOG"
 term_at=""
-trap 'term_at=$(now)' TERM
+trap 'term_at=$(now); echo "term $ELASTIC_GENERATION $RANK $BASHPID $term_at" >>"$FT_LOG"' TERM
 trap 'exit 1' USR1
 step=0
 while :; do
@@ -46,8 +48,16 @@ while :; do
 	fi
 	step=$((step + 1))
 	if [ -n "${FT_CKPT:-}" ]; then
-		echo "$ELASTIC_GENERATION $step" >"$FT_CKPT.$BASHPID" &&
-			"$ELASTIC_COORDINATOR" commit "$FT_CKPT.$BASHPID" "$FT_CKPT" 2>/dev/null || rm -f "$FT_CKPT.$BASHPID"
+		echo "$ELASTIC_GENERATION $step" >"$FT_CKPT.$BASHPID"
+		commit=(mv) # outside a sidecar's guard: a plain rename
+		if [ -n "${ELASTIC_COORDINATOR:-}" ]; then
+			commit=("$ELASTIC_COORDINATOR" commit)
+		fi
+		if "${commit[@]}" "$FT_CKPT.$BASHPID" "$FT_CKPT" 2>/dev/null; then
+			echo "commit $ELASTIC_GENERATION $RANK $BASHPID $(now)" >>"$FT_LOG"
+		else
+			rm -f "$FT_CKPT.$BASHPID"
+		fi
 	fi
 	sleep "$beat" &
 	wait $! 2>/dev/null

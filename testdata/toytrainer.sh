@@ -3,6 +3,12 @@
 # its step after each one in a checkpoint per rank, and resumes from that
 # checkpoint when it is restarted, as real training code does.
 #
+# A checkpoint ("STEP GENERATION") is written to a temporary file and
+# committed with `coordinator commit`, which renames it only while this
+# process's generation is current and its node holds its lease: a trainer
+# whose node was frozen or cut off and fenced out can never write an older
+# checkpoint over the next generation's.
+#
 #   TOY_STEPS     steps to train (default 20)
 #   TOY_INTERVAL  seconds per step (default 0.5)
 #   TOY_DIR       where checkpoints and the start log go
@@ -17,8 +23,22 @@ ckpt="$dir/rank-$RANK.step"
 
 step=0
 if [ -f "$ckpt" ]; then
-	step=$(cat "$ckpt")
+	read -r step _ <"$ckpt"
 fi
+
+# save commits the step; ELASTIC_COORDINATOR is set by the sidecar.
+save() {
+	echo "$step ${ELASTIC_GENERATION:-0}" >"$ckpt.tmp.$$"
+	if [ -n "${ELASTIC_COORDINATOR:-}" ]; then
+		"$ELASTIC_COORDINATOR" commit "$ckpt.tmp.$$" "$ckpt" || {
+			rm -f "$ckpt.tmp.$$"
+			echo "rank $RANK: checkpoint of step $step refused; this generation is over" >&2
+			exit 1
+		}
+	else
+		mv "$ckpt.tmp.$$" "$ckpt"
+	fi
+}
 echo "gen=$ELASTIC_GENERATION rank=$RANK world=$WORLD_SIZE step=$step pid=$$" >>"$dir/starts.log"
 echo "rank $RANK of $WORLD_SIZE (generation $ELASTIC_GENERATION, master $MASTER_ADDR:$MASTER_PORT): resuming at step $step"
 
@@ -27,7 +47,7 @@ while [ "$step" -lt "$steps" ]; do
 	sleep "$interval" &
 	wait $!
 	step=$((step + 1))
-	echo "$step" >"$ckpt.tmp" && mv "$ckpt.tmp" "$ckpt"
+	save
 	echo "step $step"
 	if [ -n "${TOY_FAIL_AT:-}" ] && [ "$RANK" = 0 ] && [ "$step" -eq "$TOY_FAIL_AT" ]; then
 		echo "rank $RANK: failing at step $step" >&2

@@ -9,14 +9,18 @@ the last checkpoint, as it must under any hot restart.
     coordinator run --np 2 -- /usr/bin/python3 examples/pytorch/train.py --ckpt-dir /tmp/ckpt
 
 It learns a small regression (y = sin(x) + noise) with an MLP, shares every
-batch across the ranks, and rank 0 checkpoints model, optimizer and step
-after every step. Rank 0 appends "generation,world_size,step,loss" to
---loss-log so that a run can be checked afterwards.
+batch across the ranks, and rank 0 checkpoints model, optimizer, step and
+generation after every step, through fenced_replace. Rank 0 appends
+"generation,world_size,step,loss" to --loss-log so that a run can be checked
+afterwards.
 """
 
 import argparse
+import json
 import math
 import os
+import socket
+import sys
 import time
 
 import torch
@@ -34,6 +38,28 @@ def parse_args():
     p.add_argument("--loss-log", default="", help="file rank 0 appends its losses to")
     p.add_argument("--step-time", type=float, default=0.0, help="extra seconds per step, to watch it")
     return p.parse_args()
+
+
+def fenced_replace(tmp, path):
+    """Commit a checkpoint: rename tmp to path, but only while this process's
+    generation is current and its node holds its lease.
+
+    Under the sidecar, its guard does the rename. It refuses a process whose
+    node was fenced out (frozen, cut off or evicted, and about to be killed),
+    so that such a process can never write an older checkpoint over the next
+    generation's. Outside a sidecar it is os.replace. Returns False when
+    refused.
+    """
+    addr = os.environ.get("ELASTIC_FENCE_SOCKET")
+    if not addr:
+        os.replace(tmp, path)
+        return True
+    request = {"op": "rename", "generation": int(os.environ["ELASTIC_GENERATION"]),
+               "src": os.path.abspath(tmp), "dst": os.path.abspath(path)}
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect("\0" + addr[1:] if addr.startswith("@") else addr)  # '@': an abstract socket
+        s.sendall((json.dumps(request) + "\n").encode())
+        return s.makefile().readline().strip() == "ok"
 
 
 def batch(step, rank, world, size):
@@ -73,9 +99,13 @@ def main():
         opt.step()
         if rank == 0:
             os.makedirs(args.ckpt_dir, exist_ok=True)
-            tmp = ckpt + ".tmp"
-            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step + 1}, tmp)
-            os.replace(tmp, ckpt)
+            tmp = f"{ckpt}.{os.getpid()}.tmp"
+            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step + 1,
+                        "generation": generation}, tmp)
+            if not fenced_replace(tmp, ckpt):
+                os.remove(tmp)
+                print(f"checkpoint of step {step + 1} refused: generation {generation} is over", flush=True)
+                sys.exit(1)
             if args.loss_log:
                 with open(args.loss_log, "a") as f:
                     f.write(f"{generation},{world},{step + 1},{loss.item():.6f}\n")
