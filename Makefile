@@ -5,7 +5,7 @@ BENCHTIME ?= 20x
 FUZZTIME  ?= 30s
 BIN       := bin
 
-.PHONY: all build test lint bench bench-go bench-restart bench-kube fuzz clean kube-tools
+.PHONY: all build test lint bench bench-go bench-restart bench-kube bench-fence fuzz clean kube-tools
 
 all: lint build test
 
@@ -37,7 +37,7 @@ lint:
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 
 # Benchmarks; results go to bench/results/.
-bench: bench-go bench-restart bench-kube
+bench: bench-go bench-restart bench-kube bench-fence
 
 # The coordinator on embedded etcd with simulated nodes.
 bench-go:
@@ -65,6 +65,14 @@ fuzz:
 
 clean:
 	rm -rf $(BIN)
+
+# How a node that cannot act is fenced, with real processes: from SIGSTOP of
+# its sidecar, and from cutting its network to etcd, to its trainer being
+# dead, against the lease's expiry and the next generation's start.
+FENCE_RUNS ?= 20
+bench-fence: build
+	@mkdir -p bench/results
+	$(GO) run ./bench/fence -coordinator $(BIN)/coordinator -runs $(FENCE_RUNS) -out bench/results/fence.txt
 
 # Time from `coordinator scale` to pods Running and the ConfigMap updated,
 # on the real control plane with kwok.
