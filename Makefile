@@ -45,12 +45,15 @@ bench-go:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 60m ./coordinator/ | tee bench/results/coordinator.txt
 
 # Restart latency of `coordinator run` with real processes (python3), and of
-# torchrun for comparison when PyTorch is installed.
-RESTART_NODES ?= 4,16
-RESTART_RUNS  ?= 7
+# torchrun for comparison when PyTorch is installed. RESTART_BEFORE=BINARY
+# measures another build (the code before a change) in the same run.
+RESTART_NODES  ?= 4,16
+RESTART_RUNS   ?= 7
+RESTART_BEFORE ?=
 bench-restart: build
 	@mkdir -p bench/results
 	$(GO) run ./bench/restart -coordinator $(BIN)/coordinator -nodes $(RESTART_NODES) -runs $(RESTART_RUNS) \
+		$(if $(RESTART_BEFORE),-before $(RESTART_BEFORE)) \
 		$$(/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null && echo -torchrun) -out bench/results/restart.txt
 
 # Each fuzz target for FUZZTIME (the seed corpora also run in `make test`).

@@ -3,7 +3,9 @@
 // running, and from `scale` to every trainer running at the new size, with
 // a Python trainer that does nothing but record when it started. With
 // -torchrun it measures torchrun's recovery from a killed trainer on the same
-// machine, for comparison.
+// machine, for comparison; with -before, another coordinator binary (the
+// code before a change) in the same run. Every figure is also given as a
+// multiple of the floor: starting the same trainers directly.
 //
 //	go run ./bench/restart -coordinator bin/coordinator -nodes 4,16 -runs 7 -torchrun
 package main
@@ -38,6 +40,7 @@ func main() {
 	python := flag.String("python", "/usr/bin/python3", "python interpreter")
 	nodesFlag := flag.String("nodes", "4,16", "job sizes to measure")
 	runs := flag.Int("runs", 7, "measurements per scenario")
+	before := flag.String("before", "", "another coordinator binary to measure in the same run, such as the code before a change")
 	torchrun := flag.Bool("torchrun", false, "also measure torchrun, an agent per node (c10d, 0.1 s monitor interval, 1 s last call)")
 	out := flag.String("out", "", "also write the table here")
 	flag.Parse()
@@ -52,11 +55,22 @@ func main() {
 		if err != nil {
 			fatalf("baseline with %d trainers: %v", n, err)
 		}
+		results = append(results, base)
+		if *before != "" {
+			r, err := measureCoordinator(*before, *python, n, *runs)
+			if err != nil {
+				fatalf("the coordinator before, with %d nodes: %v", n, err)
+			}
+			for i := range r {
+				r[i].scenario = "before: " + strings.TrimLeft(r[i].scenario, " ")
+			}
+			results = append(results, r...)
+		}
 		r, err := measureCoordinator(*binary, *python, n, *runs)
 		if err != nil {
 			fatalf("coordinator run with %d nodes: %v", n, err)
 		}
-		results = append(append(results, base), r...)
+		results = append(results, r...)
 		if *torchrun {
 			r, err := measureTorchrun(*python, n, *runs)
 			if err != nil {
@@ -340,12 +354,22 @@ func waitEndpoint(out *proctest.Buffer) (string, error) {
 
 func report(w io.Writer, results []result) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tNODES\tRUNS\tMEDIAN\tP90\tMIN\tMAX")
+	fmt.Fprintln(tw, "SCENARIO\tNODES\tRUNS\tMEDIAN\t× FLOOR\tP90\tMIN\tMAX")
 	medians := map[string]time.Duration{}
+	floor := map[int]time.Duration{}
+	for _, r := range results {
+		if strings.HasPrefix(r.scenario, "baseline") {
+			floor[r.nodes] = stats.Median(r.samples)
+		}
+	}
 	for _, r := range results {
 		med := stats.Median(r.samples)
 		medians[fmt.Sprintf("%s/%d", r.scenario, r.nodes)] = med
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\n", r.scenario, r.nodes, len(r.samples), stats.Ms(med),
+		ratio := "-"
+		if f := floor[r.nodes]; f > 0 && !strings.Contains(r.scenario, "as the coordinator reports it") {
+			ratio = fmt.Sprintf("%.2f", float64(med)/float64(f))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", r.scenario, r.nodes, len(r.samples), stats.Ms(med), ratio,
 			stats.Ms(stats.Quantile(r.samples, 0.9)), stats.Ms(stats.Quantile(r.samples, 0)), stats.Ms(stats.Quantile(r.samples, 1)))
 	}
 	tw.Flush()
