@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"syscall"
 )
 
 // ControlFD is the descriptor of the guard's end of its socket pair: the
@@ -25,6 +26,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "coordinator guard: started by the sidecar only: guard --marker M [--cgroup auto|off]")
 		return 2
 	}
+	// The training processes must not inherit the socket: the sidecar would
+	// not see it close when the guard dies.
+	syscall.CloseOnExec(ControlFD)
 	control := os.NewFile(ControlFD, "guard-control")
 	if control == nil {
 		fmt.Fprintln(stderr, "coordinator guard: no control socket on descriptor "+strconv.Itoa(ControlFD))

@@ -525,3 +525,28 @@ func guardSocket(t *testing.T, l *launcher.Launcher) string {
 	t.Fatal("no commit socket in the environment")
 	return ""
 }
+
+// A guard killed with SIGKILL takes its direct children with it; what they
+// leave behind is swept, and the next start gets a new guard.
+func TestAKilledGuardLeavesNothingBehind(t *testing.T) {
+	for _, mode := range cgroupModes {
+		t.Run("cgroup "+mode, func(t *testing.T) {
+			pidfile := filepath.Join(t.TempDir(), "pid")
+			l, _ := newLauncher(t, mode, "wrapper", "PIDFILE="+pidfile, "GRANDCHILD=sleep", "SETSID=1")
+			exits, err := l.Start(topology(1), lease)
+			require.NoError(t, err)
+			child, grandchild := readPid(t, pidfile), readPid(t, pidfile+".grandchild")
+
+			require.NoError(t, syscall.Kill(guardOf(t, os.Getpid()), syscall.SIGKILL))
+			e := wait(t, exits)
+			assert.Equal(t, 137, e.Code)
+			assert.Equal(t, "the process guard died", e.Message)
+			for _, pid := range []int{child, grandchild} {
+				require.Eventually(t, func() bool { return !proctest.Alive(pid) }, 10*time.Second, 5*time.Millisecond,
+					"process %d outlived its guard", pid)
+			}
+			_, err = l.Start(topology(1), lease)
+			require.NoError(t, err, "a new guard takes over")
+		})
+	}
+}
