@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/elastictraining/coordinator/internal/etcdtest"
@@ -50,4 +51,31 @@ func TestADecisionNeverReplacesAPlanItDidNotSee(t *testing.T) {
 	defer a.mu.Unlock()
 	require.NotNil(t, a.plan)
 	assert.Equal(t, applied.Members, a.plan.Members, "the actor took the plan it had missed")
+}
+
+// A job's timeline keeps its last 1,000 events: older ones are deleted in
+// the transaction that writes new ones.
+func TestEventsPerJobAreCapped(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	c, err := New(Config{Client: cli})
+	require.NoError(t, err)
+	session, err := concurrency.NewSession(cli)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = session.Close() })
+	election := concurrency.NewElection(session, c.cfg.Keys.Leader())
+	require.NoError(t, election.Campaign(t.Context(), "c1"))
+	a := newJobActor(newTerm(c, election.Key(), election.Rev()), "job")
+
+	for seq := int64(1); seq <= maxEventsPerJob; seq++ {
+		_, err := cli.Put(t.Context(), c.cfg.Keys.Event("job", seq), `{"seq":1,"type":"x"}`)
+		require.NoError(t, err)
+	}
+	a.lastSeq = maxEventsPerJob
+	d := decision{events: []membership.Event{{Generation: 1, Type: "GenerationRunning"}, {Generation: 1, Type: "GenerationRunning"}}}
+	require.NoError(t, a.write(t.Context(), view{job: "job"}, d))
+	resp, err := cli.Get(t.Context(), c.cfg.Keys.Events("job"), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, maxEventsPerJob)
+	assert.Equal(t, c.cfg.Keys.Event("job", 3), string(resp.Kvs[0].Key), "the two oldest went")
 }

@@ -382,3 +382,43 @@ func TestTheGuardStartsBeforeTheHeavyPackagesInitialise(t *testing.T) {
 		assert.NotContains(t, stderr, heavy)
 	}
 }
+
+// A sidecar that leaves (SIGTERM: a preemption, a scale-down) says so before
+// it stops its trainers, whose peers fail while it stops: not their failure.
+func TestAMemberLeavingIsNotChargedAsItsPeersFailure(t *testing.T) {
+	t.Parallel()
+	c := newJobCluster(t, "leaving")
+	c.serve()
+	var nodes []*clusterNode
+	for i := range 3 {
+		var env []string
+		if i == 2 {
+			env = []string{"FT_TERM_DELAY=2"} // saves a checkpoint on its way out
+		}
+		nodes = append(nodes, c.sidecar(fmt.Sprintf("n%d", i), env, "--np", "2:3", "--ttl", "2s"))
+	}
+	c.running(1, 3)
+	c.waitStarts(1, 3)
+	peer := trainerOf(t, c, nodes[0])
+
+	require.NoError(t, nodes[2].proc.cmd.Process.Signal(syscall.SIGTERM))
+	require.Eventually(t, func() bool {
+		for _, n := range mustNodes(t, c) {
+			if n.ID == "n2" && n.State == membership.NodeLeaving {
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, time.Millisecond, "the leaving node never said so")
+	require.NoError(t, syscall.Kill(peer, syscall.SIGUSR1))
+
+	st := c.running(2, 2)
+	assert.Equal(t, 0, st.Restarts, "no restart was charged")
+	requireNoOverlap(t, c.log)
+}
+
+func mustNodes(t *testing.T, c *jobCluster) []membership.LiveNode {
+	nodes, err := c.client.Nodes(t.Context(), c.job)
+	require.NoError(t, err)
+	return nodes
+}

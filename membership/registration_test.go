@@ -1,14 +1,19 @@
 package membership_test
 
 import (
+	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/elastictraining/coordinator/internal/etcdclient"
 	"github.com/elastictraining/coordinator/internal/etcdtest"
+	"github.com/elastictraining/coordinator/internal/tcpproxy"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -123,4 +128,58 @@ func TestRegistrationFencesWhenEtcdIsGone(t *testing.T) {
 	n, _, ok := readNode(t, srv, reg.Key())
 	require.True(t, ok)
 	assert.Equal(t, membership.NodeWaiting, n.State)
+}
+
+// A write of the record that blocks (etcd unreachable) must not hold up the
+// fence: the node fences itself before etcd can expire its lease.
+func TestABlockedWriteDoesNotDelayTheFence(t *testing.T) {
+	srv := etcdtest.Start(t)
+	proxy, err := tcpproxy.Start(strings.TrimPrefix(srv.Endpoint(), "http://"))
+	require.NoError(t, err)
+	t.Cleanup(proxy.Close)
+	cli, err := etcdclient.New(etcdclient.Config{Endpoints: []string{"http://" + proxy.Addr()}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cli.Close() })
+	lost := make(chan time.Time, 1)
+	reg, err := membership.Register(t.Context(), membership.RegistrationConfig{
+		Client: cli, Keys: membership.DefaultKeys(), Job: "job", Node: testNode("n1"), TTL: 2 * time.Second,
+		OnLost: func() { lost <- time.Now() },
+	})
+	require.NoError(t, err)
+	t.Cleanup(reg.Close)
+	expired := make(chan time.Time, 1)
+	watch := srv.Client(t).Watch(t.Context(), reg.Key())
+	go func() {
+		for resp := range watch {
+			for _, ev := range resp.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					expired <- time.Now()
+					return
+				}
+			}
+		}
+	}()
+
+	proxy.Hold()
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, _ = reg.Update(ctx, func(n *membership.Node) { n.State = membership.NodeStopped })
+	}()
+	var lostAt, expiredAt time.Time
+	select {
+	case lostAt = <-lost:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the node never fenced itself")
+	}
+	select {
+	case expiredAt = <-expired:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the lease never expired")
+	}
+	assert.True(t, lostAt.Before(expiredAt), "fenced %s after etcd expired the lease", lostAt.Sub(expiredAt))
+	proxy.Resume()
+	<-written
 }

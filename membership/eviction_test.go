@@ -1,0 +1,77 @@
+package membership_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/elastictraining/coordinator/internal/etcdtest"
+	"github.com/elastictraining/coordinator/membership"
+)
+
+func TestEvict(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	keys := membership.DefaultKeys()
+	register := func(id string) *membership.Registration {
+		reg, err := membership.Register(t.Context(), membership.RegistrationConfig{
+			Client: cli, Keys: keys, Job: "job", Node: testNode(id), TTL: 3 * time.Second,
+		})
+		require.NoError(t, err)
+		t.Cleanup(reg.Close)
+		return reg
+	}
+	record := func(id string) (membership.Eviction, int64, bool) {
+		resp, err := cli.Get(t.Context(), keys.Eviction("job", id))
+		require.NoError(t, err)
+		if len(resp.Kvs) == 0 {
+			return membership.Eviction{}, 0, false
+		}
+		e, err := membership.DecodeEviction(resp.Kvs[0].Value)
+		require.NoError(t, err)
+		return e, resp.Kvs[0].Lease, true
+	}
+
+	t.Run("revokes the lease and leaves a record that outlives the node's deadline", func(t *testing.T) {
+		reg := register("n1")
+		lease := reg.Lease()
+		require.NoError(t, membership.Evict(t.Context(), cli, keys, membership.EvictRequest{Job: "job", Node: "n1", Lease: lease, By: "test", Reason: "r"}))
+		_, _, ok := readNode(t, srv, reg.Key())
+		assert.False(t, ok, "the node's record went with its lease")
+		e, recordLease, ok := record("n1")
+		require.True(t, ok)
+		assert.Equal(t, int64(lease), e.Lease)
+		assert.Equal(t, int64(3), e.TTLSeconds)
+		tl, err := cli.TimeToLive(t.Context(), clientv3.LeaseID(recordLease))
+		require.NoError(t, err)
+		assert.Greater(t, tl.TTL, int64(3), "the record lives longer than the node's TTL")
+	})
+	t.Run("a lease already gone counts as evicted", func(t *testing.T) {
+		reg := register("n2")
+		lease := reg.Lease()
+		require.NoError(t, reg.Leave(t.Context()))
+		require.NoError(t, membership.Evict(t.Context(), cli, keys, membership.EvictRequest{Job: "job", Node: "n2", Lease: lease}))
+		_, _, ok := record("n2")
+		assert.False(t, ok)
+	})
+	t.Run("another lease than the record's is nothing to evict", func(t *testing.T) {
+		reg := register("n3")
+		other, err := cli.Grant(t.Context(), 10)
+		require.NoError(t, err)
+		err = membership.Evict(t.Context(), cli, keys, membership.EvictRequest{Job: "job", Node: "n3", Lease: other.ID})
+		assert.ErrorIs(t, err, membership.ErrEvictionMoot)
+		_, _, ok := readNode(t, srv, reg.Key())
+		assert.True(t, ok, "the node was not touched")
+	})
+	t.Run("processes known to be gone need no record", func(t *testing.T) {
+		reg := register("n4")
+		require.NoError(t, membership.Evict(t.Context(), cli, keys, membership.EvictRequest{Job: "job", Node: "n4", Lease: reg.Lease(), StoppedForSure: true}))
+		_, _, ok := record("n4")
+		assert.False(t, ok)
+		_, _, ok = readNode(t, srv, reg.Key())
+		assert.False(t, ok)
+	})
+}
