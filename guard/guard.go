@@ -187,6 +187,9 @@ func (s *server) handle(c Command) {
 	switch c.Op {
 	case OpDeadline:
 		if c.Lease != s.lease {
+			// Processes of another lease have no say any more; the sidecar
+			// never gets here with any left, but if it did they go.
+			s.killTree()
 			s.lease, s.fenced = c.Lease, false
 		}
 		if !s.fenced {
@@ -314,7 +317,7 @@ func (s *server) fork(r *run, p Proc) (int, error) {
 		sys.UseCgroupFD, sys.CgroupFD = true, s.cg.fd()
 	}
 	pid, err := syscall.ForkExec(path, p.Argv, attr)
-	if err != nil && s.cg != nil && !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.EACCES) {
+	if err != nil && s.cg != nil && cgroupRefused(err) {
 		// clone3 into a cgroup is not possible here: go on without one.
 		s.cg.remove()
 		s.cg, s.cgRoot = nil, nil
@@ -351,6 +354,17 @@ func (s *server) fork(r *run, p Proc) (int, error) {
 		close(pr.output)
 	}()
 	return pid, nil
+}
+
+// cgroupRefused reports whether clone3 failed for the cgroup rather than
+// for the program: an old kernel, or a cgroup that takes no processes.
+func cgroupRefused(err error) bool {
+	for _, e := range []syscall.Errno{syscall.ENOSYS, syscall.EINVAL, syscall.EOPNOTSUPP, syscall.EBUSY, syscall.EPERM} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // killTree kills every process below the guard, and keeps looking until
