@@ -107,13 +107,7 @@ func newKubeEnv(t *testing.T, o kubeOptions) *kubeEnv {
 	_, err = c.Client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.ns}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	rbac, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "rbac.yaml"))
-	require.NoError(t, err)
-	manifest := strings.ReplaceAll(string(rbac), "namespace: elastic-system", "namespace: "+e.ns)
-	if o.role != "" {
-		manifest = replaceRules(manifest, o.role)
-	}
-	e.apply(manifest, "")
+	e.setRole(o.role)
 	tok, err := c.Client.CoreV1().ServiceAccounts(e.ns).CreateToken(t.Context(), "elastic-coordinator",
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{}}, metav1.CreateOptions{})
 	require.NoError(t, err)
@@ -129,6 +123,30 @@ func newKubeEnv(t *testing.T, o kubeOptions) *kubeEnv {
 	}
 	e.runner = startPodRunner(t, c.Client, e.ns, e.etcd.Endpoint(), ttl, o.toyEnv)
 	return e
+}
+
+// setRole applies deploy/rbac.yaml in the test's namespace, with rules in
+// place of its Role's rules unless rules is empty. Applied again, it changes
+// what the running bridge may do.
+func (e *kubeEnv) setRole(rules string) {
+	e.t.Helper()
+	rbac, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "rbac.yaml"))
+	require.NoError(e.t, err)
+	manifest := strings.ReplaceAll(string(rbac), "namespace: elastic-system", "namespace: "+e.ns)
+	if rules != "" {
+		manifest = replaceRules(manifest, rules)
+	}
+	e.apply(manifest, "")
+}
+
+// rbacRules are the rules of deploy/rbac.yaml's Role, from "rules:" on.
+func rbacRules(t *testing.T) string {
+	t.Helper()
+	rbac, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "rbac.yaml"))
+	require.NoError(t, err)
+	start := strings.Index(string(rbac), "rules:")
+	end := strings.Index(string(rbac)[start:], "---")
+	return string(rbac)[start : start+end]
 }
 
 // replaceRules swaps the rules of the Role in an RBAC manifest.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
@@ -101,12 +102,24 @@ func (b *Bridge) Lead(ctx context.Context) error {
 		Bridge:   b,
 		recorder: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "elastic-coordinator"}),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "elastic-jobs"}),
+			retryLimiter(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "elastic-jobs"}),
 		jobs:     map[string]*jobRecords{},
 		reported: map[string]reportedState{},
 		configs:  map[string]writtenConfig{},
 	}
 	return r.run(ctx)
+}
+
+// retryLimiter spaces the retries of a job whose reconcile failed: from
+// 5 ms, doubling up to 30 s, and 10 a second overall. It is client-go's
+// controller default but for the cap, 1000 s there: the pods of a
+// generation read its ConfigMap, which should not come a quarter of an hour
+// after the API server lets the bridge write it again.
+func retryLimiter() workqueue.TypedRateLimiter[string] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 30*time.Second),
+		&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
 }
 
 // run is one leadership term of the bridge.
@@ -161,7 +174,11 @@ func (r *run) processNext(ctx context.Context) bool {
 	reconcileCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := r.reconcile(reconcileCtx, job); err != nil && ctx.Err() == nil {
-		r.logger.Warn("reconcile failed; retrying", "job", job, "error", err)
+		if errors.Is(err, errReported) {
+			r.logger.Debug("reconcile failed; retrying", "job", job, "error", err)
+		} else {
+			r.logger.Warn("reconcile failed; retrying", "job", job, "error", err)
+		}
 		r.queue.AddRateLimited(job)
 		return true
 	}

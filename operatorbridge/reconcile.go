@@ -25,7 +25,11 @@ type reportedState struct {
 	written bool
 }
 
-var errCachesNotReady = errors.New("kubernetes caches not filled")
+// errReported marks a failed reconcile whose problem is already in the
+// bridge's report; the job is queued again with backoff.
+var errReported = errors.New("operatorbridge: reported")
+
+var errCachesNotReady = fmt.Errorf("%w: kubernetes caches not filled", errReported)
 
 // writtenConfig is a ConfigMap the bridge wrote: the generation it
 // describes and the workload that owns it.
@@ -34,7 +38,9 @@ type writtenConfig struct {
 	owner      types.UID
 }
 
-// reconcile makes Kubernetes follow one job.
+// reconcile makes Kubernetes follow one job. A write that fails is
+// reported and makes it return an error, so that the job is tried again
+// with backoff: nothing else may come along to prompt it.
 func (r *run) reconcile(ctx context.Context, job string) error {
 	rec, ok := r.records(job)
 	if !ok || (rec.spec == nil && rec.plan == nil) {
@@ -50,6 +56,7 @@ func (r *run) reconcile(ctx context.Context, job string) error {
 		byRole[role] = r.cache.workloadsOf(ns, job, role)
 	}
 	var problems []string
+	var failed []error
 	var primary *workload
 	if ws := byRole[membership.RoleWorker]; len(ws) == 0 {
 		kinds := make([]string, len(r.cfg.Workloads))
@@ -75,7 +82,7 @@ func (r *run) reconcile(ctx context.Context, job string) error {
 			continue
 		}
 		if err := r.scale(ctx, ws[0], want, rec); err != nil {
-			problems = append(problems, err.Error())
+			problems, failed = append(problems, err.Error()), append(failed, err)
 			continue
 		}
 		if role == membership.RoleWorker {
@@ -86,13 +93,16 @@ func (r *run) reconcile(ctx context.Context, job string) error {
 	// without one there is nothing to write it for, and nothing to own it.
 	if rec.plan != nil && rec.plan.Phase == membership.PhaseRun && primary != nil {
 		if err := r.writeConfigMap(ctx, job, *rec.plan, *primary); err != nil {
-			problems = append(problems, err.Error())
+			problems, failed = append(problems, err.Error()), append(failed, err)
 		}
 	}
 	if ctx.Err() != nil {
 		return ctx.Err() // stepping down: nothing to report
 	}
 	r.report(ctx, job, primary, replicas, strings.Join(problems, "; "))
+	if len(failed) > 0 {
+		return fmt.Errorf("%w: %w", errReported, errors.Join(failed...))
+	}
 	return nil
 }
 
@@ -204,7 +214,8 @@ func configMapData(job string, p membership.Plan) map[string]string {
 
 // writeConfigMap writes the generation's endpoints to <job>-elastic, owned
 // by the worker workload so that it goes with it, and records an Event on
-// the workload the first time it describes a generation.
+// the workload the first time it describes a generation. A write is
+// remembered for the term only once it succeeded.
 func (r *run) writeConfigMap(ctx context.Context, job string, p membership.Plan, owner workload) error {
 	cms := r.cfg.Kube.CoreV1().ConfigMaps(r.cfg.Namespace)
 	gen := strconv.FormatInt(p.Generation, 10)
@@ -212,11 +223,6 @@ func (r *run) writeConfigMap(ctx context.Context, job string, p membership.Plan,
 	if r.configs[job] == written {
 		return nil // written this term; the next generation writes it again
 	}
-	defer func() {
-		if ctx.Err() == nil {
-			r.configs[job] = written
-		}
-	}()
 	want := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: ConfigMapName(job), Namespace: r.cfg.Namespace,
@@ -235,6 +241,7 @@ func (r *run) writeConfigMap(ctx context.Context, job string, p membership.Plan,
 	case err != nil:
 		return fmt.Errorf("get ConfigMap %s: %w", want.Name, err)
 	case have.Annotations[AnnotationGeneration] == gen && maps.Equal(have.Data, want.Data) && sameOwners(have.OwnerReferences, want.OwnerReferences):
+		r.configs[job] = written
 		return nil
 	default:
 		next := have.DeepCopy()
@@ -248,9 +255,11 @@ func (r *run) writeConfigMap(ctx context.Context, job string, p membership.Plan,
 			return fmt.Errorf("update ConfigMap %s: %w", want.Name, err)
 		}
 		if have.Annotations[AnnotationGeneration] == gen {
+			r.configs[job] = written
 			return nil // the same generation, rewritten (new owner, say)
 		}
 	}
+	r.configs[job] = written
 	r.logger.Info("endpoints written", "job", job, "generation", p.Generation, "configmap", want.Name)
 	e := p.Endpoints()
 	r.recorder.Eventf(owner.obj, corev1.EventTypeNormal, "Generation", "generation %d: %d workers, %d ps, world size %d (%s)",
