@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/elastictraining/coordinator/membership"
@@ -38,4 +39,34 @@ func TestConfigMapWriteIsRetriedUntilItSucceeds(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, st.Generation, now.Generation, "no later generation prompted the write")
 	e.bridgeStatus("retry", func(b membership.BridgeStatus) bool { return b.Problem == "" })
+}
+
+// TestConfigMapOfANewerGenerationIsKept puts in place the ConfigMap of a
+// generation the bridge has not seen, as the bridge of a newer leader
+// writes it while a deposed one still runs on an older view, and commits
+// the job's first generation: the bridge leaves the newer ConfigMap alone.
+func TestConfigMapOfANewerGenerationIsKept(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t, kubeOptions{toyEnv: []string{"TOY_STEPS=100000", "TOY_INTERVAL=1"}})
+	newer := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: operatorbridge.ConfigMapName("kept"), Labels: map[string]string{"elastic.job": "kept"},
+			Annotations: map[string]string{operatorbridge.AnnotationGeneration: "100"}},
+		Data: map[string]string{"ELASTIC_GENERATION": "100", "WORLD_SIZE": "8"},
+	}
+	_, err := e.c.Client.CoreV1().ConfigMaps(e.ns).Create(t.Context(), newer, metav1.CreateOptions{})
+	require.NoError(t, err)
+	e.spec("kept", membership.DefaultSpec(membership.NP{Min: 2, Max: 2}))
+	e.statefulSet("kept", "worker", 2, nil)
+	st := e.status("kept", "Running", func(s membership.Status) bool { return s.Phase == membership.JobRunning })
+	require.Less(t, st.Generation, int64(100))
+
+	var got *corev1.ConfigMap
+	require.Eventually(t, func() bool {
+		got, err = e.c.Client.CoreV1().ConfigMaps(e.ns).Get(t.Context(), newer.Name, metav1.GetOptions{})
+		require.NoError(t, err)
+		return got.Annotations[operatorbridge.AnnotationGeneration] != "100" ||
+			strings.Contains(e.bridge.out.String(), "describes a newer generation")
+	}, 30*time.Second, 20*time.Millisecond, "the bridge never dealt with generation %d:\n%s", st.Generation, e.bridge.out)
+	assert.Equal(t, "100", got.Annotations[operatorbridge.AnnotationGeneration], "generation %d replaced a newer ConfigMap", st.Generation)
+	assert.Equal(t, newer.Data, got.Data)
 }

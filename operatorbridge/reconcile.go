@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/elastictraining/coordinator/membership"
 )
@@ -212,60 +213,109 @@ func configMapData(job string, p membership.Plan) map[string]string {
 	}
 }
 
+// configWrite is what writing a generation's ConfigMap came to.
+type configWrite int
+
+const (
+	configWritten   configWrite = iota // it describes the generation now
+	configUnchanged                    // it did already; at most its owner changed
+	configNewer                        // it describes a newer generation: left alone
+)
+
 // writeConfigMap writes the generation's endpoints to <job>-elastic, owned
 // by the worker workload so that it goes with it, and records an Event on
-// the workload the first time it describes a generation. A write is
-// remembered for the term only once it succeeded.
+// the workload the first time it describes a generation. It never replaces
+// the ConfigMap of a newer generation: the bridge of a deposed leader,
+// whose view of etcd lags, may be at work beside the new leader's. A write
+// is remembered for the term only once it succeeded.
 func (r *run) writeConfigMap(ctx context.Context, job string, p membership.Plan, owner workload) error {
-	cms := r.cfg.Kube.CoreV1().ConfigMaps(r.cfg.Namespace)
-	gen := strconv.FormatInt(p.Generation, 10)
 	written := writtenConfig{generation: p.Generation, owner: owner.obj.GetUID()}
 	if r.configs[job] == written {
-		return nil // written this term; the next generation writes it again
+		return nil // done this term; the next generation writes it again
 	}
 	want := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: ConfigMapName(job), Namespace: r.cfg.Namespace,
 			Labels:          map[string]string{LabelJob: job},
-			Annotations:     map[string]string{AnnotationGeneration: gen},
+			Annotations:     map[string]string{AnnotationGeneration: strconv.FormatInt(p.Generation, 10)},
 			OwnerReferences: []metav1.OwnerReference{ownerRef(owner.obj)},
 		},
 		Data: configMapData(job, p),
 	}
+	var outcome configWrite
+	var stored int64
+	// A conflict means another writer came first: read again and decide anew.
+	err := retry.OnError(retry.DefaultRetry, raced, func() (err error) {
+		outcome, stored, err = r.putConfigMap(ctx, want, p.Generation)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	r.configs[job] = written
+	switch outcome {
+	case configNewer:
+		r.logger.Info("configmap left as is: it describes a newer generation",
+			"job", job, "generation", p.Generation, "stored", stored, "configmap", want.Name)
+	case configWritten:
+		r.logger.Info("endpoints written", "job", job, "generation", p.Generation, "configmap", want.Name)
+		e := p.Endpoints()
+		r.recorder.Eventf(owner.obj, corev1.EventTypeNormal, "Generation", "generation %d: %d workers, %d ps, world size %d (%s)",
+			p.Generation, e.Nodes[membership.RoleWorker], e.Nodes[membership.RolePS], p.WorldSize, p.Reason)
+	}
+	return nil
+}
+
+// putConfigMap makes the ConfigMap want, of generation gen, unless the one
+// stored is of a newer generation, whose number it returns. An update
+// carries the resourceVersion read, so that it cannot replace a write made
+// since by someone else: that is a conflict, and the caller reads again.
+func (r *run) putConfigMap(ctx context.Context, want *corev1.ConfigMap, gen int64) (configWrite, int64, error) {
+	cms := r.cfg.Kube.CoreV1().ConfigMaps(r.cfg.Namespace)
 	have, err := cms.Get(ctx, want.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		if _, err := cms.Create(ctx, want, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("create ConfigMap %s: %w", want.Name, err)
+			return 0, 0, fmt.Errorf("create ConfigMap %s: %w", want.Name, err)
 		}
+		return configWritten, 0, nil
 	case err != nil:
-		return fmt.Errorf("get ConfigMap %s: %w", want.Name, err)
-	case have.Annotations[AnnotationGeneration] == gen && maps.Equal(have.Data, want.Data) && sameOwners(have.OwnerReferences, want.OwnerReferences):
-		r.configs[job] = written
-		return nil
-	default:
-		next := have.DeepCopy()
-		next.Data, next.OwnerReferences = want.Data, want.OwnerReferences
-		if next.Annotations == nil {
-			next.Annotations = map[string]string{}
-		}
-		next.Labels = want.Labels
-		next.Annotations[AnnotationGeneration] = gen
-		if _, err := cms.Update(ctx, next, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("update ConfigMap %s: %w", want.Name, err)
-		}
-		if have.Annotations[AnnotationGeneration] == gen {
-			r.configs[job] = written
-			return nil // the same generation, rewritten (new owner, say)
-		}
+		return 0, 0, fmt.Errorf("get ConfigMap %s: %w", want.Name, err)
 	}
-	r.configs[job] = written
-	r.logger.Info("endpoints written", "job", job, "generation", p.Generation, "configmap", want.Name)
-	e := p.Endpoints()
-	r.recorder.Eventf(owner.obj, corev1.EventTypeNormal, "Generation", "generation %d: %d workers, %d ps, world size %d (%s)",
-		p.Generation, e.Nodes[membership.RoleWorker], e.Nodes[membership.RolePS], p.WorldSize, p.Reason)
-	return nil
+	stored := storedGeneration(have)
+	switch {
+	case stored > gen:
+		return configNewer, stored, nil
+	case stored == gen && maps.Equal(have.Data, want.Data) && sameOwners(have.OwnerReferences, want.OwnerReferences):
+		return configUnchanged, stored, nil
+	}
+	next := have.DeepCopy() // with have's resourceVersion
+	next.Data, next.OwnerReferences, next.Labels = want.Data, want.OwnerReferences, want.Labels
+	if next.Annotations == nil {
+		next.Annotations = map[string]string{}
+	}
+	next.Annotations[AnnotationGeneration] = want.Annotations[AnnotationGeneration]
+	if _, err := cms.Update(ctx, next, metav1.UpdateOptions{}); err != nil {
+		return 0, 0, fmt.Errorf("update ConfigMap %s: %w", want.Name, err)
+	}
+	if stored == gen {
+		return configUnchanged, stored, nil // the same generation, rewritten (new owner, say)
+	}
+	return configWritten, stored, nil
 }
+
+// storedGeneration is the generation a ConfigMap describes; -1 if it says
+// none, so that any generation replaces it.
+func storedGeneration(cm *corev1.ConfigMap) int64 {
+	gen, err := strconv.ParseInt(cm.Annotations[AnnotationGeneration], 10, 64)
+	if err != nil {
+		return -1
+	}
+	return gen
+}
+
+// raced reports whether a write lost a race with another writer's.
+func raced(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }
 
 func ownerRef(obj metav1.Object) metav1.OwnerReference {
 	ref := metav1.OwnerReference{Name: obj.GetName(), UID: obj.GetUID()}
