@@ -114,12 +114,15 @@ func decideStopped(v view, d decision, tm timing, now time.Time) decision {
 			if n.State != membership.NodeStopped || n.Generation < gen {
 				unacked = append(unacked, n)
 			}
-		case ok:
-			// Registered again under a new lease: it fenced itself first.
 		case evictedFrom(v.evictions, m):
 			// Evicted: it may not know yet, and kills its processes at
-			// its own deadline, before the record expires.
+			// its own deadline, before the record expires. A node of the
+			// same name registered since proves nothing: it may be a new
+			// pod on another machine (a StatefulSet's, after a forced
+			// deletion).
 			fencing = append(fencing, m.Node)
+		case ok:
+			// Registered again under a new lease: it fenced itself first.
 		}
 	}
 	if len(unacked) > 0 {

@@ -130,6 +130,21 @@ func TestDecideStopPhase(t *testing.T) {
 		require.NotNil(t, d.plan)
 		assert.Equal(t, membership.PhaseRun, d.plan.Phase)
 	})
+	t.Run("an evicted member is waited for though a node of its name registered again", func(t *testing.T) {
+		// The pod of a StatefulSet deleted by force comes back under the
+		// same name at once, on another machine: the evicted one may still
+		// run its processes until its own deadline.
+		again := in(nodes, membership.NodeWaiting, 0)
+		again[1].Lease = 999
+		v := view{job: "j", spec: ptr(spec("2")), plan: stop, nodes: []membership.LiveNode{in(nodes, membership.NodeStopped, 2)[0], again[1]},
+			evictions: map[string]membership.Eviction{"b": {Node: "b", Lease: stop.Members[1].Lease, TTLSeconds: 5}}}
+		d := decide(v, memo{}, tm, t0)
+		assert.Nil(t, d.plan, "b's old processes may run until its own deadline")
+		v.evictions = nil
+		d = decide(v, memo{}, tm, t0)
+		require.NotNil(t, d.plan)
+		assert.Equal(t, membership.PhaseRun, d.plan.Phase)
+	})
 	t.Run("an eviction of an earlier lease is moot", func(t *testing.T) {
 		v := view{job: "j", spec: ptr(spec("1")), plan: stop, nodes: in(nodes, membership.NodeStopped, 2)[:1],
 			evictions: map[string]membership.Eviction{"b": {Node: "b", Lease: 12345, TTLSeconds: 5}}}
