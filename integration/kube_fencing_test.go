@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -69,4 +70,93 @@ func TestConfigMapOfANewerGenerationIsKept(t *testing.T) {
 	}, 30*time.Second, 20*time.Millisecond, "the bridge never dealt with generation %d:\n%s", st.Generation, e.bridge.out)
 	assert.Equal(t, "100", got.Annotations[operatorbridge.AnnotationGeneration], "generation %d replaced a newer ConfigMap", st.Generation)
 	assert.Equal(t, newer.Data, got.Data)
+}
+
+// TestForceDeletedPodLeavesAnEvictionRecord deletes by force the pod of a
+// machine that is cut off (its sidecar frozen, its containers Running as far
+// as Kubernetes knows). The bridge evicts the node at once but leaves an
+// eviction record that outlives the node's own fence deadline, and the next
+// generation runs only once the record has expired: until then the cut-off
+// trainer may still run.
+func TestForceDeletedPodLeavesAnEvictionRecord(t *testing.T) {
+	t.Parallel()
+	const ttl = 10 * time.Second
+	e := newKubeEnv(t, kubeOptions{sidecarTTL: ttl, toyEnv: []string{"TOY_STEPS=100000", "TOY_INTERVAL=1"}})
+	keys := membership.DefaultKeys()
+	e.spec("force", membership.DefaultSpec(membership.NP{Min: 2, Max: 2}))
+	e.statefulSet("force", "worker", 2, nil)
+	st := e.status("force", "Running", func(s membership.Status) bool { return s.Phase == membership.JobRunning })
+
+	cli := e.etcd.Client(t)
+	resp, err := cli.Get(t.Context(), keys.Node("force", "force-worker-1"))
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1)
+	lease := resp.Kvs[0].Lease
+	// Everything from here on, in order: the record's put and delete, the plans.
+	watch := cli.Watch(t.Context(), keys.Job("force"), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+	freeze(t, e.runner, "force-worker-1")
+	zero := int64(0)
+	require.NoError(t, e.c.Client.CoreV1().Pods(e.ns).Delete(t.Context(), "force-worker-1", metav1.DeleteOptions{GracePeriodSeconds: &zero}))
+
+	events := &eventStream{t: t, watch: watch}
+	recordKey := keys.Eviction("force", "force-worker-1")
+	isRun := func(ev *clientv3.Event) bool {
+		if string(ev.Kv.Key) != keys.Plan("force") || ev.Type != clientv3.EventTypePut {
+			return false
+		}
+		p, err := membership.DecodePlan(ev.Kv.Value)
+		return err == nil && p.Generation > st.Generation && p.Phase == membership.PhaseRun
+	}
+	put := events.next(ttl, func(ev *clientv3.Event) bool {
+		require.False(t, isRun(ev), "a generation ran and the bridge left no eviction record for a pod deleted while its containers ran:\n%s", e.bridge.out)
+		return string(ev.Kv.Key) == recordKey
+	})
+	require.Equal(t, clientv3.EventTypePut, put.Type)
+	rec, err := membership.DecodeEviction(put.Kv.Value)
+	require.NoError(t, err)
+	assert.Equal(t, "bridge", rec.By)
+	assert.Equal(t, lease, rec.Lease)
+	assert.Equal(t, int64(ttl/time.Second), rec.TTLSeconds)
+	// Revoked at once, not left to expire a TTL after the freeze.
+	require.Eventually(t, func() bool {
+		left, err := cli.TimeToLive(t.Context(), clientv3LeaseID(lease))
+		return err == nil && left.TTL == -1
+	}, ttl/4, 20*time.Millisecond, "the frozen node's lease was not revoked")
+
+	gone := events.next(2*ttl, func(ev *clientv3.Event) bool {
+		require.False(t, isRun(ev), "a generation ran beside the evicted node before its record expired")
+		return string(ev.Kv.Key) == recordKey
+	})
+	assert.Equal(t, clientv3.EventTypeDelete, gone.Type)
+	events.next(30*time.Second, isRun)
+}
+
+// eventStream hands out a watch's events one at a time, in order.
+type eventStream struct {
+	t       *testing.T
+	watch   clientv3.WatchChan
+	pending []*clientv3.Event
+}
+
+// next returns the next event that match accepts, skipping the others.
+func (s *eventStream) next(timeout time.Duration, match func(*clientv3.Event) bool) *clientv3.Event {
+	s.t.Helper()
+	deadline := time.After(timeout)
+	for {
+		for len(s.pending) > 0 {
+			ev := s.pending[0]
+			s.pending = s.pending[1:]
+			if match(ev) {
+				return ev
+			}
+		}
+		select {
+		case wr, ok := <-s.watch:
+			require.True(s.t, ok, "the watch ended")
+			require.NoError(s.t, wr.Err())
+			s.pending = wr.Events
+		case <-deadline:
+			s.t.Fatalf("no matching event within %s", timeout)
+		}
+	}
 }

@@ -288,6 +288,40 @@ func freeze(t *testing.T, r *kubetest.PodRunner, pod string) {
 	t.Cleanup(func() { _ = proc.cmd.Process.Signal(syscall.SIGCONT) })
 }
 
+// killContainer kills a pod's sidecar with SIGKILL, as a container runtime
+// would: it neither stops its trainer gracefully nor revokes its lease. The
+// pod's record in Kubernetes is left as it was.
+func (e *kubeEnv) killContainer(pod string) {
+	e.t.Helper()
+	c, ok := e.runner.Hold(pod)
+	require.True(e.t, ok, "no sidecar for pod %s", pod)
+	proc := c.(sidecarContainer).proc
+	require.NoError(e.t, proc.cmd.Process.Kill())
+	select {
+	case <-proc.done:
+	case <-time.After(10 * time.Second):
+		e.t.Fatalf("the sidecar of pod %s outlived SIGKILL", pod)
+	}
+}
+
+// reportTerminated writes what the kubelet reports once a pod's containers
+// stopped: every container terminated.
+func (e *kubeEnv) reportTerminated(pod string) {
+	e.t.Helper()
+	p, err := e.c.Client.CoreV1().Pods(e.ns).Get(e.t.Context(), pod, metav1.GetOptions{})
+	require.NoError(e.t, err)
+	now := metav1.Now()
+	p.Status.ContainerStatuses = nil
+	for _, c := range p.Spec.Containers {
+		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error", FinishedAt: now}},
+		})
+	}
+	_, err = e.c.Client.CoreV1().Pods(e.ns).UpdateStatus(e.t.Context(), p, metav1.UpdateOptions{})
+	require.NoError(e.t, err)
+}
+
 // events lists the Events of an object.
 func (e *kubeEnv) events(name string) []corev1.Event {
 	list, err := e.c.Client.CoreV1().Events(e.ns).List(e.t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})

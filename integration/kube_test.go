@@ -121,15 +121,18 @@ func TestBridgeFollowsScaleWithPodsConfigMapAndServices(t *testing.T) {
 	}, 60*time.Second, 50*time.Millisecond, "the ConfigMap and Services outlived the workload")
 }
 
-// TestGonePodEvictsItsNodeAtOnce deletes, or fails, a pod whose machine is
-// gone (its sidecar frozen: no renewal, no revocation) and expects the
-// coordinator to move on long before the node's 60 s lease could expire.
+// TestGonePodEvictsItsNodeAtOnce ends a pod whose containers Kubernetes
+// reports stopped — deleted once they terminated, or failed — and expects
+// the coordinator to move on long before the node's 60 s lease could
+// expire, with no eviction record to wait for. The sidecar is killed, so
+// that it neither renews nor revokes its lease.
 func TestGonePodEvictsItsNodeAtOnce(t *testing.T) {
 	for _, tc := range []struct {
 		name, why string
 		end       func(e *kubeEnv, pod string)
 	}{
 		{"deleted", "its pod was deleted", func(e *kubeEnv, pod string) {
+			e.reportTerminated(pod)
 			zero := int64(0)
 			require.NoError(e.t, e.c.Client.CoreV1().Pods(e.ns).Delete(e.t.Context(), pod, metav1.DeleteOptions{GracePeriodSeconds: &zero}))
 		}},
@@ -152,7 +155,7 @@ func TestGonePodEvictsItsNodeAtOnce(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, resp.Kvs, 1)
 			lease := resp.Kvs[0].Lease
-			freeze(t, e.runner, "evict-worker-1")
+			e.killContainer("evict-worker-1")
 			tc.end(e, "evict-worker-1")
 
 			start := time.Now()
@@ -160,8 +163,11 @@ func TestGonePodEvictsItsNodeAtOnce(t *testing.T) {
 			t.Logf("the coordinator saw the node go %s after its pod was %s", time.Since(start).Round(time.Millisecond), tc.name)
 			ttl, err := e.etcd.Client(t).TimeToLive(t.Context(), clientv3LeaseID(lease))
 			require.NoError(t, err)
-			assert.Equal(t, int64(-1), ttl.TTL, "the bridge revoked the frozen node's lease")
+			assert.Equal(t, int64(-1), ttl.TTL, "the bridge revoked the killed node's lease")
 			assert.Contains(t, e.bridge.out.String(), tc.why)
+			rec, err := e.etcd.Client(t).Get(t.Context(), membership.DefaultKeys().Eviction("evict", "evict-worker-1"))
+			require.NoError(t, err)
+			assert.Empty(t, rec.Kvs, "no eviction record: Kubernetes said the containers stopped")
 
 			// The StatefulSet brings the pod back; the job runs at full size again.
 			e.status("evict", "Running again with 2", func(s membership.Status) bool {

@@ -2,6 +2,7 @@ package operatorbridge
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -35,20 +36,24 @@ func (r *run) podChanged(old, pod *corev1.Pod, deleted bool) {
 	}
 }
 
-// evict revokes the lease of the pod's node so that the coordinator moves on
-// at once instead of after the lease's TTL. Only the node registered by this
-// very pod (same UID) is evicted: a pod that replaces it under the same name
-// may have registered already.
+// evict revokes the lease of the pod's node so that the coordinator moves
+// on at once instead of after the lease's TTL. Only the node registered by
+// this very pod (same UID) is evicted: a pod that replaces it under the
+// same name may have registered already.
 //
 // It runs only once the pod is gone or has failed, never while it
 // terminates: its sidecar may still be stopping the training processes, and
-// the next generation must not start beside them.
+// the next generation must not start beside them. For the same reason an
+// eviction is not an ack: unless Kubernetes says the pod's containers
+// stopped, membership.Evict leaves a record that the coordinator waits out,
+// for the node's own fence deadline to pass.
 func (r *run) evict(ctx context.Context, job string, pod *corev1.Pod, why string) {
 	resp, err := r.cfg.Etcd.Get(ctx, r.cfg.Keys.Nodes(job), clientv3.WithPrefix())
 	if err != nil {
 		r.logger.Warn("node of a gone pod not evicted", "job", job, "pod", pod.Name, "error", err)
 		return
 	}
+	stopped := containersStopped(pod)
 	for _, kv := range resp.Kvs {
 		n, err := membership.DecodeNode(kv.Value)
 		if err != nil || (n.Pod != pod.Name && n.ID != pod.Name) {
@@ -57,13 +62,56 @@ func (r *run) evict(ctx context.Context, job string, pod *corev1.Pod, why string
 		if n.PodUID != "" && n.PodUID != string(pod.UID) {
 			continue // the node of a newer pod with the same name
 		}
-		if _, err := r.cfg.Etcd.Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil {
+		err = membership.Evict(ctx, r.cfg.Etcd, r.cfg.Keys, membership.EvictRequest{
+			Job: job, Node: n.ID, Lease: clientv3.LeaseID(kv.Lease), By: "bridge", Reason: why, StoppedForSure: stopped,
+		})
+		switch {
+		case errors.Is(err, membership.ErrEvictionMoot):
+			continue // it left, or registered again, meanwhile
+		case err != nil:
 			r.logger.Warn("node of a gone pod not evicted", "job", job, "node", n.ID, "error", err)
 			continue
 		}
-		r.logger.Info("evicted node", "job", job, "node", n.ID, "why", why)
+		r.logger.Info("evicted node", "job", job, "node", n.ID, "why", why, "containers_stopped", stopped)
 		r.recorder.Eventf(pod, corev1.EventTypeNormal, "Evicted", "node %s left job %s: %s", n.ID, job, why)
 	}
+}
+
+// containersStopped reports whether Kubernetes says that nothing of the pod
+// runs any more: the pod ended (Succeeded or Failed), or every one of its
+// containers is reported terminated. A pod deleted by force while it ran
+// still shows running containers: its machine may be cut off with them
+// running. So does one that PodGC marked Failed because its node object is
+// gone: that is the control plane's word on the node, not the kubelet's on
+// the containers.
+func containersStopped(pod *corev1.Pod) bool {
+	if (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed) && !deletedByPodGC(pod) {
+		return true
+	}
+	if len(pod.Status.ContainerStatuses) < len(pod.Spec.Containers) {
+		return false // some container never reported
+	}
+	for _, statuses := range [][]corev1.ContainerStatus{
+		pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses,
+	} {
+		for _, s := range statuses {
+			if s.State.Terminated == nil {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// deletedByPodGC reports whether PodGC failed the pod because its node
+// object is gone.
+func deletedByPodGC(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && c.Reason == "DeletionByPodGC" {
+			return true
+		}
+	}
+	return false
 }
 
 // ensureService keeps a headless Service named after the pod that selects
