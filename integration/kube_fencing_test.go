@@ -160,3 +160,93 @@ func (s *eventStream) next(timeout time.Duration, match func(*clientv3.Event) bo
 		}
 	}
 }
+
+// TestStatefulSetScaleDownRestartsOnce scales 4 → 2 a job whose
+// StatefulSet starts its pods in parallel, with the pods of the highest
+// ordinals holding the lowest ranks, and expects one restart: the table
+// keeps the pods the StatefulSet keeps, ordinals 0 and 1.
+func TestStatefulSetScaleDownRestartsOnce(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t, kubeOptions{toyEnv: []string{"TOY_STEPS=100000", "TOY_INTERVAL=1"}})
+	sts := e.statefulSet("shrink", "worker", 4, nil)
+	pod := func(i int) string { return sts.Name + "-" + itoa(i) }
+
+	// Ordinals 0 and 1 join last: their first pods go before the job has a
+	// spec, and the StatefulSet starts them again.
+	first := e.registered("shrink", 4)
+	for _, i := range []int{0, 1} {
+		require.NoError(t, e.c.Client.CoreV1().Pods(e.ns).Delete(t.Context(), pod(i), metav1.DeleteOptions{}))
+	}
+	require.Eventually(t, func() bool {
+		nodes, err := e.client.Nodes(t.Context(), "shrink")
+		if err != nil || len(nodes) != 4 {
+			return false
+		}
+		for _, n := range nodes {
+			if (n.ID == pod(0) || n.ID == pod(1)) && n.PodUID == first[n.ID].PodUID {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 20*time.Millisecond, "pods 0 and 1 never came back")
+	e.spec("shrink", membership.DefaultSpec(membership.NP{Min: 4, Max: 4}))
+	st := e.status("shrink", "Running with 4", func(s membership.Status) bool { return s.Phase == membership.JobRunning && s.Members == 4 })
+	resp, err := e.etcd.Client(t).Get(t.Context(), membership.DefaultKeys().Plan("shrink"))
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1)
+	plan, err := membership.DecodePlan(resp.Kvs[0].Value)
+	require.NoError(t, err)
+	require.Equal(t, st.Generation, plan.Generation)
+	byRank := map[int]string{}
+	for _, m := range plan.Members {
+		byRank[m.Rank] = m.Node
+	}
+	require.ElementsMatch(t, []string{pod(2), pod(3)}, []string{byRank[0], byRank[1]},
+		"the highest ordinals joined first and hold ranks 0 and 1")
+
+	watch := e.etcd.Client(t).Watch(t.Context(), membership.DefaultKeys().Plan("shrink"), clientv3.WithRev(resp.Header.Revision+1))
+	code, _, stderr := cli(t, nil, "scale", "--etcd-endpoints", e.etcd.Endpoint(), "--job", "shrink", "--np", "2")
+	require.Equal(t, 0, code, stderr)
+	events := &eventStream{t: t, watch: watch}
+	var runs []membership.Plan
+	for len(runs) == 0 {
+		ev := events.next(60*time.Second, func(ev *clientv3.Event) bool { return ev.Type == clientv3.EventTypePut })
+		p, err := membership.DecodePlan(ev.Kv.Value)
+		require.NoError(t, err)
+		if p.Phase == membership.PhaseRun {
+			runs = append(runs, p)
+		}
+	}
+	next := runs[0]
+	assert.Equal(t, st.Generation+1, next.Generation, "one generation after the scale")
+	var kept []string
+	for _, m := range next.Members {
+		kept = append(kept, m.Node)
+	}
+	assert.ElementsMatch(t, []string{pod(0), pod(1)}, kept, "the table keeps the pods the StatefulSet keeps")
+
+	// The StatefulSet removes ordinals 2 and 3; nothing else restarts.
+	require.Eventually(t, func() bool {
+		pods, err := e.c.Client.CoreV1().Pods(e.ns).List(t.Context(), metav1.ListOptions{LabelSelector: "elastic.job=shrink"})
+		nodes, nerr := e.client.Nodes(t.Context(), "shrink")
+		return err == nil && nerr == nil && len(pods.Items) == 2 && len(nodes) == 2
+	}, 60*time.Second, 20*time.Millisecond, "ordinals 2 and 3 never left")
+	final := e.status("shrink", "Running with 2", func(s membership.Status) bool { return s.Phase == membership.JobRunning && s.Members == 2 })
+	assert.Equal(t, next.Generation, final.Generation, "a single restart")
+}
+
+// registered waits for n nodes of a job to register and returns them by id.
+func (e *kubeEnv) registered(job string, n int) map[string]membership.LiveNode {
+	e.t.Helper()
+	var nodes []membership.LiveNode
+	require.Eventually(e.t, func() bool {
+		var err error
+		nodes, err = e.client.Nodes(e.t.Context(), job)
+		return err == nil && len(nodes) == n
+	}, 60*time.Second, 20*time.Millisecond, "%d nodes of %s never registered", n, job)
+	byID := map[string]membership.LiveNode{}
+	for _, node := range nodes {
+		byID[node.ID] = node
+	}
+	return byID
+}
