@@ -7,8 +7,9 @@
 // ends.
 //
 // It reads the coordinator's published records from etcd like any client;
-// it writes only its own report (Keys.Bridge) and revokes the leases of
-// nodes whose pods are gone.
+// it writes only its own report (Keys.Bridge) and the evictions of nodes
+// whose pods are gone (membership.Evict: a revoked lease, and a record
+// unless Kubernetes says the pod's containers stopped).
 package operatorbridge
 
 import (
