@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -22,9 +23,9 @@ type view struct {
 	// decision's write is conditional on it.
 	planRev int64
 	status  *membership.Status
-	// evictions are the eviction records, by node: an evicted node's
-	// processes may run until the record expires.
-	evictions map[string]membership.Eviction
+	// evictions are the eviction records: an evicted node's processes may
+	// run until the record expires.
+	evictions []membership.Eviction
 }
 
 // memo is what the leader remembers between decisions of one job beyond
@@ -221,15 +222,17 @@ func decideStopped(v view, d decision, tm timing, now time.Time) decision {
 
 // evictedFrom reports whether m's node was evicted under the lease it ran
 // with, and the eviction's record has not expired yet.
-func evictedFrom(evictions map[string]membership.Eviction, m membership.Member) bool {
-	e, ok := evictions[m.Node]
-	return ok && e.Lease == m.Lease
+func evictedFrom(evictions []membership.Eviction, m membership.Member) bool {
+	return slices.ContainsFunc(evictions, func(e membership.Eviction) bool {
+		return e.Node == m.Node && e.Lease == m.Lease
+	})
 }
 
 // evictedBy reports whether node has an eviction record written by by.
-func evictedBy(evictions map[string]membership.Eviction, node, by string) bool {
-	e, ok := evictions[node]
-	return ok && e.By == by
+func evictedBy(evictions []membership.Eviction, node, by string) bool {
+	return slices.ContainsFunc(evictions, func(e membership.Eviction) bool {
+		return e.Node == node && e.By == by
+	})
 }
 
 // lostMembers are the members of a table that are gone, came back under

@@ -122,7 +122,7 @@ func TestDecideStopPhase(t *testing.T) {
 	})
 	t.Run("an evicted member is waited for until its record expires", func(t *testing.T) {
 		v := view{job: "j", spec: ptr(spec("1")), plan: stop, nodes: in(nodes, membership.NodeStopped, 2)[:1],
-			evictions: map[string]membership.Eviction{"b": {Node: "b", Lease: stop.Members[1].Lease, TTLSeconds: 5}}}
+			evictions: []membership.Eviction{{Node: "b", Lease: stop.Members[1].Lease, TTLSeconds: 5}}}
 		d := decide(v, memo{}, tm, t0)
 		assert.Nil(t, d.plan, "b's processes may run until its own deadline")
 		v.evictions = nil
@@ -137,7 +137,7 @@ func TestDecideStopPhase(t *testing.T) {
 		again := in(nodes, membership.NodeWaiting, 0)
 		again[1].Lease = 999
 		v := view{job: "j", spec: ptr(spec("2")), plan: stop, nodes: []membership.LiveNode{in(nodes, membership.NodeStopped, 2)[0], again[1]},
-			evictions: map[string]membership.Eviction{"b": {Node: "b", Lease: stop.Members[1].Lease, TTLSeconds: 5}}}
+			evictions: []membership.Eviction{{Node: "b", Lease: stop.Members[1].Lease, TTLSeconds: 5}}}
 		d := decide(v, memo{}, tm, t0)
 		assert.Nil(t, d.plan, "b's old processes may run until its own deadline")
 		v.evictions = nil
@@ -145,9 +145,18 @@ func TestDecideStopPhase(t *testing.T) {
 		require.NotNil(t, d.plan)
 		assert.Equal(t, membership.PhaseRun, d.plan.Phase)
 	})
+	t.Run("an eviction of the node's next lease does not hide the member's own", func(t *testing.T) {
+		v := view{job: "j", spec: ptr(spec("1")), plan: stop, nodes: in(nodes, membership.NodeStopped, 2)[:1],
+			evictions: []membership.Eviction{
+				{Node: "b", Lease: 999, TTLSeconds: 5},
+				{Node: "b", Lease: stop.Members[1].Lease, TTLSeconds: 5},
+			}}
+		d := decide(v, memo{}, tm, t0)
+		assert.Nil(t, d.plan, "b's processes of the stopped generation may run until their own deadline")
+	})
 	t.Run("an eviction of an earlier lease is moot", func(t *testing.T) {
 		v := view{job: "j", spec: ptr(spec("1")), plan: stop, nodes: in(nodes, membership.NodeStopped, 2)[:1],
-			evictions: map[string]membership.Eviction{"b": {Node: "b", Lease: 12345, TTLSeconds: 5}}}
+			evictions: []membership.Eviction{{Node: "b", Lease: 12345, TTLSeconds: 5}}}
 		d := decide(v, memo{}, tm, t0)
 		require.NotNil(t, d.plan)
 	})

@@ -42,8 +42,8 @@ type jobActor struct {
 	specRev, planRev  int64
 	statusRev         int64
 	nodes             map[string]nodeEntry
-	evictions         map[string]membership.Eviction // by node
-	sorted            []membership.LiveNode          // nodes in join order; nil when stale
+	evictions         map[evictionID]membership.Eviction
+	sorted            []membership.LiveNode // nodes in join order; nil when stale
 	lastSeq           int64
 	invalidLoggedAtRv map[string]int64
 	// lossesSeen is each node's lease-loss count when last seen; it
@@ -62,7 +62,7 @@ func newJobActor(t *term, job string) *jobActor {
 		backoff.WithMaxElapsedTime(0))
 	return &jobActor{
 		t: t, job: job, logger: t.c.logger.With("job", job),
-		wake: make(chan struct{}, 1), nodes: map[string]nodeEntry{}, evictions: map[string]membership.Eviction{},
+		wake: make(chan struct{}, 1), nodes: map[string]nodeEntry{}, evictions: map[evictionID]membership.Eviction{},
 		invalidLoggedAtRv: map[string]int64{}, lossesSeen: map[string]int64{}, retry: retry,
 	}
 }
@@ -73,6 +73,12 @@ func (a *jobActor) poke() {
 	case a.wake <- struct{}{}:
 	default:
 	}
+}
+
+// evictionID names an eviction record: a node under one lease.
+type evictionID struct {
+	node  string
+	lease int64
 }
 
 // reset forgets what etcd held, before a fresh listing is applied.
@@ -145,14 +151,18 @@ func (a *jobActor) applyLocked(jk membership.JobKey, kv membership.KeyValue) {
 			a.lossesSeen[n.ID] = n.LeaseLosses
 		}
 	case membership.KindEviction:
+		id := evictionID{jk.Name, jk.Lease}
 		if kv.Deleted {
-			delete(a.evictions, jk.Name)
+			delete(a.evictions, id)
 			return
 		}
 		e, err := membership.DecodeEviction(kv.Value)
+		if err == nil && (e.Node != jk.Name || e.Lease != jk.Lease) {
+			err = fmt.Errorf("%w: eviction of %s/%x under the key of %s/%x", membership.ErrInvalidRecord, e.Node, e.Lease, jk.Name, jk.Lease)
+		}
 		a.noteInvalid(kv, err)
-		if err == nil && e.Node == jk.Name {
-			a.evictions[jk.Name] = e
+		if err == nil {
+			a.evictions[id] = e
 		}
 	case membership.KindEvent:
 		if seq, err := strconv.ParseInt(jk.Name, 10, 64); err == nil && seq > a.lastSeq {
@@ -191,11 +201,8 @@ func (a *jobActor) viewLocked() view {
 	if a.planExists {
 		v.planRev = a.planRev
 	}
-	if len(a.evictions) > 0 {
-		v.evictions = make(map[string]membership.Eviction, len(a.evictions))
-		for id, e := range a.evictions {
-			v.evictions[id] = e
-		}
+	for _, e := range a.evictions {
+		v.evictions = append(v.evictions, e)
 	}
 	return v
 }

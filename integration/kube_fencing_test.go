@@ -99,7 +99,7 @@ func TestForceDeletedPodLeavesAnEvictionRecord(t *testing.T) {
 	require.NoError(t, e.c.Client.CoreV1().Pods(e.ns).Delete(t.Context(), "force-worker-1", metav1.DeleteOptions{GracePeriodSeconds: &zero}))
 
 	events := &eventStream{t: t, watch: watch}
-	recordKey := keys.Eviction("force", "force-worker-1")
+	recordKey := keys.Eviction("force", "force-worker-1", lease)
 	isRun := func(ev *clientv3.Event) bool {
 		if string(ev.Kv.Key) != keys.Plan("force") || ev.Type != clientv3.EventTypePut {
 			return false

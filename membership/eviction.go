@@ -15,7 +15,7 @@ import (
 // node: the coordinator after a stop timeout, or the Kubernetes bridge for a
 // pod that is gone. The node may not know yet: its processes run until its
 // own fence deadline, which is at most its lease's TTL after the
-// revocation. So the record, at Keys.Eviction, lives under a lease of its
+// revocation. So the record, at Keys.Eviction (by node and lease), lives under a lease of its
 // own that outlasts that deadline, and while it exists the coordinator
 // counts the node's processes as running.
 type Eviction struct {
@@ -99,7 +99,7 @@ func Evict(ctx context.Context, cli *clientv3.Client, keys Keys, req EvictReques
 		if err != nil {
 			return err
 		}
-		ops = append(ops, clientv3.OpPut(keys.Eviction(req.Job, req.Node), val, clientv3.WithLease(grant.ID)))
+		ops = append(ops, clientv3.OpPut(keys.Eviction(req.Job, req.Node, int64(req.Lease)), val, clientv3.WithLease(grant.ID)))
 	}
 	resp, err := cli.Txn(ctx).If(conds...).Then(ops...).Commit()
 	if err != nil {

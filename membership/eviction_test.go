@@ -24,9 +24,22 @@ func TestEvict(t *testing.T) {
 		t.Cleanup(reg.Close)
 		return reg
 	}
-	record := func(id string) (membership.Eviction, int64, bool) {
-		resp, err := cli.Get(t.Context(), keys.Eviction("job", id))
+	records := func(id string) []membership.Eviction {
+		resp, err := cli.Get(t.Context(), keys.Evictions("job")+id+"/", clientv3.WithPrefix())
 		require.NoError(t, err)
+		var es []membership.Eviction
+		for _, kv := range resp.Kvs {
+			e, err := membership.DecodeEviction(kv.Value)
+			require.NoError(t, err)
+			assert.Equal(t, keys.Eviction("job", id, e.Lease), string(kv.Key))
+			es = append(es, e)
+		}
+		return es
+	}
+	record := func(id string) (membership.Eviction, int64, bool) {
+		resp, err := cli.Get(t.Context(), keys.Evictions("job")+id+"/", clientv3.WithPrefix())
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(resp.Kvs), 1)
 		if len(resp.Kvs) == 0 {
 			return membership.Eviction{}, 0, false
 		}
@@ -48,6 +61,20 @@ func TestEvict(t *testing.T) {
 		tl, err := cli.TimeToLive(t.Context(), clientv3.LeaseID(recordLease))
 		require.NoError(t, err)
 		assert.Greater(t, tl.TTL, int64(3), "the record lives longer than the node's TTL")
+	})
+	t.Run("a node evicted again under a new lease keeps the first record", func(t *testing.T) {
+		// A pod deleted by force comes back under the same name and is
+		// deleted again: the first one's processes may still run.
+		first := register("n5")
+		require.NoError(t, membership.Evict(t.Context(), cli, keys, membership.EvictRequest{Job: "job", Node: "n5", Lease: first.Lease(), By: "test"}))
+		first.Close()
+		second := register("n5")
+		require.NoError(t, membership.Evict(t.Context(), cli, keys, membership.EvictRequest{Job: "job", Node: "n5", Lease: second.Lease(), By: "test"}))
+		var leases []int64
+		for _, e := range records("n5") {
+			leases = append(leases, e.Lease)
+		}
+		assert.ElementsMatch(t, []int64{int64(first.Lease()), int64(second.Lease())}, leases)
 	})
 	t.Run("a lease already gone counts as evicted", func(t *testing.T) {
 		reg := register("n2")

@@ -140,8 +140,13 @@ func (k Keys) Event(job string, seq int64) string {
 // Evictions is the prefix of a job's eviction records.
 func (k Keys) Evictions(job string) string { return k.Job(job) + "evictions/" }
 
-// Eviction is the key of the eviction record of a node.
-func (k Keys) Eviction(job, node string) string { return k.Evictions(job) + node }
+// Eviction is the key of the record of a node's eviction under one lease.
+// The lease is part of the key: a node evicted again under a new lease
+// (a new pod of the same name) must not replace the record that keeps the
+// coordinator waiting for the first one's processes.
+func (k Keys) Eviction(job, node string, lease int64) string {
+	return k.Evictions(job) + node + "/" + strconv.FormatInt(lease, 16)
+}
 
 // Leader is the election name of the coordinator replicas; etcd's
 // concurrency.Election appends "/" and the campaigner's lease to it.
@@ -169,6 +174,8 @@ type JobKey struct {
 	// Name is the node id of a KindNode or KindEviction key and the
 	// sequence number of a KindEvent key.
 	Name string
+	// Lease is the evicted lease of a KindEviction key.
+	Lease int64
 }
 
 // ParseJobKey takes apart a key under Jobs(). It reports false for keys the
@@ -198,11 +205,16 @@ func (k Keys) ParseJobKey(key string) (JobKey, bool) {
 		}
 		return JobKey{Job: job, Kind: KindNode, Name: node}, true
 	}
-	if node, ok := strings.CutPrefix(rest, "evictions/"); ok {
-		if ValidateNodeID(node) != nil {
+	if evicted, ok := strings.CutPrefix(rest, "evictions/"); ok {
+		node, hex, ok := strings.Cut(evicted, "/")
+		if !ok || ValidateNodeID(node) != nil {
 			return JobKey{}, false
 		}
-		return JobKey{Job: job, Kind: KindEviction, Name: node}, true
+		lease, err := strconv.ParseInt(hex, 16, 64)
+		if err != nil || lease <= 0 || strconv.FormatInt(lease, 16) != hex {
+			return JobKey{}, false
+		}
+		return JobKey{Job: job, Kind: KindEviction, Name: node, Lease: lease}, true
 	}
 	if seq, ok := strings.CutPrefix(rest, "events/"); ok {
 		if _, err := strconv.ParseUint(seq, 10, 63); err != nil {

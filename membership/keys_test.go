@@ -41,18 +41,21 @@ func TestKeys(t *testing.T) {
 func TestParseJobKey(t *testing.T) {
 	k := membership.DefaultKeys()
 	for key, want := range map[string]membership.JobKey{
-		k.Spec("a"):          {Job: "a", Kind: membership.KindSpec},
-		k.Plan("ab"):         {Job: "ab", Kind: membership.KindPlan},
-		k.Status("a"):        {Job: "a", Kind: membership.KindStatus},
-		k.Node("a", "n-0.x"): {Job: "a", Kind: membership.KindNode, Name: "n-0.x"},
-		k.Event("a", 7):      {Job: "a", Kind: membership.KindEvent, Name: "00000000000000000007"},
+		k.Spec("a"):                  {Job: "a", Kind: membership.KindSpec},
+		k.Plan("ab"):                 {Job: "ab", Kind: membership.KindPlan},
+		k.Status("a"):                {Job: "a", Kind: membership.KindStatus},
+		k.Node("a", "n-0.x"):         {Job: "a", Kind: membership.KindNode, Name: "n-0.x"},
+		k.Event("a", 7):              {Job: "a", Kind: membership.KindEvent, Name: "00000000000000000007"},
+		k.Eviction("a", "n", 0x7a3f): {Job: "a", Kind: membership.KindEviction, Name: "n", Lease: 0x7a3f},
 	} {
 		got, ok := k.ParseJobKey(key)
 		require.True(t, ok, key)
 		assert.Equal(t, want, got, key)
 	}
 	for _, key := range []string{"/elastic/jobs/", "/elastic/jobs/a", "/elastic/jobs/A/spec", "/elastic/jobs/a/other",
-		"/elastic/jobs/a/nodes/", "/elastic/jobs/a/nodes/x/y", "/elastic/jobs/a/events/x", "/other/jobs/a/spec"} {
+		"/elastic/jobs/a/nodes/", "/elastic/jobs/a/nodes/x/y", "/elastic/jobs/a/events/x", "/other/jobs/a/spec",
+		"/elastic/jobs/a/evictions/n", "/elastic/jobs/a/evictions/n/", "/elastic/jobs/a/evictions/n/0", "/elastic/jobs/a/evictions/n/07a",
+		"/elastic/jobs/a/evictions/n/-1", "/elastic/jobs/a/evictions/n/7A", "/elastic/jobs/a/evictions/n/x"} {
 		_, ok := k.ParseJobKey(key)
 		assert.False(t, ok, key)
 	}
@@ -60,7 +63,7 @@ func TestParseJobKey(t *testing.T) {
 
 func FuzzParseJobKey(f *testing.F) {
 	k := membership.DefaultKeys()
-	for _, s := range []string{k.Spec("a"), k.Node("a", "b"), k.Event("a", 1), "/elastic/jobs//spec", "/elastic/jobs/a/nodes/../x"} {
+	for _, s := range []string{k.Spec("a"), k.Node("a", "b"), k.Event("a", 1), k.Eviction("a", "b", 1), "/elastic/jobs//spec", "/elastic/jobs/a/nodes/../x"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, key string) {
@@ -70,8 +73,11 @@ func FuzzParseJobKey(f *testing.F) {
 		}
 		require.NoError(t, membership.ValidateJobID(jk.Job))
 		require.True(t, strings.HasPrefix(key, k.Job(jk.Job)), "a parsed key lies under its job's prefix")
-		if jk.Kind == membership.KindNode {
+		switch jk.Kind {
+		case membership.KindNode:
 			require.Equal(t, k.Node(jk.Job, jk.Name), key)
+		case membership.KindEviction:
+			require.Equal(t, k.Eviction(jk.Job, jk.Name, jk.Lease), key)
 		}
 	})
 }
