@@ -39,10 +39,12 @@ lint:
 # Benchmarks; results go to bench/results/.
 bench: bench-go bench-restart bench-kube bench-fence
 
-# The coordinator on embedded etcd with simulated nodes.
+# The coordinator on embedded etcd with simulated nodes; what the guard adds
+# to one process's stop and start.
 bench-go:
 	@mkdir -p bench/results
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 60m ./coordinator/ | tee bench/results/coordinator.txt
+	$(GO) test -run '^$$' -bench . -benchtime 100x ./launcher/ | tee bench/results/launcher.txt
 
 # Restart latency of `coordinator run` with real processes (python3), and of
 # torchrun for comparison when PyTorch is installed. RESTART_BEFORE=BINARY

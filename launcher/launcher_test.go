@@ -185,7 +185,7 @@ const lease = 42
 // where the machine allows one, and the subreaper alone.
 var cgroupModes = []string{"auto", "off"}
 
-func newLauncher(t *testing.T, cgroup, child string, extraEnv ...string) (*launcher.Launcher, *proctest.Buffer) {
+func newLauncher(t testing.TB, cgroup, child string, extraEnv ...string) (*launcher.Launcher, *proctest.Buffer) {
 	out := &proctest.Buffer{}
 	l, err := launcher.New(launcher.Config{
 		Command: []string{os.Args[0], "-test.run=^$"},
