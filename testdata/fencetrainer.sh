@@ -13,6 +13,8 @@
 #                  train.sh` runs python without exec; this script exits at
 #                  once on SIGTERM and leaves its child to stop on its own
 #   FT_SETSID      1: with FT_NESTED, the child runs in a session of its own
+#   FT_CLEARENV    1: with FT_NESTED, the child starts with a cleared
+#                  environment (env -i), as a daemon or a sandbox does
 #   FT_TERM_DELAY  seconds the loop keeps going after SIGTERM (default 0),
 #                  as a trainer saving a checkpoint does
 #   FT_CKPT        if set, a checkpoint "GEN STEP" is committed there through
@@ -23,7 +25,10 @@ beat=${FT_BEAT:-0.02}
 now() { echo "${EPOCHREALTIME/./}"; }
 
 if [ "${FT_NESTED:-}" = 1 ] && [ -z "${FT_CHILD:-}" ]; then
-	if [ "${FT_SETSID:-}" = 1 ]; then
+	if [ "${FT_CLEARENV:-}" = 1 ]; then
+		env -i PATH="$PATH" FT_CHILD=1 FT_LOG="$FT_LOG" FT_BEAT="${FT_BEAT:-0.02}" \
+			ELASTIC_GENERATION="$ELASTIC_GENERATION" RANK="$RANK" bash "$0" &
+	elif [ "${FT_SETSID:-}" = 1 ]; then
 		FT_CHILD=1 setsid bash "$0" &
 	else
 		FT_CHILD=1 bash "$0" &

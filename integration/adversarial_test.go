@@ -1,0 +1,110 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/elastictraining/coordinator/guard"
+	"github.com/elastictraining/coordinator/internal/proctest"
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// guardOf is the pid of the guard process below a node's sidecar.
+func guardOf(t *testing.T, n *clusterNode) int {
+	t.Helper()
+	var pid int
+	require.Eventually(t, func() bool {
+		for _, p := range guard.Descendants(n.proc.cmd.Process.Pid) {
+			cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline")
+			if err != nil {
+				continue
+			}
+			args := strings.Split(string(cmdline), "\x00")
+			if len(args) > 1 && args[1] == "guard" {
+				pid = p
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 10*time.Millisecond, "no guard below node %s", n.id)
+	return pid
+}
+
+// A guard frozen on its own (SIGSTOP; or its loop blocked, e.g. in a
+// checkpoint rename on a stalled file system) while its node is cut off
+// from etcd: the sidecar's fence must still kill the trainer before etcd
+// expires the lease and the next generation starts.
+func TestAdvFrozenGuardAndCutNetwork(t *testing.T) {
+	t.Parallel()
+	c := newJobCluster(t, "frozenguard")
+	c.serve()
+	var nodes []*clusterNode
+	for i := range 3 {
+		nodes = append(nodes, c.sidecar(fmt.Sprintf("n%d", i), nil, "--np", "2:3", "--ttl", "2s"))
+	}
+	c.running(1, 3)
+	c.waitStarts(1, 3)
+	victim := trainerOf(t, c, nodes[1])
+	expired := c.watchDelete(membership.DefaultKeys().Node(c.job, "n1"))
+	freezePid(t, guardOf(t, nodes[1]))
+	nodes[1].proxy.Cut()
+	c.running(2, 2)
+	c.waitStarts(2, 2)
+	require.Eventually(t, func() bool { return !proctest.Alive(victim) }, 60*time.Second, 10*time.Millisecond)
+	at := <-expired
+	for _, b := range readBeats(t, c.log) {
+		if b.pid == victim && b.micros >= at.UnixMicro() {
+			t.Errorf("generation 1 trainer %d alive %s after etcd expired its node's lease", victim,
+				time.Duration(b.micros-at.UnixMicro())*time.Microsecond)
+			break
+		}
+	}
+	if o := overlaps(readBeats(t, c.log)); len(o) > 0 {
+		t.Logf("last overlap: %s", o[len(o)-1])
+		for _, l := range strings.Split(nodes[1].proc.out.String(), "\n") {
+			if strings.Contains(l, "lease lost") || strings.Contains(l, "did not kill") || strings.Contains(l, "guard") {
+				t.Log(l)
+			}
+		}
+	}
+	requireNoOverlap(t, c.log)
+	nodes[1].proxy.Heal()
+}
+
+// A guard killed with SIGKILL: what its processes left must be found and
+// killed before the next generation starts, including a process that
+// started with a cleared environment (env -i, a sandbox, a daemon that
+// rewrites its environment block), which carries no marker.
+func TestAdvKilledGuardLeavesNoProcessWithoutMarker(t *testing.T) {
+	t.Parallel()
+	for _, cg := range []string{"auto", "off"} {
+		t.Run("cgroup "+cg, func(t *testing.T) { testKilledGuard(t, cg) })
+	}
+}
+
+func testKilledGuard(t *testing.T, cg string) {
+	c := newJobCluster(t, "killedguard")
+	c.serve()
+	// Without a cgroup (--cgroup off, or none writable) the subreaper path
+	// alone must find it.
+	n := c.sidecar("n0", []string{"FT_NESTED=1", "FT_CLEARENV=1"}, "--np", "1", "--ttl", "2s", "--cgroup", cg)
+	c.running(1, 1)
+	gen1 := c.waitStarts(1, 1)
+	require.NoError(t, syscall.Kill(guardOf(t, n), syscall.SIGKILL))
+	c.running(2, 1)
+	c.waitStarts(2, 1)
+	time.Sleep(time.Second)
+	alive := proctest.Alive(gen1[0].pid)
+	if alive {
+		_ = syscall.Kill(gen1[0].pid, syscall.SIGKILL)
+	}
+	requireNoOverlap(t, c.log)
+	require.False(t, alive, "generation 1's trainer outlived its guard")
+}
