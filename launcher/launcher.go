@@ -33,6 +33,15 @@ const DefaultGrace = 10 * time.Second
 // kill, or to take a command, before it kills the guard itself.
 const guardTimeout = 2 * time.Second
 
+// killTimeout bounds how long Kill waits for the guard to report that
+// nothing is left before it kills the guard itself. Kill is the fence: it
+// must be done within the fence margin (at least 250 ms), after which etcd
+// may expire the lease and the next generation start. A guard that is
+// healthy has killed everything on its own timer by then; one that does not
+// answer (frozen, or its loop blocked) has its direct children killed with
+// it (Pdeathsig) and the rest swept.
+const killTimeout = 100 * time.Millisecond
+
 // Exit is how a node's processes ended: Code 0 when every process exited 0;
 // otherwise the code of the first process that failed, 128+signal for a
 // process killed by a signal.
@@ -280,7 +289,7 @@ func (l *Launcher) Kill(ctx context.Context) error {
 	}
 	seq, err := g.send(guard.Command{Op: guard.OpKill}, nil)
 	if err == nil {
-		timeout, cancel := context.WithTimeout(ctx, guardTimeout)
+		timeout, cancel := context.WithTimeout(ctx, killTimeout)
 		err = g.awaitClear(seq, timeout.Done())
 		cancel()
 	}
