@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,6 +19,18 @@ func BecomeSubreaper() error {
 	}
 	return nil
 }
+
+// IsSubreaper reports whether the calling process is a child subreaper.
+func IsSubreaper() bool {
+	var v int32
+	if err := unix.Prctl(unix.PR_GET_CHILD_SUBREAPER, uintptr(unsafe.Pointer(&v)), 0, 0, 0); err != nil {
+		return false
+	}
+	return v != 0
+}
+
+// IsGuardProcess reports whether pid runs `coordinator guard`.
+func IsGuardProcess(pid int) bool { return isGuard(pid) }
 
 // MonoNow is CLOCK_MONOTONIC in nanoseconds, the clock of deadlines shared
 // by the sidecar and the guard. It keeps counting while a process is

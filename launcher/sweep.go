@@ -12,14 +12,22 @@ import (
 
 // Sweep kills what is left of a dead guard's processes: its cgroup, and
 // every process whose environment carries the guard's marker, reaping those
-// re-parented to this process (a child subreaper). It returns once none is
-// found.
+// re-parented to this process (a child subreaper). In a child subreaper it
+// also kills every process below this one that is not a guard or below
+// one: what a dead guard's processes left is re-parented here, and a
+// process may carry no marker (it cleared its environment, as env -i, a
+// sandbox or a daemon rewriting its environment block does). It returns
+// once none is found.
 func Sweep(marker, cgroup string) {
 	_ = guard.KillCgroup(cgroup)
 	needle := []byte(guard.EnvGuardID + "=" + marker + "\x00")
 	self := os.Getpid()
+	subreaper := guard.IsSubreaper()
 	for range 500 {
 		pids := marked(needle)
+		if subreaper {
+			pids = append(pids, orphans(self)...)
+		}
 		if len(pids) == 0 {
 			break
 		}
@@ -35,6 +43,38 @@ func Sweep(marker, cgroup string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	guard.RemoveCgroup(cgroup)
+}
+
+// orphans lists the processes below self that are neither a guard, a
+// child of self, nor below one.
+func orphans(self int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, ok := guard.ParentOf(pid); ok {
+			children[ppid] = append(children[ppid], pid)
+		}
+	}
+	var out, queue []int
+	for _, pid := range children[self] {
+		if !guard.IsGuardProcess(pid) {
+			queue = append(queue, pid)
+		}
+	}
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		out = append(out, pid)
+		queue = append(queue, children[pid]...)
+	}
+	return out
 }
 
 // marked lists the live processes whose environment holds needle.
