@@ -108,3 +108,52 @@ func testKilledGuard(t *testing.T, cg string) {
 	requireNoOverlap(t, c.log)
 	require.False(t, alive, "generation 1's trainer outlived its guard")
 }
+
+// A guard killed with SIGKILL in the middle of a graceful stop (its trainer
+// saving a checkpoint on SIGTERM, the trainer's child in a session of its
+// own): the stop is acked only when all of it is gone.
+func TestAdvGuardKilledDuringAStop(t *testing.T) {
+	t.Parallel()
+	for _, cg := range []string{"auto", "off"} {
+		t.Run("cgroup "+cg, func(t *testing.T) {
+			c := newJobCluster(t, "killedstop")
+			c.serve()
+			env := []string{"FT_NESTED=1", "FT_TERM_DELAY=30"}
+			var nodes []*clusterNode
+			for i := range 2 {
+				nodes = append(nodes, c.sidecar(fmt.Sprintf("n%d", i), env, "--np", "1:2", "--ttl", "2s", "--grace-period", "60s", "--cgroup", cg))
+			}
+			c.running(1, 2)
+			c.waitStarts(1, 2)
+			_, err := c.client.Scale(t.Context(), c.job, "1")
+			require.NoError(t, err)
+			// Both trainers got SIGTERM and keep going.
+			require.Eventually(t, func() bool {
+				n := 0
+				for _, b := range readBeats(t, c.log) {
+					if b.kind == "term" {
+						n++
+					}
+				}
+				return n >= 2
+			}, 30*time.Second, 5*time.Millisecond)
+			for _, n := range nodes {
+				require.NoError(t, syscall.Kill(guardOf(t, n), syscall.SIGKILL))
+			}
+			killed := time.Now()
+			c.running(2, 1)
+			c.waitStarts(2, 1)
+			t.Logf("generation 2 started %s after the guards were killed", time.Since(killed))
+			time.Sleep(time.Second)
+			var alive []int
+			for _, s := range startsOfGen(readBeats(t, c.log), 1) {
+				if proctest.Alive(s.pid) {
+					alive = append(alive, s.pid)
+					_ = syscall.Kill(s.pid, syscall.SIGKILL)
+				}
+			}
+			requireNoOverlap(t, c.log)
+			require.Empty(t, alive, "generation 1 trainers outlived their guard")
+		})
+	}
+}
