@@ -81,6 +81,11 @@ type Launcher struct {
 	fenceAt time.Time
 	current *group
 	closed  bool
+
+	// sweeping is held while a dead guard's leftovers are swept: no new
+	// guard starts (and so no generation) before they are gone, and the
+	// sweep never takes a guard that is starting for one of them.
+	sweeping sync.Mutex
 }
 
 // New validates cfg. The guard starts with the first deadline or start.
@@ -350,6 +355,8 @@ func (l *Launcher) guardLocked() (*guardProc, error) {
 	if l.guard != nil {
 		return l.guard, nil
 	}
+	l.sweeping.Lock()
+	defer l.sweeping.Unlock()
 	var g *guardProc
 	hooks := guardHooks{exit: l.onExit, fenced: func(lease int64) {
 		l.logger.Warn("the lease deadline passed: the guard killed the processes", "lease", fmt.Sprintf("%x", lease))
@@ -382,7 +389,9 @@ func (l *Launcher) guardDied(g *guardProc) {
 	}
 	grp := l.current
 	l.mu.Unlock()
+	l.sweeping.Lock()
 	Sweep(g.marker, g.cgroupPath())
+	l.sweeping.Unlock()
 	if grp == nil {
 		return
 	}
