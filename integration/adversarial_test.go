@@ -157,3 +157,39 @@ func TestAdvGuardKilledDuringAStop(t *testing.T) {
 		})
 	}
 }
+
+// A trainer committing checkpoints as fast as it can while its node is cut
+// off from etcd: no commit of it lands after its node's fence time, let
+// alone after the lease expired.
+func TestAdvCommitRacingTheFence(t *testing.T) {
+	t.Parallel()
+	c := newJobCluster(t, "commitrace")
+	c.serve()
+	ckpt := c.dir + "/ckpt"
+	env := []string{"FT_CKPT=" + ckpt, "FT_BEAT=0.001"}
+	var nodes []*clusterNode
+	for i := range 3 {
+		nodes = append(nodes, c.sidecar(fmt.Sprintf("n%d", i), env, "--np", "2:3", "--ttl", "2s"))
+	}
+	c.running(1, 3)
+	c.waitStarts(1, 3)
+	victim := trainerOf(t, c, nodes[1])
+	expired := c.watchDelete(membership.DefaultKeys().Node(c.job, "n1"))
+	cut := time.Now()
+	nodes[1].proxy.Cut()
+	c.running(2, 2)
+	c.waitStarts(2, 2)
+	require.Eventually(t, func() bool { return !proctest.Alive(victim) }, 60*time.Second, 10*time.Millisecond)
+	at := <-expired
+	var last int64
+	for _, b := range readBeats(t, c.log) {
+		if b.pid == victim && b.kind == "commit" {
+			last = max(last, b.micros)
+		}
+	}
+	t.Logf("the cut-off trainer's last commit: %s after the cut, %s before the lease expired",
+		time.Duration(last-cut.UnixMicro())*time.Microsecond, time.Duration(at.UnixMicro()-last)*time.Microsecond)
+	require.Less(t, last, at.UnixMicro(), "a commit after the lease expired")
+	requireNoOverlap(t, c.log)
+	nodes[1].proxy.Heal()
+}
