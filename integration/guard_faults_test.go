@@ -41,7 +41,7 @@ func guardOf(t *testing.T, n *clusterNode) int {
 // checkpoint rename on a stalled file system) while its node is cut off
 // from etcd: the sidecar's fence must still kill the trainer before etcd
 // expires the lease and the next generation starts.
-func TestAdvFrozenGuardAndCutNetwork(t *testing.T) {
+func TestAFrozenGuardOnACutOffNodeIsFencedByTheSidecar(t *testing.T) {
 	t.Parallel()
 	c := newJobCluster(t, "frozenguard")
 	c.serve()
@@ -82,7 +82,7 @@ func TestAdvFrozenGuardAndCutNetwork(t *testing.T) {
 // killed before the next generation starts, including a process that
 // started with a cleared environment (env -i, a sandbox, a daemon that
 // rewrites its environment block), which carries no marker.
-func TestAdvKilledGuardLeavesNoProcessWithoutMarker(t *testing.T) {
+func TestAKilledGuardLeavesNoUnmarkedProcess(t *testing.T) {
 	t.Parallel()
 	for _, cg := range []string{"auto", "off"} {
 		t.Run("cgroup "+cg, func(t *testing.T) { testKilledGuard(t, cg) })
@@ -112,7 +112,7 @@ func testKilledGuard(t *testing.T, cg string) {
 // A guard killed with SIGKILL in the middle of a graceful stop (its trainer
 // saving a checkpoint on SIGTERM, the trainer's child in a session of its
 // own): the stop is acked only when all of it is gone.
-func TestAdvGuardKilledDuringAStop(t *testing.T) {
+func TestAGuardKilledDuringAStopLeavesNothing(t *testing.T) {
 	t.Parallel()
 	for _, cg := range []string{"auto", "off"} {
 		t.Run("cgroup "+cg, func(t *testing.T) {
@@ -161,7 +161,7 @@ func TestAdvGuardKilledDuringAStop(t *testing.T) {
 // A trainer committing checkpoints as fast as it can while its node is cut
 // off from etcd: no commit of it lands after its node's fence time, let
 // alone after the lease expired.
-func TestAdvCommitRacingTheFence(t *testing.T) {
+func TestCommitsRacingTheFenceStopBeforeTheLeaseExpires(t *testing.T) {
 	t.Parallel()
 	c := newJobCluster(t, "commitrace")
 	c.serve()
