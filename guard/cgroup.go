@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // cgroupRoot is a cgroup v2 of the guard's own, below the guard's cgroup.
@@ -40,19 +41,60 @@ func newCgroupRoot(name string) (*cgroupRoot, error) {
 	return &cgroupRoot{path: dir}, nil
 }
 
-// removeStale removes the empty cgroups of guards that are gone (a guard
-// killed with SIGKILL cannot remove its own).
-func removeStale(own string) {
+// removeStale kills what the cgroups of guards that are gone still hold,
+// and removes them: a guard killed with SIGKILL cannot clean up, and when
+// its sidecar was killed with it, what its processes started runs on,
+// re-parented to init.
+func removeStale(own string) (killed int) {
 	entries, _ := os.ReadDir(own)
 	for _, e := range entries {
 		rest, ok := strings.CutPrefix(e.Name(), "elastic-guard-")
 		if !ok || !e.IsDir() {
 			continue
 		}
-		if pid, err := strconv.Atoi(rest); err == nil && !isGuard(pid) {
-			RemoveCgroup(path.Join(own, e.Name()))
+		pid, err := strconv.Atoi(rest)
+		if err != nil || isGuard(pid) {
+			continue
+		}
+		dir := path.Join(own, e.Name())
+		if populated(dir) {
+			killed++
+			_ = KillCgroup(dir)
+			for i := 0; i < 500 && populated(dir); i++ {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		RemoveCgroup(dir)
+	}
+	return killed
+}
+
+// KillLeftovers kills the processes left in the cgroups of dead guards
+// below the calling process's cgroup, and removes those cgroups. A sidecar
+// calls it when it starts, before it registers: a sidecar killed together
+// with its guard (kill -9 of both) leaves the training command's
+// descendants running, and its successor must not join a job beside them.
+// It reports how many cgroups held processes.
+func KillLeftovers() int {
+	own, err := ownCgroupDir()
+	if err != nil {
+		return 0
+	}
+	return removeStale(own)
+}
+
+// populated reports whether a process is in the cgroup at dir or below.
+func populated(dir string) bool {
+	data, err := os.ReadFile(path.Join(dir, "cgroup.events"))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "populated "); ok {
+			return v != "0"
 		}
 	}
+	return false
 }
 
 // isGuard reports whether pid is a running guard.

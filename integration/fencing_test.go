@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/elastictraining/coordinator/guard"
@@ -174,12 +175,22 @@ func TestANodeCutOffDuringAStopIsFencedOnTime(t *testing.T) {
 
 // watchDelete reports when key is deleted.
 func (c *jobCluster) watchDelete(key string) <-chan time.Time {
+	return c.watchKey(key, clientv3.EventTypeDelete)
+}
+
+// watchPut reports when key is next written.
+func (c *jobCluster) watchPut(key string) <-chan time.Time {
+	return c.watchKey(key, clientv3.EventTypePut)
+}
+
+// watchKey reports the first event of the type on key from now on.
+func (c *jobCluster) watchKey(key string, typ mvccpb.Event_EventType) <-chan time.Time {
 	out := make(chan time.Time, 1)
 	ch := c.cli.Watch(c.t.Context(), key)
 	go func() {
 		for resp := range ch {
 			for _, ev := range resp.Events {
-				if ev.Type == clientv3.EventTypeDelete {
+				if ev.Type == typ {
 					out <- time.Now()
 					return
 				}

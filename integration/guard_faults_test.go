@@ -193,3 +193,45 @@ func TestCommitsRacingTheFenceStopBeforeTheLeaseExpires(t *testing.T) {
 	requireNoOverlap(t, c.log)
 	nodes[1].proxy.Heal()
 }
+
+// A sidecar and its guard killed together with SIGKILL (`pkill -9
+// coordinator`: they are one binary) while the trainer runs below a
+// wrapper (`bash train.sh` running python): the wrapper dies with the guard
+// (Pdeathsig), but the trainer is re-parented outside the node and nothing
+// there is left to kill it. The sidecar started again in its place kills
+// what the dead guard's cgroup holds before it registers, so it never
+// joins the job beside it. (In a container the sidecar is the first
+// process and its death takes every process with it.)
+func TestASidecarStartedAgainKillsWhatItsKilledPredecessorLeft(t *testing.T) {
+	t.Parallel()
+	c := newJobCluster(t, "killedboth")
+	c.serve()
+	env := []string{"FT_NESTED=1"}
+	var nodes []*clusterNode
+	for i := range 2 {
+		nodes = append(nodes, c.sidecar(fmt.Sprintf("n%d", i), env, "--np", "1:2", "--ttl", "2s"))
+	}
+	c.running(1, 2)
+	c.waitStarts(1, 2)
+	victim := trainerOf(t, c, nodes[1])
+	g := guardOf(t, nodes[1])
+	require.NoError(t, syscall.Kill(nodes[1].proc.cmd.Process.Pid, syscall.SIGKILL))
+	require.NoError(t, syscall.Kill(g, syscall.SIGKILL))
+	require.Eventually(t, func() bool { return !proctest.Alive(g) }, 10*time.Second, 5*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	require.True(t, proctest.Alive(victim), "the trainer outlives its sidecar and guard, so that this test can fail")
+
+	registered := c.watchPut(membership.DefaultKeys().Node(c.job, "n1"))
+	c.sidecar("n1", env, "--np", "1:2", "--ttl", "2s")
+	select {
+	case <-registered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the sidecar started again never registered")
+	}
+	alive := proctest.Alive(victim)
+	if alive {
+		_ = syscall.Kill(victim, syscall.SIGKILL)
+	}
+	require.False(t, alive, "the sidecar started again registered while its predecessor's trainer ran")
+	c.running(2, 2)
+}

@@ -235,6 +235,11 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 	if err := guard.BecomeSubreaper(); err != nil {
 		logger.Warn("not a child subreaper; processes orphaned by a dead guard go to init", "error", err)
 	}
+	if o.cgroup == "auto" {
+		if n := guard.KillLeftovers(); n > 0 {
+			logger.Warn("killed the processes a dead guard left running", "cgroups", n)
+		}
+	}
 	var agent *sidecar.Agent
 	l, err := launcher.New(launcher.Config{
 		Command: command, Env: os.Environ(), Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(), Logger: logger,
