@@ -120,6 +120,10 @@ type group struct {
 	first     *Exit // the first failure
 	stopping  bool
 	exit      chan Exit
+	// recorded is closed once Start has recorded the pids, or failed: an
+	// exit report, which may follow the start's answer at once, and the
+	// guard's death wait for it.
+	recorded chan struct{}
 }
 
 // Start runs one process per port of t under the guard, for the lease they
@@ -138,9 +142,9 @@ func (l *Launcher) Start(t Topology, lease int64) (<-chan Exit, error) {
 		return nil, fmt.Errorf("start %s: %w", l.cfg.Command[0], err)
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	g, err := l.guardLocked()
 	if err != nil {
+		l.mu.Unlock()
 		return nil, err
 	}
 	cmd := guard.Command{Op: guard.OpStart, Lease: lease, Generation: max(t.Generation, 1)}
@@ -154,14 +158,23 @@ func (l *Launcher) Start(t Topology, lease int64) (<-chan Exit, error) {
 			Env: mergeEnv(l.cfg.Env, t.Env(local)), Prefix: prefix,
 		})
 	}
-	grp := &group{ranks: map[int]int{}, exit: make(chan Exit, 1)}
+	grp := &group{ranks: map[int]int{}, exit: make(chan Exit, 1), recorded: make(chan struct{})}
+	defer close(grp.recorded)
 	l.current = grp
+	l.mu.Unlock()
+	// The answer is awaited without the lock: the fence (Kill) and the
+	// renewals (SetDeadline) must never wait for a guard that does not
+	// answer, which may have forked the processes already.
 	rep, err := g.call(cmd, 30*time.Second)
 	if err == nil && rep.Event == guard.EventStartFailed {
 		err = errors.New(rep.Error)
 	}
 	if err != nil {
-		l.current = nil
+		l.mu.Lock()
+		if l.current == grp {
+			l.current = nil
+		}
+		l.mu.Unlock()
 		return nil, err
 	}
 	grp.mu.Lock()
@@ -169,9 +182,10 @@ func (l *Launcher) Start(t Topology, lease int64) (<-chan Exit, error) {
 		grp.ranks[pid] = cmd.Procs[i].Rank
 	}
 	grp.pids, grp.remaining = rep.Pids, len(rep.Pids)
+	exit := grp.exit
 	grp.mu.Unlock()
 	l.logger.Debug("started", "generation", t.Generation, "processes", len(rep.Pids))
-	return grp.exit, nil
+	return exit, nil
 }
 
 // onExit records a process's exit; the first failure stops the others.
@@ -182,6 +196,7 @@ func (l *Launcher) onExit(rep guard.Report) {
 	if grp == nil {
 		return
 	}
+	<-grp.recorded
 	grp.mu.Lock()
 	rank, ok := grp.ranks[rep.Pid]
 	if !ok {
@@ -395,6 +410,7 @@ func (l *Launcher) guardDied(g *guardProc) {
 	if grp == nil {
 		return
 	}
+	<-grp.recorded
 	grp.mu.Lock()
 	defer grp.mu.Unlock()
 	if len(grp.ranks) == 0 {

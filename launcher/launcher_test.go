@@ -550,3 +550,31 @@ func TestAKilledGuardLeavesNothingBehind(t *testing.T) {
 		})
 	}
 }
+
+// The fence must not wait for a start that a frozen guard never answers:
+// the guard may have forked the processes already.
+func TestKillDoesNotWaitForAStartAFrozenGuardNeverAnswers(t *testing.T) {
+	l, _ := newLauncher(t, "auto", "sleep")
+	_, err := l.Start(topology(1), lease)
+	require.NoError(t, err)
+	require.NoError(t, l.Stop(t.Context(), time.Second))
+	g := guardOf(t, os.Getpid())
+	require.NoError(t, syscall.Kill(g, syscall.SIGSTOP))
+	t.Cleanup(func() { _ = syscall.Kill(g, syscall.SIGCONT) })
+
+	started := make(chan error, 1)
+	go func() {
+		_, err := l.Start(topology(1), lease)
+		started <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the start is sent and waits
+	killed := make(chan error, 1)
+	go func() { killed <- l.Kill(t.Context()) }()
+	select {
+	case err := <-killed:
+		require.NoError(t, err)
+	case <-time.After(15 * time.Second): // a start waits 30 s for its answer
+		t.Fatal("the fence waited for the frozen guard's start")
+	}
+	assert.Error(t, <-started, "the start's guard was killed")
+}
