@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -316,10 +317,30 @@ func (l *Launcher) Kill(ctx context.Context) error {
 	if err != nil {
 		l.logger.Warn("the process guard did not kill in time; killing it", "error", err)
 		g.kill()
+		l.killKnown(g)
 		<-g.dead
 		l.guardDied(g)
 	}
 	return nil
+}
+
+// killKnown kills the guard's cgroup and the process groups of the
+// processes it started, without waiting for the guard to die: a guard
+// stuck in the kernel (a rename on a stalled file system) dies only when
+// the call returns, and its processes take Pdeathsig only then.
+func (l *Launcher) killKnown(g *guardProc) {
+	_ = guard.KillCgroup(g.cgroupPath())
+	l.mu.Lock()
+	grp := l.current
+	l.mu.Unlock()
+	if grp == nil {
+		return
+	}
+	grp.mu.Lock()
+	defer grp.mu.Unlock()
+	for pid := range grp.ranks { // not reported exited, so not reused
+		_ = syscall.Kill(-pid, syscall.SIGKILL) // each leads its process group
+	}
 }
 
 // Close stops everything and the guard with it. The launcher cannot be
