@@ -160,12 +160,8 @@ func (g *guardProc) send(c guard.Command, reply chan guard.Report) (int64, error
 	return c.Seq, nil
 }
 
-// call sends a command and waits for its answer.
-func (g *guardProc) call(c guard.Command, timeout time.Duration) (guard.Report, error) {
-	ch := make(chan guard.Report, 1)
-	if _, err := g.send(c, ch); err != nil {
-		return guard.Report{}, err
-	}
+// await waits for the answer to a command sent with reply channel ch.
+func (g *guardProc) await(ch <-chan guard.Report, timeout time.Duration) (guard.Report, error) {
 	select {
 	case rep := <-ch:
 		return rep, nil

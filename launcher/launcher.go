@@ -162,11 +162,17 @@ func (l *Launcher) Start(t Topology, lease int64) (<-chan Exit, error) {
 	grp := &group{ranks: map[int]int{}, exit: make(chan Exit, 1), recorded: make(chan struct{})}
 	defer close(grp.recorded)
 	l.current = grp
+	// Sent under the lock, so that a stop or a kill that follows reaches
+	// the guard after it; the answer is awaited without the lock: the fence
+	// (Kill) and the renewals (SetDeadline) must never wait for a guard that
+	// does not answer, which may have forked the processes already.
+	answer := make(chan guard.Report, 1)
+	_, err = g.send(cmd, answer)
 	l.mu.Unlock()
-	// The answer is awaited without the lock: the fence (Kill) and the
-	// renewals (SetDeadline) must never wait for a guard that does not
-	// answer, which may have forked the processes already.
-	rep, err := g.call(cmd, 30*time.Second)
+	var rep guard.Report
+	if err == nil {
+		rep, err = g.await(answer, 30*time.Second)
+	}
 	if err == nil && rep.Event == guard.EventStartFailed {
 		err = errors.New(rep.Error)
 	}
