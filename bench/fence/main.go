@@ -78,6 +78,9 @@ func main() {
 			r.samples = append(r.samples, s)
 			fmt.Fprintf(os.Stderr, "%s %2d: dead %s after the fault, %s before the lease expired, %s before the next generation\n",
 				f.name, i+1, stats.Ms(s.dead), stats.Ms(s.beforeExpiry), stats.Ms(s.beforeNext))
+			if s.beforeNext > 2*(*ttl) {
+				b.explain()
+			}
 		}
 		results = append(results, r)
 	}
@@ -219,6 +222,21 @@ func (b *bench) close() {
 		_ = b.cli.Close()
 	}
 	_ = os.RemoveAll(b.dir)
+}
+
+// explain prints the job's last events and the processes' last output,
+// for a run that took far longer than the others.
+func (b *bench) explain() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	events, err := b.client.Events(ctx, job)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "  (no events: %v)\n", err)
+	}
+	for _, e := range events[max(len(events)-8, 0):] {
+		fmt.Fprintf(os.Stderr, "  event %s gen %d %s: %s\n", e.Time.Format("15:04:05.000"), e.Generation, e.Type, e.Message)
+	}
+	fmt.Fprintf(os.Stderr, "  output:\n%s\n", b.tail())
 }
 
 // tail is the end of the processes' output, for an error.
