@@ -64,7 +64,11 @@ func ParentOf(pid int) (ppid int, ok bool) {
 
 // Descendants lists every live process below root, found through the
 // parent links in /proc.
-func Descendants(root int) []int {
+func Descendants(root int) []int { return DescendantsExcept(root, nil) }
+
+// DescendantsExcept lists the live processes below root but for the
+// children of root that skip reports, and everything below them.
+func DescendantsExcept(root int, skip func(pid int) bool) []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
@@ -79,8 +83,12 @@ func Descendants(root int) []int {
 			children[ppid] = append(children[ppid], pid)
 		}
 	}
-	var out []int
-	queue := append([]int(nil), children[root]...)
+	var out, queue []int
+	for _, pid := range children[root] {
+		if skip == nil || !skip(pid) {
+			queue = append(queue, pid)
+		}
+	}
 	for len(queue) > 0 {
 		pid := queue[0]
 		queue = queue[1:]

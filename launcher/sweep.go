@@ -47,35 +47,7 @@ func Sweep(marker, cgroup string) {
 
 // orphans lists the processes below self that are neither a guard, a
 // child of self, nor below one.
-func orphans(self int) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	children := map[int][]int{}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if ppid, ok := guard.ParentOf(pid); ok {
-			children[ppid] = append(children[ppid], pid)
-		}
-	}
-	var out, queue []int
-	for _, pid := range children[self] {
-		if !guard.IsGuardProcess(pid) {
-			queue = append(queue, pid)
-		}
-	}
-	for len(queue) > 0 {
-		pid := queue[0]
-		queue = queue[1:]
-		out = append(out, pid)
-		queue = append(queue, children[pid]...)
-	}
-	return out
-}
+func orphans(self int) []int { return guard.DescendantsExcept(self, guard.IsGuardProcess) }
 
 // marked lists the live processes whose environment holds needle.
 func marked(needle []byte) []int {
