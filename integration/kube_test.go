@@ -48,6 +48,11 @@ func TestDeployManifestsApplyServerSide(t *testing.T) {
 		_, err := c.Client.AppsV1().StatefulSets("elastic-system").Get(t.Context(), name, metav1.GetOptions{})
 		assert.NoError(t, err, name)
 	}
+	etcd, err := c.Client.AppsV1().StatefulSets("elastic-system").Get(t.Context(), "elastic-etcd", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, int32(3), *etcd.Spec.Replicas, "three etcd members survive the loss of one")
+	assert.Contains(t, strings.Join(etcd.Spec.Template.Spec.Containers[0].Args, " "),
+		"elastic-etcd-0=http://elastic-etcd-0.elastic-etcd:2380,elastic-etcd-1=http://elastic-etcd-1.elastic-etcd:2380,elastic-etcd-2=")
 }
 
 func mustRead(t *testing.T, file string) string {

@@ -31,9 +31,9 @@ import (
 	"github.com/elastictraining/coordinator/internal/proctest"
 )
 
-// certs writes a CA, a server certificate for 127.0.0.1 and a client
-// certificate to dir.
-type certs struct{ ca, serverCert, serverKey, clientCert, clientKey string }
+// certs writes a CA, a server certificate for 127.0.0.1, a client
+// certificate and an etcd peer's certificate (server and client) to dir.
+type certs struct{ ca, serverCert, serverKey, clientCert, clientKey, peerCert, peerKey string }
 
 func makeCerts(t *testing.T, dir string) certs {
 	t.Helper()
@@ -49,13 +49,13 @@ func makeCerts(t *testing.T, dir string) certs {
 	caCert, err := x509.ParseCertificate(caDER)
 	require.NoError(t, err)
 
-	issue := func(name string, serial int64, usage x509.ExtKeyUsage) (string, string) {
+	issue := func(name string, serial int64, usage ...x509.ExtKeyUsage) (string, string) {
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		require.NoError(t, err)
 		tmpl := &x509.Certificate{
 			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
 			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: usage,
 			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
 		}
 		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
@@ -71,6 +71,7 @@ func makeCerts(t *testing.T, dir string) certs {
 	writePEM(t, c.ca, "CERTIFICATE", caDER)
 	c.serverCert, c.serverKey = issue("server", 2, x509.ExtKeyUsageServerAuth)
 	c.clientCert, c.clientKey = issue("client", 3, x509.ExtKeyUsageClientAuth)
+	c.peerCert, c.peerKey = issue("peer", 4, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
 	return c
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -13,14 +14,26 @@ import (
 func newEtcdCommand(env lookupEnv) *cobra.Command {
 	var cfg embedetcd.Config
 	cmd := &cobra.Command{
-		Use:   "etcd [--data-dir DIR] [--listen-client-urls URL]",
-		Short: "Run a real single-member etcd server",
+		Use:   "etcd --data-dir DIR [--listen-client-urls URL] [--name NAME --initial-cluster NAME=URL,...]",
+		Short: "Run a real etcd server, alone or as a member of a cluster",
 		Long: `etcd runs a real etcd server (the etcd project's own server, embedded) for
-clusters that have none: a single member, with TLS when given a certificate.
-It serves until SIGTERM or SIGINT; its data stays in --data-dir.`,
+clusters that have none. Alone it is a single member; with --initial-cluster
+it is one member of a cluster (three tolerate the loss of one), and the peer
+flags mean what they mean to etcd. Clients and peers get TLS when given a
+certificate. It serves until SIGTERM or SIGINT; its data stays in --data-dir,
+and a member restarted on its data rejoins its cluster whatever
+--initial-cluster-state says.`,
 		Example: `  coordinator etcd --data-dir /var/lib/elastic-etcd --listen-client-urls http://0.0.0.0:2379
   coordinator etcd --listen-client-urls https://0.0.0.0:2379 --cert-file server.crt --key-file server.key \
-      --trusted-ca-file ca.crt --client-cert-auth`,
+      --trusted-ca-file ca.crt --client-cert-auth
+
+  # one of three members (run the same on etcd-1 and etcd-2 with their own name and URLs)
+  coordinator etcd --name etcd-0 --data-dir /var/lib/etcd \
+      --listen-client-urls https://0.0.0.0:2379 --advertise-client-urls https://etcd-0:2379 \
+      --listen-peer-urls https://0.0.0.0:2380 --initial-advertise-peer-urls https://etcd-0:2380 \
+      --initial-cluster etcd-0=https://etcd-0:2380,etcd-1=https://etcd-1:2380,etcd-2=https://etcd-2:2380 \
+      --peer-cert-file peer.crt --peer-key-file peer.key --peer-trusted-ca-file ca.crt --peer-client-cert-auth \
+      --cert-file server.crt --key-file server.key --trusted-ca-file ca.crt --client-cert-auth`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.DataDir == "" {
@@ -29,15 +42,23 @@ It serves until SIGTERM or SIGINT; its data stays in --data-dir.`,
 			if (cfg.CertFile == "") != (cfg.KeyFile == "") {
 				return usagef("--cert-file and --key-file go together")
 			}
+			if (cfg.PeerCertFile == "") != (cfg.PeerKeyFile == "") {
+				return usagef("--peer-cert-file and --peer-key-file go together")
+			}
+			if cfg.ClusterState != "new" && cfg.ClusterState != "existing" {
+				return usagef("--initial-cluster-state %q: want new or existing", cfg.ClusterState)
+			}
+			if cfg.InitialCluster != "" && !strings.Contains(cfg.InitialCluster, cfg.Name+"=") {
+				return usagef("--initial-cluster %q does not name this member (--name %s)", cfg.InitialCluster, cfg.Name)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			cfg.LogLevel = "warn"
 			srv, err := embedetcd.Start(ctx, cfg)
 			if err != nil {
 				return err
 			}
 			defer srv.Close()
-			fmt.Fprintf(cmd.OutOrStdout(), "etcd serving clients at %s (data in %s)\n", srv.ClientURL(), cfg.DataDir)
+			fmt.Fprintf(cmd.OutOrStdout(), "etcd serving clients at %s (member %s, data in %s)\n", srv.ClientURL(), cfg.Name, cfg.DataDir)
 			select {
 			case <-ctx.Done():
 				return nil
@@ -50,8 +71,17 @@ It serves until SIGTERM or SIGINT; its data stays in --data-dir.`,
 	fs.StringVar(&cfg.DataDir, "data-dir", fromEnv(env, "", "ELASTIC_ETCD_DATA_DIR"), "directory of the member's data"+envNote("ELASTIC_ETCD_DATA_DIR"))
 	fs.StringVar(&cfg.ClientURL, "listen-client-urls", "http://127.0.0.1:2379", "URL to serve clients on; https needs --cert-file and --key-file")
 	fs.StringVar(&cfg.AdvertiseClientURL, "advertise-client-urls", "", "client URL to advertise; --listen-client-urls if empty")
-	fs.StringVar(&cfg.PeerURL, "listen-peer-urls", "http://127.0.0.1:2380", "URL of the member's peer port")
+	fs.StringVar(&cfg.PeerURL, "listen-peer-urls", "http://127.0.0.1:2380", "URL of the member's peer port; https needs --peer-cert-file and --peer-key-file")
+	fs.StringVar(&cfg.AdvertisePeerURL, "initial-advertise-peer-urls", "", "peer URL the other members reach this one at; --listen-peer-urls if empty")
 	fs.StringVar(&cfg.Name, "name", "default", "member name")
+	fs.StringVar(&cfg.LogLevel, "log-level", "warn", "etcd's own log level: debug, info, warn or error")
+	fs.StringVar(&cfg.InitialCluster, "initial-cluster", "", "every member of a new cluster as NAME=PEER_URL,...; this member alone if empty")
+	fs.StringVar(&cfg.ClusterState, "initial-cluster-state", "new", "new to form the cluster, existing to join one that runs (after `etcdctl member add`)")
+	fs.StringVar(&cfg.ClusterToken, "initial-cluster-token", "", "token that keeps clusters formed from the same peer URLs apart")
+	fs.StringVar(&cfg.PeerCertFile, "peer-cert-file", "", "certificate for the peer URL")
+	fs.StringVar(&cfg.PeerKeyFile, "peer-key-file", "", "key for the peer URL")
+	fs.StringVar(&cfg.PeerTrustedCAFile, "peer-trusted-ca-file", "", "CA that signs the peers' certificates")
+	fs.BoolVar(&cfg.PeerClientCertAuth, "peer-client-cert-auth", false, "require peers to present a certificate signed by --peer-trusted-ca-file")
 	fs.StringVar(&cfg.CertFile, "cert-file", "", "server certificate for the client URL")
 	fs.StringVar(&cfg.KeyFile, "key-file", "", "server key for the client URL")
 	fs.StringVar(&cfg.TrustedCAFile, "trusted-ca-file", "", "CA that signs client certificates")

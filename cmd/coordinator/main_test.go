@@ -52,6 +52,9 @@ func TestBadInputIsOneLineAndExitCode2(t *testing.T) {
 		{[]string{"scale", "--etcd-endpoints", "https://127.0.0.1:1", "--job", "j", "--np", "2", "--cacert", "/nonexistent/ca.pem"}, "--cacert"},
 		{[]string{"scale", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "j", "--np", "2", "--user", "alice"}, "needs its password in ELASTIC_ETCD_PASSWORD"},
 		{[]string{"etcd"}, "--data-dir is required"},
+		{[]string{"etcd", "--data-dir", "/nonexistent", "--initial-cluster-state", "joined"}, `--initial-cluster-state "joined": want new or existing`},
+		{[]string{"etcd", "--data-dir", "/nonexistent", "--name", "e3", "--initial-cluster", "e0=http://a:2380,e1=http://b:2380"}, "does not name this member (--name e3)"},
+		{[]string{"etcd", "--data-dir", "/nonexistent", "--peer-cert-file", "p.crt"}, "--peer-cert-file and --peer-key-file go together"},
 		{[]string{"frobnicate"}, "unknown command"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -1,6 +1,7 @@
-// Package embedetcd runs a real single-member etcd server inside the
-// process: the store behind `coordinator run` and `coordinator etcd`, and
-// behind the tests.
+// Package embedetcd runs a real etcd server inside the process: the store
+// behind `coordinator run` and `coordinator etcd`, and behind the tests. A
+// server is a single member, or one member of a cluster when given the
+// cluster's other members.
 package embedetcd
 
 import (
@@ -32,6 +33,25 @@ type Config struct {
 	// PeerURL is where the member listens for peers; a free localhost port
 	// if empty. A single member has no peers, but etcd wants the address.
 	PeerURL string
+	// AdvertisePeerURL is the peer URL the other members reach this one
+	// at; the PeerURL if empty.
+	AdvertisePeerURL string
+	// InitialCluster lists every member of a new cluster as
+	// name=peerURL,...; this member alone if empty. ClusterState is "new"
+	// when the cluster is being formed and "existing" when this member
+	// joins one that runs; a member with data in DataDir always rejoins
+	// with what it stored. ClusterToken keeps two clusters formed from the
+	// same peer URLs apart.
+	InitialCluster string
+	ClusterState   string
+	ClusterToken   string
+	// PeerCertFile and PeerKeyFile, when set, make the peer URL serve TLS;
+	// with PeerClientCertAuth, peers must present a certificate signed by
+	// PeerTrustedCAFile.
+	PeerCertFile       string
+	PeerKeyFile        string
+	PeerTrustedCAFile  string
+	PeerClientCertAuth bool
 	// LogLevel of etcd's own log ("error" if empty); LogFile, if set,
 	// receives it instead of stderr.
 	LogLevel string
@@ -94,9 +114,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		ec.AdvertiseClientUrls = []url.URL{*adv}
 	}
-	ec.ListenPeerUrls = []url.URL{*peerURL}
-	ec.AdvertisePeerUrls = []url.URL{*peerURL}
-	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
+	if err := peerConfig(ec, cfg, peerURL); err != nil {
+		return nil, err
+	}
 	ec.LogLevel = cfg.LogLevel
 	if cfg.LogFile != "" {
 		if err := os.MkdirAll(filepath.Dir(cfg.LogFile), 0o700); err != nil {
@@ -139,6 +159,49 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, ctx.Err()
 	}
 	return &Server{etcd: e, clientURL: clientURL.String(), peerURL: peerURL.String()}, nil
+}
+
+// peerConfig sets the member's peer side: its URLs, the cluster it forms or
+// joins, and peer TLS.
+func peerConfig(ec *embed.Config, cfg Config, peerURL *url.URL) error {
+	ec.ListenPeerUrls = []url.URL{*peerURL}
+	ec.AdvertisePeerUrls = []url.URL{*peerURL}
+	if cfg.AdvertisePeerURL != "" {
+		adv, err := url.Parse(cfg.AdvertisePeerURL)
+		if err != nil || adv.Host == "" {
+			return fmt.Errorf("embedded etcd: advertise peer url %q: want scheme://host:port", cfg.AdvertisePeerURL)
+		}
+		ec.AdvertisePeerUrls = []url.URL{*adv}
+	}
+	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
+	if cfg.InitialCluster != "" {
+		ec.InitialCluster = cfg.InitialCluster
+	}
+	switch cfg.ClusterState {
+	case "", embed.ClusterStateFlagNew:
+		ec.ClusterState = embed.ClusterStateFlagNew
+	case embed.ClusterStateFlagExisting:
+		ec.ClusterState = embed.ClusterStateFlagExisting
+	default:
+		return fmt.Errorf("embedded etcd: initial cluster state %q: want new or existing", cfg.ClusterState)
+	}
+	if cfg.ClusterToken != "" {
+		ec.InitialClusterToken = cfg.ClusterToken
+	}
+	if (cfg.PeerCertFile == "") != (cfg.PeerKeyFile == "") {
+		return errors.New("embedded etcd: a peer certificate and a peer key go together")
+	}
+	if (cfg.PeerCertFile != "") != (peerURL.Scheme == "https") {
+		return fmt.Errorf("embedded etcd: peer url %s: use https with a peer certificate and key, http without", peerURL)
+	}
+	if cfg.PeerClientCertAuth && cfg.PeerTrustedCAFile == "" {
+		return errors.New("embedded etcd: peer client certificate auth needs a trusted CA for peers")
+	}
+	ec.PeerTLSInfo.CertFile = cfg.PeerCertFile
+	ec.PeerTLSInfo.KeyFile = cfg.PeerKeyFile
+	ec.PeerTLSInfo.TrustedCAFile = cfg.PeerTrustedCAFile
+	ec.PeerTLSInfo.ClientCertAuth = cfg.PeerClientCertAuth
+	return nil
 }
 
 // ClientURL is the address clients connect to.
