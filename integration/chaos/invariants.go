@@ -1,0 +1,436 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// line is one line of the workers' log.
+type line struct {
+	kind       string // start, alive, commit, term
+	gen        int64
+	role       string
+	rank, pid  int
+	at         time.Time
+	step       int
+	world      int
+	node       string
+	lineNumber int
+}
+
+func (l line) String() string {
+	return fmt.Sprintf("%s gen %d %s rank %d pid %d on %s at %s (step %d)", l.kind, l.gen, l.role, l.rank, l.pid, l.node,
+		l.at.Format("15:04:05.000000"), l.step)
+}
+
+func readLog(path string) []line {
+	data, _ := os.ReadFile(path)
+	var out []line
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	n := 0
+	for sc.Scan() {
+		n++
+		f := strings.Fields(sc.Text())
+		if len(f) != 9 {
+			continue
+		}
+		l := line{kind: f[0], role: f[2], node: f[8], lineNumber: n}
+		var errs [6]error
+		l.gen, errs[0] = strconv.ParseInt(f[1], 10, 64)
+		l.rank, errs[1] = strconv.Atoi(f[3])
+		l.pid, errs[2] = strconv.Atoi(f[4])
+		us, err := strconv.ParseInt(f[5], 10, 64)
+		errs[3] = err
+		l.step, errs[4] = strconv.Atoi(f[6])
+		l.world, errs[5] = strconv.Atoi(f[7])
+		if errs == [6]error{} {
+			l.at = time.UnixMicro(us)
+			out = append(out, l)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].at.Before(out[j].at) })
+	return out
+}
+
+// result is what one run found.
+type result struct {
+	seed        uint64
+	dir         string
+	violations  []string
+	tolerated   []string
+	unexplained []string // stops of the job no fault accounts for
+	injected    map[kind]int
+	recovery    map[kind][]time.Duration
+	goodput     float64
+	lostSteps   int
+	lostTime    time.Duration
+	restarts    int // the budget the job spent
+	failures    int // the training processes the run killed
+	converged   time.Duration
+	gens        int64
+	runFor      time.Duration
+}
+
+// analyse checks a finished run's evidence against every invariant and
+// measures it.
+func analyse(r *run, end time.Time, converged time.Duration, final membership.Status, convErr error,
+	events []membership.Event, left []string) *result {
+	res := &result{seed: r.cfg.Seed, dir: r.dir, injected: map[kind]int{}, recovery: map[kind][]time.Duration{},
+		converged: converged, gens: final.Generation, runFor: end.Sub(r.start)}
+	violate := func(format string, args ...any) {
+		res.violations = append(res.violations, fmt.Sprintf(format, args...))
+	}
+	lines := readLog(r.log)
+	r.mu.Lock()
+	injections := slices.Clone(r.injections)
+	samples := slices.Clone(r.samples)
+	r.mu.Unlock()
+	sort.Slice(injections, func(i, j int) bool { return injections[i].At.Before(injections[j].At) })
+	for _, in := range injections {
+		res.injected[in.Kind]++
+	}
+
+	// Within a generation no (role, rank) is held by two processes.
+	holders := map[string]line{}
+	for _, l := range lines {
+		if l.kind != "start" {
+			continue
+		}
+		key := fmt.Sprintf("%d/%s/%d", l.gen, l.role, l.rank)
+		if first, ok := holders[key]; ok && first.pid != l.pid {
+			violate("rank held twice: %s rank %d of generation %d by pid %d on %s (%s) and pid %d on %s (%s)",
+				l.role, l.rank, l.gen, first.pid, first.node, first.at.Format("15:04:05.000"), l.pid, l.node, l.at.Format("15:04:05.000"))
+		} else if !ok {
+			holders[key] = l
+		}
+	}
+
+	// No process of generation g is seen alive once a later generation has
+	// started. The one thing tolerated is a heartbeat of a process of a
+	// frozen node in the moment it is thawed, before the guard's overdue
+	// timer kills it (it can commit nothing: see docs/design.md).
+	firstStart := map[int64]line{}
+	var gens []int64
+	for _, l := range lines {
+		if l.kind == "start" {
+			if _, ok := firstStart[l.gen]; !ok {
+				firstStart[l.gen] = l
+				gens = append(gens, l.gen)
+			}
+		}
+	}
+	slices.Sort(gens)
+	thaws := thawTimes(injections)
+	seenAfter := map[int]int{}
+	for _, l := range lines {
+		i, _ := slices.BinarySearch(gens, l.gen+1)
+		for _, g := range gens[i:] {
+			s := firstStart[g]
+			if l.at.Before(s.at) {
+				continue
+			}
+			seenAfter[l.pid]++
+			evidence := fmt.Sprintf("%s, %s after generation %d started (%s)", l, l.at.Sub(s.at).Round(time.Microsecond), g, s)
+			if t, ok := thaws[l.node]; ok && seenAfter[l.pid] == 1 && thawedJustBefore(t, l.at, r.cfg.Beat) {
+				res.tolerated = append(res.tolerated, "thawed: "+evidence)
+			} else {
+				violate("alive after a later generation started: %s", evidence)
+			}
+			break
+		}
+	}
+
+	// Generations only increase: each node starts ever newer generations,
+	// no generation starts after a newer one did, and the status never goes
+	// back.
+	lastOfNode := map[string]line{}
+	var newest line
+	for _, l := range lines {
+		if l.kind != "start" {
+			continue
+		}
+		if prev, ok := lastOfNode[l.node]; ok && l.gen < prev.gen {
+			violate("node %s started generation %d after generation %d (%s, then %s)", l.node, l.gen, prev.gen, prev, l)
+		}
+		lastOfNode[l.node] = l
+		if newest.kind != "" && l.gen < newest.gen {
+			violate("generation %d started after generation %d had (%s, then %s)", l.gen, newest.gen, newest, l)
+		}
+		if l.gen > newest.gen {
+			newest = l
+		}
+	}
+	for i := 1; i < len(samples); i++ {
+		if samples[i].Generation < samples[i-1].Generation {
+			violate("the status went back from generation %d (%s) to %d (%s)", samples[i-1].Generation,
+				samples[i-1].At.Format("15:04:05.000"), samples[i].Generation, samples[i].At.Format("15:04:05.000"))
+		}
+	}
+
+	// After the quiet period the job runs at the target.
+	if convErr != nil {
+		violate("no convergence: %v", convErr)
+	}
+
+	// After the teardown nothing the run started survives.
+	for _, p := range left {
+		violate("survived the teardown: %s", p)
+	}
+
+	// Checkpoints never go back, and a generation loses at most one
+	// checkpoint interval of progress per fault since the last commit.
+	var lastCommit line
+	best := 0
+	resumed := map[int64]bool{}
+	for _, l := range lines {
+		if l.rank != 0 {
+			continue
+		}
+		switch l.kind {
+		case "commit":
+			if lastCommit.kind != "" && l.step <= lastCommit.step {
+				violate("checkpoint went back: %s after %s", l, lastCommit)
+			}
+			lastCommit = l
+		case "start":
+			if resumed[l.gen] {
+				break
+			}
+			resumed[l.gen] = true
+			lost := max(best-l.step, 0)
+			res.lostSteps += lost
+			since := r.start
+			if lastCommit.kind != "" {
+				since = lastCommit.at
+			}
+			hits := 0
+			for _, in := range injections {
+				if in.At.After(since) && in.At.Before(l.at) {
+					hits++
+				}
+			}
+			if allowed := r.cfg.CkptEvery * max(hits, 1); lost > allowed {
+				violate("generation %d resumed from step %d, %d steps behind step %d reached before; %d faults since the last commit allow %d (%s)",
+					l.gen, l.step, lost, best, hits, allowed, l)
+			}
+		}
+		if l.kind == "alive" || l.kind == "commit" {
+			best = max(best, l.step)
+		}
+	}
+	res.lostTime = time.Duration(res.lostSteps) * r.cfg.Beat
+
+	// The restart budget is spent on real failures only: the training
+	// processes the run killed.
+	res.restarts = int(final.Restarts)
+	for _, in := range injections {
+		if (in.Kind == killTrainer || in.Kind == slowStop) && strings.Contains(in.Note, "killed trainer") {
+			res.failures++
+		}
+	}
+	if res.restarts > res.failures {
+		var charged []string
+		for _, e := range events {
+			if e.Type == "GenerationStopping" && strings.Contains(e.Message, "exit") {
+				charged = append(charged, fmt.Sprintf("%s gen %d: %s", e.Time.Format("15:04:05.000"), e.Generation, e.Message))
+			}
+		}
+		violate("restart budget: %d spent, %d training processes killed; stops for failures: %s", res.restarts, res.failures,
+			strings.Join(charged, "; "))
+	}
+
+	res.goodput, res.recovery, res.unexplained = availability(lines, injections, events, r.start, end)
+	return res
+}
+
+// thawTimes is, per node, the times its frozen processes were continued.
+func thawTimes(injections []injection) map[string][]time.Time {
+	out := map[string][]time.Time{}
+	for _, in := range injections {
+		if in.Kind == freezeNode {
+			id := fmt.Sprintf("n%d", in.Node)
+			out[id] = append(out[id], in.At.Add(in.For))
+		}
+	}
+	return out
+}
+
+// thawedJustBefore reports whether at falls within a heartbeat (and the
+// scheduling slack of a machine under load) after one of the thaws.
+func thawedJustBefore(thaws []time.Time, at time.Time, beat time.Duration) bool {
+	for _, t := range thaws {
+		if d := at.Sub(t); d >= -50*time.Millisecond && d <= beat+100*time.Millisecond {
+			return true
+		}
+	}
+	return false
+}
+
+// availability measures the share of the run during which a whole
+// generation was alive (every rank beating), and for each fault the time
+// from the fault until a whole generation ran again, when the fault
+// interrupted one.
+func availability(lines []line, injections []injection, events []membership.Event, start, end time.Time) (goodput float64, recovery map[kind][]time.Duration, unexplained []string) {
+	const bucket = 250 * time.Millisecond
+	n := int(end.Sub(start) / bucket)
+	if n <= 0 {
+		return 0, nil, nil
+	}
+	type key struct {
+		gen  int64
+		rank int
+	}
+	alive := make([]map[key]bool, n)
+	world := map[int64]int{}
+	for _, l := range lines {
+		if l.kind == "start" {
+			world[l.gen] = l.world
+		}
+		i := int(l.at.Sub(start) / bucket)
+		if i < 0 || i >= n || l.kind != "alive" {
+			continue
+		}
+		if alive[i] == nil {
+			alive[i] = map[key]bool{}
+		}
+		alive[i][key{l.gen, l.rank}] = true
+	}
+	good := make([]bool, n)
+	goodCount := 0
+	for i, m := range alive {
+		count := map[int64]int{}
+		for k := range m {
+			count[k.gen]++
+		}
+		for g, c := range count {
+			if c >= world[g] && world[g] > 0 {
+				good[i] = true
+			}
+		}
+		if good[i] {
+			goodCount++
+		}
+	}
+	// A stop has been recovered from when every rank of its generation, or
+	// of a later one, is alive.
+	firstAlive := map[int64]map[int]time.Time{}
+	for _, l := range lines {
+		if l.kind != "alive" {
+			continue
+		}
+		if firstAlive[l.gen] == nil {
+			firstAlive[l.gen] = map[int]time.Time{}
+		}
+		if _, ok := firstAlive[l.gen][l.rank]; !ok {
+			firstAlive[l.gen][l.rank] = l.at
+		}
+	}
+	var full []struct {
+		gen int64
+		at  time.Time
+	}
+	for g, ranks := range firstAlive {
+		if len(ranks) < world[g] || world[g] == 0 {
+			continue
+		}
+		var at time.Time
+		for _, t := range ranks {
+			if t.After(at) {
+				at = t
+			}
+		}
+		full = append(full, struct {
+			gen int64
+			at  time.Time
+		}{g, at})
+	}
+	backAfter := func(e membership.Event) time.Time {
+		var back time.Time
+		for _, f := range full {
+			if f.gen >= e.Generation && (back.IsZero() || f.at.Before(back)) {
+				back = f.at
+			}
+		}
+		if back.IsZero() {
+			return end
+		}
+		return back
+	}
+	recovery = map[kind][]time.Duration{}
+	backAt := map[int]time.Time{} // by injection
+	for _, e := range events {
+		if e.Type != "GenerationStopping" {
+			continue
+		}
+		i := cause(e, injections)
+		if i < 0 {
+			unexplained = append(unexplained, fmt.Sprintf("%s gen %d: %s", e.Time.Format("15:04:05.000"), e.Generation, e.Message))
+			continue
+		}
+		if b := backAfter(e); b.After(backAt[i]) {
+			backAt[i] = b
+		}
+	}
+	for i, in := range injections {
+		d := time.Duration(0) // no generation was interrupted
+		if b, ok := backAt[i]; ok {
+			d = max(b.Sub(in.At), 0)
+		}
+		recovery[in.Kind] = append(recovery[in.Kind], d)
+	}
+	return float64(goodCount) / float64(n), recovery, unexplained
+}
+
+// cause is the injection a stop of the job is due to, by the reason the
+// coordinator gave: a lost member to the last fault of that node, a failure
+// to the last training process killed there, a membership change to the
+// last scale or, failing that, the last fault of any node. -1 if none.
+func cause(e membership.Event, injections []injection) int {
+	last := func(match func(injection) bool) int {
+		for i := len(injections) - 1; i >= 0; i-- {
+			if in := injections[i]; in.At.Before(e.Time) && match(in) {
+				return i
+			}
+		}
+		return -1
+	}
+	named := func(in injection, node int) bool {
+		return strings.Contains(e.Message, fmt.Sprintf("n%d ", node)) || strings.Contains(e.Message, fmt.Sprintf("n%d,", node))
+	}
+	switch {
+	case strings.Contains(e.Message, " lost"):
+		return last(func(in injection) bool {
+			switch in.Kind {
+			case partition, freezeNode, freezeSidecar, killSidecar:
+				return named(in, in.Node)
+			}
+			return false
+		})
+	case strings.Contains(e.Message, "failed with exit code"):
+		return last(func(in injection) bool {
+			return in.Kind == killTrainer && named(in, in.Node) || in.Kind == slowStop && named(in, in.Peer)
+		})
+	case strings.HasPrefix(e.Message, "membership change"):
+		if i := last(func(in injection) bool { return in.Kind == scale || in.Kind == scaleBurst }); i >= 0 &&
+			e.Time.Sub(injections[i].At) < 3*time.Second {
+			return i
+		}
+		return last(func(in injection) bool {
+			switch in.Kind {
+			case partition, freezeNode, freezeSidecar, killSidecar, killTrainer, slowStop:
+				return true
+			}
+			return false
+		})
+	}
+	return -1
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"text/tabwriter"
+	"time"
+)
+
+// summarise writes the report of every seed run and of them all together.
+func summarise(w io.Writer, cfg config, results []*result) {
+	fmt.Fprintf(w, "Chaos: %d seeds × %s of faults; real processes: 3 etcd members, %d coordinator replicas, %d sidecars (np %d at the start),\n",
+		len(results), cfg.Duration, cfg.Replicas, cfg.Nodes, cfg.NP)
+	fmt.Fprintf(w, "each sidecar behind proxies that can be cut; lease TTL %s, stop timeout %s, grace period %s; worker beat %s, checkpoint every %d steps.\n\n",
+		cfg.TTL, cfg.StopTimeout, cfg.GracePeriod, cfg.Beat, cfg.CkptEvery)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "seed\tfaults\tgenerations\tgoodput\tlost progress\trestarts spent / trainers killed\tconverged after\tviolations\t")
+	injected := map[kind]int{}
+	recovery := map[kind][]time.Duration{}
+	var violations, lostSteps int
+	var lost time.Duration
+	var goodput float64
+	for _, r := range results {
+		faults := 0
+		for k, n := range r.injected {
+			faults += n
+			injected[k] += n
+		}
+		for k, d := range r.recovery {
+			recovery[k] = append(recovery[k], d...)
+		}
+		violations += len(r.violations)
+		lostSteps += r.lostSteps
+		lost += r.lostTime
+		goodput += r.goodput
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%.1f%%\t%d steps (%s)\t%d / %d\t%s\t%d\t\n", r.seed, faults, r.gens, 100*r.goodput,
+			r.lostSteps, r.lostTime.Round(10*time.Millisecond), r.restarts, r.failures, r.converged.Round(100*time.Millisecond), len(r.violations))
+	}
+	tw.Flush()
+	if len(results) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nAll seeds: %d invariant violations; goodput %.1f%% on average; %d steps (%s) of progress lost in all.\n\n",
+		violations, 100*goodput/float64(len(results)), lostSteps, lost.Round(10*time.Millisecond))
+	fmt.Fprintln(w, "Recovery: from the fault until every rank of a generation runs again (0 when no generation was interrupted).")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "fault\tinjected\tinterrupted\tp50\tmax\t")
+	for _, k := range kinds {
+		d := slices.Clone(recovery[k])
+		slices.Sort(d)
+		interrupted := 0
+		for _, x := range d {
+			if x > 0 {
+				interrupted++
+			}
+		}
+		p50, worst := "-", "-"
+		if len(d) > 0 {
+			p50, worst = ms(d[len(d)/2]), ms(d[len(d)-1])
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t\n", k, injected[k], interrupted, p50, worst)
+	}
+	tw.Flush()
+	for _, r := range results {
+		for _, v := range r.violations {
+			fmt.Fprintf(w, "seed %d: %s\n", r.seed, v)
+		}
+	}
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }

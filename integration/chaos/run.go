@@ -1,0 +1,552 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/elastictraining/coordinator/coordinator"
+	"github.com/elastictraining/coordinator/guard"
+	"github.com/elastictraining/coordinator/internal/embedetcd"
+	"github.com/elastictraining/coordinator/internal/etcdclient"
+	"github.com/elastictraining/coordinator/internal/etcdcluster"
+	"github.com/elastictraining/coordinator/internal/tcpproxy"
+	"github.com/elastictraining/coordinator/membership"
+)
+
+const job = "chaos"
+
+// config is what a run is made of.
+type config struct {
+	plan
+	Binary      string
+	EtcdBinary  string // runs the etcd members; Binary if empty
+	Worker      string
+	Replicas    int           // coordinator replicas
+	Beat        time.Duration // the worker's heartbeat
+	CkptEvery   int           // steps between checkpoints
+	GracePeriod time.Duration // SIGTERM → SIGKILL, longer than the stop timeout
+	Converge    time.Duration // how long the quiet period may take
+	Keep        bool          // keep the run's directory even when it passed
+}
+
+// node is one sidecar and its links to the etcd members.
+type node struct {
+	id      string
+	sidecar *supervised
+	links   []*tcpproxy.Proxy
+}
+
+// injection is a fault as it was carried out.
+type injection struct {
+	fault
+	At   time.Time
+	Note string // what it struck: a pid, the leader, an error
+}
+
+// statusSample is the job's status as seen at a moment.
+type statusSample struct {
+	At time.Time
+	membership.Status
+}
+
+// run is one seed's job and everything around it.
+type run struct {
+	cfg    config
+	dir    string
+	log    string // the workers' log
+	ckpt   string
+	slow   string // where slow-stop files go
+	marker string
+
+	etcd     *etcdcluster.Cluster
+	replicas []*coordinatorReplica
+	nodes    []*node
+	cli      *clientv3.Client
+	client   *coordinator.Client
+	start    time.Time
+
+	mu         sync.Mutex
+	injections []injection
+	samples    []statusSample
+	target     int
+	scaleMu    sync.Mutex
+}
+
+// execute runs one seed: the job, the faults, the quiet period, the
+// teardown, and the checks.
+func execute(ctx context.Context, cfg config) (*result, error) {
+	r := &run{cfg: cfg, target: cfg.NP}
+	var err error
+	if r.dir, err = os.MkdirTemp("", fmt.Sprintf("chaos-%d-", cfg.Seed)); err != nil {
+		return nil, err
+	}
+	r.log, r.ckpt, r.slow = filepath.Join(r.dir, "worker.log"), filepath.Join(r.dir, "checkpoint"), filepath.Join(r.dir, "slow")
+	if err := os.MkdirAll(r.slow, 0o700); err != nil {
+		return nil, err
+	}
+	mark := make([]byte, 8)
+	_, _ = rand.Read(mark)
+	r.marker = "ELASTIC_CHAOS_MARK=" + hex.EncodeToString(mark)
+
+	faults := schedule(cfg.plan)
+	var text strings.Builder
+	for _, f := range faults {
+		fmt.Fprintln(&text, f)
+	}
+	_ = os.WriteFile(filepath.Join(r.dir, "schedule.txt"), []byte(text.String()), 0o600)
+	if err := r.up(ctx); err != nil {
+		r.down()
+		return nil, fmt.Errorf("bring the job up: %w (processes' logs in %s)", err, r.dir)
+	}
+	r.start = time.Now()
+	sampling, stopSampling := context.WithCancel(ctx)
+	go r.sample(sampling)
+
+	var wg sync.WaitGroup
+	for _, f := range faults {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-time.After(time.Until(r.start.Add(f.At))):
+				r.inject(ctx, f)
+			case <-ctx.Done():
+			}
+		}()
+	}
+	select {
+	case <-time.After(time.Until(r.start.Add(cfg.Duration))):
+	case <-ctx.Done():
+	}
+	wg.Wait()
+	end := time.Now()
+
+	converged, final, convErr := r.converge(ctx)
+	stopSampling()
+	r.writeInjections()
+	events, _ := r.client.Events(context.Background(), job)
+	r.down()
+	left := r.leftovers()
+
+	res := analyse(r, end, converged, final, convErr, events, left)
+	if len(res.violations) == 0 && !cfg.Keep {
+		_ = os.RemoveAll(r.dir)
+		res.dir = ""
+	}
+	return res, nil
+}
+
+// up starts etcd, the coordinator replicas and the sidecars, and waits for
+// the first generation to run at the target.
+func (r *run) up(ctx context.Context) error {
+	var err error
+	etcdBinary := r.cfg.EtcdBinary
+	if etcdBinary == "" {
+		etcdBinary = r.cfg.Binary
+	}
+	r.etcd, err = etcdcluster.Start(ctx, etcdcluster.Config{Binary: etcdBinary, Dir: filepath.Join(r.dir, "etcd"), Env: []string{r.marker}})
+	if err != nil {
+		return err
+	}
+	endpoints := strings.Join(r.etcd.Endpoints(), ",")
+	if r.cli, err = etcdclient.New(etcdclient.Config{Endpoints: r.etcd.Endpoints()}); err != nil {
+		return err
+	}
+	r.client = coordinator.NewClient(r.cli, membership.DefaultKeys())
+	for i := range r.cfg.Replicas {
+		port, err := embedetcd.FreePort("127.0.0.1")
+		if err != nil {
+			return err
+		}
+		metrics := fmt.Sprintf("127.0.0.1:%d", port)
+		name := fmt.Sprintf("coordinator-%d", i)
+		r.replicas = append(r.replicas, &coordinatorReplica{metrics: metrics, supervised: supervise(name, r.cfg.Binary,
+			filepath.Join(r.dir, name+".log"), []string{r.marker},
+			"serve", "--etcd-endpoints", endpoints, "--id", name, "--listen-metrics", metrics,
+			"--session-ttl", r.cfg.TTL.String(), "--stop-timeout", r.cfg.StopTimeout.String(), "--log-level", "info")})
+	}
+	for i := range r.cfg.Nodes {
+		n := &node{id: fmt.Sprintf("n%d", i)}
+		var via []string
+		for _, m := range r.etcd.Members {
+			p, err := tcpproxy.Start(strings.TrimPrefix(m.ClientURL, "http://"))
+			if err != nil {
+				return err
+			}
+			n.links = append(n.links, p)
+			via = append(via, "http://"+p.Addr())
+		}
+		ports := make([]int, 2)
+		for j := range ports {
+			if ports[j], err = embedetcd.FreePort("127.0.0.1"); err != nil {
+				return err
+			}
+		}
+		env := []string{r.marker, "CHAOS_LOG=" + r.log, "CHAOS_CKPT=" + r.ckpt, "CHAOS_SLOW_DIR=" + r.slow, "CHAOS_NODE=" + n.id,
+			"CHAOS_BEAT=" + strconv.FormatFloat(r.cfg.Beat.Seconds(), 'f', -1, 64), "CHAOS_CKPT_EVERY=" + strconv.Itoa(r.cfg.CkptEvery)}
+		n.sidecar = supervise(n.id, r.cfg.Binary, filepath.Join(r.dir, n.id+".log"), env,
+			"sidecar", "--etcd-endpoints", strings.Join(via, ","), "--job", job, "--node-id", n.id,
+			"--host", "127.0.0.1", "--port", strconv.Itoa(ports[0]), "--master-port", strconv.Itoa(ports[1]),
+			"--np", strconv.Itoa(r.cfg.NP), "--ttl", r.cfg.TTL.String(), "--grace-period", r.cfg.GracePeriod.String(),
+			"--max-restarts", "100000", "--log-level", "info", "--", r.cfg.Worker)
+		r.nodes = append(r.nodes, n)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	return r.client.WatchStatus(ctx, job, func(s membership.Status) (bool, error) {
+		return s.Phase == membership.JobRunning && s.Members == r.cfg.NP && s.Ready == r.cfg.NP, nil
+	})
+}
+
+// down stops every process the run started: sidecars first, as a job's
+// pods are deleted, then the coordinators and etcd.
+func (r *run) down() {
+	var wg sync.WaitGroup
+	for _, n := range r.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n.sidecar.stop(r.cfg.GracePeriod + 10*time.Second)
+			for _, p := range n.links {
+				p.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, c := range r.replicas {
+		c.stop(10 * time.Second)
+	}
+	if r.cli != nil {
+		_ = r.cli.Close()
+	}
+	if r.etcd != nil {
+		r.etcd.Close()
+	}
+}
+
+// sample records the job's status every 100 ms.
+func (r *run) sample(ctx context.Context) {
+	for ctx.Err() == nil {
+		c, cancel := context.WithTimeout(ctx, time.Second)
+		st, err := r.client.Status(c, job)
+		cancel()
+		if err == nil {
+			r.mu.Lock()
+			r.samples = append(r.samples, statusSample{At: time.Now(), Status: st})
+			r.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// converge waits, once every fault has ended, for the job to run at the
+// target with every worker alive, as `coordinator status -o json` reports it.
+func (r *run) converge(ctx context.Context) (time.Duration, membership.Status, error) {
+	start := time.Now()
+	r.mu.Lock()
+	target := r.target
+	r.mu.Unlock()
+	var last membership.Status
+	var lastErr error
+	for time.Since(start) < r.cfg.Converge && ctx.Err() == nil {
+		st, err := r.statusCLI()
+		if err == nil {
+			last = st
+			if st.Phase == membership.JobRunning && st.NP == strconv.Itoa(target) && st.Members == target &&
+				st.WorldSize == target && st.Ready == target && r.allAlive(st.Generation, target) {
+				return time.Since(start), st, nil
+			}
+		}
+		lastErr = err
+		time.Sleep(250 * time.Millisecond)
+	}
+	return time.Since(start), last, fmt.Errorf("not Running at np %d with every worker alive after %s (last status %+v, error %v)",
+		target, r.cfg.Converge, last, lastErr)
+}
+
+// statusCLI runs `coordinator status -o json`.
+func (r *run) statusCLI() (membership.Status, error) {
+	cmd := exec.Command(r.cfg.Binary, "status", "--etcd-endpoints", strings.Join(r.etcd.Endpoints(), ","), "--job", job, "-o", "json")
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return membership.Status{}, fmt.Errorf("%v: %s", err, strings.TrimSpace(errOut.String()))
+	}
+	var view struct {
+		Status membership.Status `json:"status"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &view); err != nil {
+		return membership.Status{}, err
+	}
+	return view.Status, nil
+}
+
+// allAlive reports whether n ranks of generation gen logged a heartbeat in
+// the last second.
+func (r *run) allAlive(gen int64, n int) bool {
+	since := time.Now().Add(-time.Second)
+	ranks := map[int]bool{}
+	for _, l := range readLog(r.log) {
+		if l.kind == "alive" && l.gen == gen && l.at.After(since) {
+			ranks[l.rank] = true
+		}
+	}
+	return len(ranks) == n
+}
+
+// leftovers lists the processes that carry the run's mark and are alive
+// ten seconds after the teardown.
+func (r *run) leftovers() []string {
+	var left []string
+	for range 100 {
+		left = left[:0]
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+			if err != nil || !bytes.Contains(env, []byte(r.marker+"\x00")) {
+				continue
+			}
+			stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+				continue // a zombie: dead, waiting to be reaped
+			}
+			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			left = append(left, fmt.Sprintf("pid %d: %s", pid, strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")))
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return left
+}
+
+// inject carries out one fault, and undoes it when it ends.
+func (r *run) inject(ctx context.Context, f fault) {
+	rec := injection{fault: f, At: time.Now()}
+	note := func(format string, args ...any) { rec.Note = fmt.Sprintf(format, args...) }
+	switch f.Kind {
+	case killTrainer:
+		note("%s", r.killTrainer(r.nodes[f.Node]))
+	case killSidecar:
+		note("sidecar pid %d", r.nodes[f.Node].sidecar.kill(f.For))
+	case freezeNode:
+		n := r.nodes[f.Node]
+		frozen := freezeTree(n.sidecar.pid())
+		note("froze pids %v", frozen)
+		r.record(rec)
+		time.Sleep(f.For)
+		thaw(frozen)
+		return
+	case freezeSidecar:
+		pid := r.nodes[f.Node].sidecar.pid()
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+		note("froze sidecar pid %d", pid)
+		r.record(rec)
+		time.Sleep(f.For)
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+		return
+	case partition:
+		for _, p := range r.nodes[f.Node].links {
+			p.Cut()
+		}
+		r.record(rec)
+		time.Sleep(f.For)
+		for _, p := range r.nodes[f.Node].links {
+			p.Heal()
+		}
+		return
+	case killCoordinator:
+		for _, c := range r.replicas {
+			if c.leads(ctx) {
+				note("%s pid %d", c.name, c.kill(f.For))
+				break
+			}
+		}
+		if rec.Note == "" {
+			note("no replica led")
+		}
+	case killEtcd, quorumLoss:
+		lost := []*etcdcluster.Member{r.etcd.Members[f.Node]}
+		if f.Kind == quorumLoss {
+			lost = append(lost, r.etcd.Members[f.Peer])
+		}
+		for _, m := range lost {
+			r.etcd.Kill(m)
+		}
+		r.record(rec)
+		time.Sleep(f.For)
+		for _, m := range lost {
+			if err := r.etcd.Restart(m); err != nil {
+				fmt.Fprintf(os.Stderr, "chaos: restart %s: %v\n", m.Name, err)
+			}
+		}
+		return
+	case moveEtcdLeader:
+		c, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		leader, err := r.etcd.Leader(c)
+		if err != nil {
+			note("%v", err)
+			break
+		}
+		for i := range 3 {
+			to := r.etcd.Members[(f.Node+i)%3]
+			if to != leader && to.Running() {
+				if err := r.etcd.MoveLeader(c, to); err != nil {
+					note("from %s to %s: %v", leader.Name, to.Name, err)
+				} else {
+					note("from %s to %s", leader.Name, to.Name)
+				}
+				break
+			}
+		}
+	case scale, scaleBurst:
+		r.record(rec)
+		r.scaleMu.Lock()
+		defer r.scaleMu.Unlock()
+		for i, np := range f.NP {
+			if i > 0 {
+				time.Sleep(f.Gap)
+			}
+			r.scale(np)
+		}
+		return
+	case slowStop:
+		file := filepath.Join(r.slow, r.nodes[f.Node].id)
+		delay := r.cfg.StopTimeout + 2*time.Second
+		_ = os.WriteFile(file, []byte(strconv.FormatFloat(delay.Seconds(), 'f', 3, 64)), 0o600)
+		time.Sleep(200 * time.Millisecond)
+		note("stop of n%d takes %s; %s", f.Node, delay, r.killTrainer(r.nodes[f.Peer]))
+		r.record(rec)
+		time.Sleep(f.For)
+		_ = os.Remove(file)
+		return
+	}
+	r.record(rec)
+}
+
+// writeInjections leaves the faults as they were carried out, with their
+// wall-clock times, next to the processes' logs.
+func (r *run) writeInjections() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var text strings.Builder
+	for _, in := range r.injections {
+		fmt.Fprintf(&text, "%s %s: %s\n", in.At.Format("15:04:05.000"), in.fault, in.Note)
+	}
+	_ = os.WriteFile(filepath.Join(r.dir, "injections.txt"), []byte(text.String()), 0o600)
+}
+
+func (r *run) record(rec injection) {
+	r.mu.Lock()
+	r.injections = append(r.injections, rec)
+	r.mu.Unlock()
+}
+
+// scale sets the target, retrying as a user would until it is accepted.
+func (r *run) scale(np int) {
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		cmd := exec.Command(r.cfg.Binary, "scale", "--etcd-endpoints", strings.Join(r.etcd.Endpoints(), ","), "--job", job,
+			"--np", strconv.Itoa(np), "--dial-timeout", "2s")
+		if cmd.Run() == nil {
+			r.mu.Lock()
+			r.target = np
+			r.mu.Unlock()
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	fmt.Fprintf(os.Stderr, "chaos: scale to %d never went through\n", np)
+}
+
+// killTrainer sends SIGKILL to the training process below a node's sidecar.
+func (r *run) killTrainer(n *node) string {
+	root := n.sidecar.pid()
+	if root == 0 {
+		return "no sidecar running"
+	}
+	for _, pid := range guard.Descendants(root) {
+		if isWorker(pid) && !isWorker(parentOf(pid)) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			return fmt.Sprintf("killed trainer pid %d", pid)
+		}
+	}
+	return "no trainer running"
+}
+
+// isWorker reports whether pid runs worker.sh (the trainer, or a subshell
+// of it).
+func isWorker(pid int) bool {
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return err == nil && bytes.Contains(cmdline, []byte("worker.sh"))
+}
+
+func parentOf(pid int) int {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0
+	}
+	fields := strings.Fields(string(stat[i+1:]))
+	if len(fields) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(fields[1])
+	return ppid
+}
+
+// freezeTree stops a process and everything below it with SIGSTOP, as a
+// frozen machine is, and returns them top down.
+func freezeTree(root int) []int {
+	if root == 0 {
+		return nil
+	}
+	stopped := map[int]bool{root: true}
+	order := []int{root}
+	_ = syscall.Kill(root, syscall.SIGSTOP)
+	for {
+		fresh := 0
+		for _, pid := range guard.Descendants(root) {
+			if !stopped[pid] && syscall.Kill(pid, syscall.SIGSTOP) == nil {
+				stopped[pid], order = true, append(order, pid)
+				fresh++
+			}
+		}
+		if fresh == 0 {
+			return order
+		}
+	}
+}
+
+// thaw continues frozen processes in the order given.
+func thaw(pids []int) {
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+	}
+}
