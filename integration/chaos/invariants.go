@@ -130,7 +130,13 @@ func analyse(r *run, end time.Time, converged time.Duration, final membership.St
 	}
 	slices.Sort(gens)
 	thaws := thawTimes(injections)
-	seenAfter := map[int]int{}
+	type overlap struct {
+		first, last line
+		count       int
+		evidence    string
+	}
+	var overlaps []*overlap
+	byPid := map[int]*overlap{}
 	for _, l := range lines {
 		i, _ := slices.BinarySearch(gens, l.gen+1)
 		for _, g := range gens[i:] {
@@ -138,14 +144,25 @@ func analyse(r *run, end time.Time, converged time.Duration, final membership.St
 			if l.at.Before(s.at) {
 				continue
 			}
-			seenAfter[l.pid]++
-			evidence := fmt.Sprintf("%s, %s after generation %d started (%s)", l, l.at.Sub(s.at).Round(time.Microsecond), g, s)
-			if t, ok := thaws[l.node]; ok && seenAfter[l.pid] == 1 && thawedJustBefore(t, l.at, r.cfg.Beat) {
-				res.tolerated = append(res.tolerated, "thawed: "+evidence)
-			} else {
-				violate("alive after a later generation started: %s", evidence)
+			if o := byPid[l.pid]; o != nil {
+				o.last, o.count = l, o.count+1
+				break
 			}
+			o := &overlap{first: l, last: l, count: 1,
+				evidence: fmt.Sprintf("%s, %s after generation %d started (%s)", l, l.at.Sub(s.at).Round(time.Microsecond), g, s)}
+			byPid[l.pid] = o
+			overlaps = append(overlaps, o)
 			break
+		}
+	}
+	for _, o := range overlaps {
+		if t, ok := thaws[o.first.node]; ok && o.count == 1 && thawedJustBefore(t, o.first.at, r.cfg.Beat) {
+			res.tolerated = append(res.tolerated, "thawed: "+o.evidence)
+		} else if o.count == 1 {
+			violate("alive after a later generation started: %s", o.evidence)
+		} else {
+			violate("alive after a later generation started: %s, and %d lines more until %s", o.evidence, o.count-1,
+				o.last.at.Format("15:04:05.000000"))
 		}
 	}
 

@@ -40,7 +40,11 @@ while :; do
 	log alive
 	if [ "$RANK" = 0 ] && [ $((step % every)) = 0 ]; then
 		echo "$gen $step" >"$CHAOS_CKPT.$BASHPID"
-		if "$ELASTIC_COORDINATOR" commit "$CHAOS_CKPT.$BASHPID" "$CHAOS_CKPT" 2>/dev/null; then
+		commit=(mv) # without a sidecar's guard: a plain rename
+		if [ -n "${ELASTIC_COORDINATOR:-}" ]; then
+			commit=("$ELASTIC_COORDINATOR" commit)
+		fi
+		if "${commit[@]}" "$CHAOS_CKPT.$BASHPID" "$CHAOS_CKPT" 2>/dev/null; then
 			log commit
 		else
 			rm -f "$CHAOS_CKPT.$BASHPID"
