@@ -71,6 +71,7 @@ type result struct {
 	injected    map[kind]int
 	recovery    map[kind][]time.Duration
 	goodput     float64
+	phases      map[membership.JobPhase]time.Duration // time in each phase of the status
 	lostSteps   int
 	lostTime    time.Duration
 	restarts    int // the budget the job spent
@@ -265,7 +266,13 @@ func analyse(r *run, end time.Time, converged time.Duration, final membership.St
 			strings.Join(charged, "; "))
 	}
 
-	res.goodput, res.recovery, res.unexplained = availability(lines, injections, events, r.start, end)
+	res.goodput, res.recovery, res.unexplained = availability(lines, injections, events, r.start, end, r.cfg)
+	res.phases = map[membership.JobPhase]time.Duration{}
+	for i := 1; i < len(samples); i++ {
+		if samples[i].At.Before(end) {
+			res.phases[samples[i-1].Phase] += samples[i].At.Sub(samples[i-1].At)
+		}
+	}
 	return res
 }
 
@@ -296,7 +303,7 @@ func thawedJustBefore(thaws []time.Time, at time.Time, beat time.Duration) bool 
 // generation was alive (every rank beating), and for each fault the time
 // from the fault until a whole generation ran again, when the fault
 // interrupted one.
-func availability(lines []line, injections []injection, events []membership.Event, start, end time.Time) (goodput float64, recovery map[kind][]time.Duration, unexplained []string) {
+func availability(lines []line, injections []injection, events []membership.Event, start, end time.Time, cfg config) (goodput float64, recovery map[kind][]time.Duration, unexplained []string) {
 	const bucket = 250 * time.Millisecond
 	n := int(end.Sub(start) / bucket)
 	if n <= 0 {
@@ -388,7 +395,7 @@ func availability(lines []line, injections []injection, events []membership.Even
 		if e.Type != "GenerationStopping" {
 			continue
 		}
-		i := cause(e, injections)
+		i := cause(e, injections, cfg)
 		if i < 0 {
 			unexplained = append(unexplained, fmt.Sprintf("%s gen %d: %s", e.Time.Format("15:04:05.000"), e.Generation, e.Message))
 			continue
@@ -408,42 +415,48 @@ func availability(lines []line, injections []injection, events []membership.Even
 }
 
 // cause is the injection a stop of the job is due to, by the reason the
-// coordinator gave: a lost member to the last fault of that node, a failure
-// to the last training process killed there, a membership change to the
-// last scale or, failing that, the last fault of any node. -1 if none.
-func cause(e membership.Event, injections []injection) int {
+// coordinator gave: a lost member to the last fault of that node, or of
+// etcd, that could have taken it out then; a failure to the last training
+// process killed there; a membership change to the last scale or, failing
+// that, the last fault of any node. -1 if none.
+func cause(e membership.Event, injections []injection, cfg config) int {
+	// A fault can stop the job until its end, plus a TTL for the lease to
+	// run out, plus a stop timeout and a second of slack.
+	reach := func(in injection) bool {
+		return !in.At.After(e.Time) && e.Time.Sub(in.At) <= in.For+cfg.TTL+cfg.StopTimeout+time.Second
+	}
 	last := func(match func(injection) bool) int {
 		for i := len(injections) - 1; i >= 0; i-- {
-			if in := injections[i]; in.At.Before(e.Time) && match(in) {
+			if in := injections[i]; reach(in) && match(in) {
 				return i
 			}
 		}
 		return -1
 	}
-	named := func(in injection, node int) bool {
-		return strings.Contains(e.Message, fmt.Sprintf("n%d ", node)) || strings.Contains(e.Message, fmt.Sprintf("n%d,", node))
-	}
+	words := strings.FieldsFunc(e.Message, func(r rune) bool { return r == ' ' || r == ',' || r == '(' || r == ')' })
+	named := func(node int) bool { return slices.Contains(words, fmt.Sprintf("n%d", node)) }
 	switch {
 	case strings.Contains(e.Message, " lost"):
 		return last(func(in injection) bool {
 			switch in.Kind {
 			case partition, freezeNode, freezeSidecar, killSidecar:
-				return named(in, in.Node)
+				return named(in.Node)
+			case quorumLoss, killEtcd:
+				return true
 			}
 			return false
 		})
 	case strings.Contains(e.Message, "failed with exit code"):
 		return last(func(in injection) bool {
-			return in.Kind == killTrainer && named(in, in.Node) || in.Kind == slowStop && named(in, in.Peer)
+			return in.Kind == killTrainer && named(in.Node) || in.Kind == slowStop && named(in.Peer)
 		})
 	case strings.HasPrefix(e.Message, "membership change"):
-		if i := last(func(in injection) bool { return in.Kind == scale || in.Kind == scaleBurst }); i >= 0 &&
-			e.Time.Sub(injections[i].At) < 3*time.Second {
+		if i := last(func(in injection) bool { return in.Kind == scale || in.Kind == scaleBurst }); i >= 0 {
 			return i
 		}
 		return last(func(in injection) bool {
 			switch in.Kind {
-			case partition, freezeNode, freezeSidecar, killSidecar, killTrainer, slowStop:
+			case partition, freezeNode, freezeSidecar, killSidecar, killTrainer, slowStop, quorumLoss, killEtcd:
 				return true
 			}
 			return false

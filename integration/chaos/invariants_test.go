@@ -93,3 +93,33 @@ func TestOnlyAThawedProcessesFirstBeatIsTolerated(t *testing.T) {
 	res = checked(t, append(append([]string{}, clean...), "alive 1 1 101 2110 3 2 n1", "alive 1 1 101 2160 4 2 n1"), []injection{freeze}, 0, nil)
 	assert.Len(t, res.violations, 1)
 }
+
+// A stop is put down to the fault that can explain it: the right node, the
+// right kind, and recent enough.
+func TestAStopIsPutDownToTheFaultThatExplainsIt(t *testing.T) {
+	cfg := defaults()
+	t0 := time.UnixMilli(1_000_000)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	injections := []injection{
+		{fault: fault{Kind: partition, Node: 2, For: 4 * time.Second}, At: at(0)},
+		{fault: fault{Kind: killTrainer, Node: 1}, At: at(30)},
+		{fault: fault{Kind: quorumLoss, Node: 0, Peer: 1, For: 3 * time.Second}, At: at(40)},
+		{fault: fault{Kind: scaleBurst, NP: []int{2, 4}}, At: at(50)},
+	}
+	for _, tc := range []struct {
+		at      float64
+		message string
+		want    int
+	}{
+		{6, "member n2 lost", 0},
+		{6, "members n12, n3 lost", -1},
+		{35, "member n2 lost", -1},
+		{30.1, "node n1 (worker rank 1) failed with exit code 137", 1},
+		{30.1, "node n0 (worker rank 1) failed with exit code 137", -1},
+		{43, "members n0, n2 lost", 2},
+		{50.5, "membership change: 3 → 4 workers", 3},
+	} {
+		e := membership.Event{Time: at(tc.at), Type: "GenerationStopping", Message: tc.message}
+		assert.Equal(t, tc.want, cause(e, injections, cfg), "%s at %.1f s", tc.message, tc.at)
+	}
+}

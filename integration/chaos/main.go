@@ -22,6 +22,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/elastictraining/coordinator/membership"
 )
 
 func main() {
@@ -120,6 +122,13 @@ func runSeed(ctx context.Context, cfg config, log io.Writer) (*result, error) {
 	} else {
 		fmt.Fprintf(log, "   seed %d passed: %d generations, goodput %.1f%%, converged %s after the last fault\n",
 			cfg.Seed, res.gens, 100*res.goodput, res.converged.Round(100*time.Millisecond))
+	}
+	if len(res.phases) > 0 {
+		fmt.Fprintf(log, "   time in each phase:")
+		for _, p := range []membership.JobPhase{membership.JobRunning, membership.JobRestarting, membership.JobWaiting} {
+			fmt.Fprintf(log, " %s %s", p, res.phases[p].Round(100*time.Millisecond))
+		}
+		fmt.Fprintln(log)
 	}
 	return res, nil
 }
