@@ -287,7 +287,7 @@ func (r *Registration) register(ctx context.Context, old clientv3.LeaseID) error
 	r.mu.Lock()
 	record := r.record
 	r.mu.Unlock()
-	if err := r.create(ctx, lease, record); err != nil {
+	if err := r.create(ctx, lease, old, record); err != nil {
 		// The lease expires by itself; revoking is only tidier.
 		revokeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_, _ = r.cfg.Client.Revoke(revokeCtx, lease)
@@ -348,8 +348,11 @@ func (r *Registration) fenceTime(sent time.Time, ttl int64) time.Time {
 }
 
 // create writes the record under lease if no other lease holds the key,
-// waiting for a record left by a dead sidecar to expire.
-func (r *Registration) create(ctx context.Context, lease clientv3.LeaseID, record Node) error {
+// waiting for a record left by a dead sidecar to expire. A record under old,
+// this registration's previous lease, is revoked instead: its processes are
+// gone, and it may outlive its TTL by far when etcd lost its quorum (a new
+// leader extends every lease), keeping the node out of the job for nothing.
+func (r *Registration) create(ctx context.Context, lease, old clientv3.LeaseID, record Node) error {
 	value, err := Encode(record)
 	if err != nil {
 		return err
@@ -373,6 +376,12 @@ func (r *Registration) create(ctx context.Context, lease clientv3.LeaseID, recor
 			continue // gone in between
 		}
 		holder, rev := clientv3.LeaseID(kvs[0].Lease), kvs[0].ModRevision
+		if old != 0 && holder == old {
+			if _, err := r.cfg.Client.Revoke(ctx, old); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				return fmt.Errorf("revoke the previous lease: %w", err)
+			}
+			continue
+		}
 		if holder != waitedFor {
 			// Wait for the other lease's TTL and a second: if it is still
 			// there after that, its sidecar is renewing it.
