@@ -24,8 +24,14 @@ type view struct {
 	planRev int64
 	status  *membership.Status
 	// evictions are the eviction records: an evicted node's processes may
-	// run until the record expires.
+	// run until the record expires, or until its time in fencedAt.
 	evictions []membership.Eviction
+	// fencedAt is, by evicted lease, when the evicted node's processes are
+	// certainly dead on the leader's own clock: a TTL after the leader saw
+	// the lease gone, since the node renewed it last before that. It ends
+	// the wait sooner than the record's expiry, which etcd stretches by a
+	// full TTL at each of its leader changes.
+	fencedAt map[int64]time.Time
 }
 
 // memo is what the leader remembers between decisions of one job beyond
@@ -121,7 +127,14 @@ func decideStopped(v view, d decision, tm timing, now time.Time) decision {
 			// same name registered since proves nothing: it may be a new
 			// pod on another machine (a StatefulSet's, after a forced
 			// deletion).
+			at, known := v.fencedAt[m.Lease]
+			if known && !now.Before(at) {
+				break
+			}
 			fencing = append(fencing, m.Node)
+			if known && (d.wakeAt.IsZero() || at.Before(d.wakeAt)) {
+				d.wakeAt = at
+			}
 		case ok:
 			// Registered again under a new lease: it fenced itself first.
 		}
@@ -147,7 +160,7 @@ func decideStopped(v view, d decision, tm timing, now time.Time) decision {
 	}
 	if len(fencing) > 0 {
 		d.status = baseStatus(v, membership.JobRestarting, 0, stoppingMessage(*v.plan))
-		return d // the records' expiry wakes the actor
+		return d // the records' expiry, or wakeAt, wakes the actor
 	}
 	if v.plan != nil && d.memo.ackedGen != gen {
 		d.memo.ackedGen, d.memo.ackedAt = gen, now

@@ -130,6 +130,18 @@ func TestDecideStopPhase(t *testing.T) {
 		require.NotNil(t, d.plan)
 		assert.Equal(t, membership.PhaseRun, d.plan.Phase)
 	})
+	t.Run("an evicted member is waited for until its time on the leader's clock", func(t *testing.T) {
+		lease := stop.Members[1].Lease
+		v := view{job: "j", spec: ptr(spec("1")), plan: stop, nodes: in(nodes, membership.NodeStopped, 2)[:1],
+			evictions: []membership.Eviction{{Node: "b", Lease: lease, TTLSeconds: 5}},
+			fencedAt:  map[int64]time.Time{lease: t0.Add(6 * time.Second)}}
+		d := decide(v, memo{}, tm, t0)
+		assert.Nil(t, d.plan, "b's processes may run until its own deadline")
+		assert.Equal(t, t0.Add(6*time.Second), d.wakeAt, "the actor wakes when b is certainly fenced")
+		d = decide(v, memo{}, tm, t0.Add(6*time.Second))
+		require.NotNil(t, d.plan, "the record need not have expired")
+		assert.Equal(t, membership.PhaseRun, d.plan.Phase)
+	})
 	t.Run("an evicted member is waited for though a node of its name registered again", func(t *testing.T) {
 		// The pod of a StatefulSet deleted by force comes back under the
 		// same name at once, on another machine: the evicted one may still

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"sync"
 	"time"
@@ -53,6 +54,9 @@ type jobActor struct {
 	// Owned by the run goroutine.
 	memo  memo
 	retry *backoff.ExponentialBackOff
+	// leaseGoneAt is, by evicted lease, when this leader first found it
+	// gone from etcd.
+	leaseGoneAt map[int64]time.Time
 }
 
 func newJobActor(t *term, job string) *jobActor {
@@ -64,6 +68,7 @@ func newJobActor(t *term, job string) *jobActor {
 		t: t, job: job, logger: t.c.logger.With("job", job),
 		wake: make(chan struct{}, 1), nodes: map[string]nodeEntry{}, evictions: map[evictionID]membership.Eviction{},
 		invalidLoggedAtRv: map[string]int64{}, lossesSeen: map[string]int64{}, retry: retry,
+		leaseGoneAt: map[int64]time.Time{},
 	}
 }
 
@@ -255,7 +260,11 @@ func (a *jobActor) reconcile(ctx context.Context) (time.Time, error) {
 		a.mu.Lock()
 		v := a.viewLocked()
 		a.mu.Unlock()
+		recheck := a.fenceEvictions(ctx, &v)
 		d := decide(v, a.memo, timing{settle: a.t.c.cfg.SettleWindow, stopTimeout: a.t.c.cfg.StopTimeout}, time.Now())
+		if !recheck.IsZero() && (d.wakeAt.IsZero() || recheck.Before(d.wakeAt)) {
+			d.wakeAt = recheck
+		}
 		a.memo = d.memo
 		err := a.write(ctx, v, d)
 		if errors.Is(err, errPlanMoved) {
@@ -269,6 +278,39 @@ func (a *jobActor) reconcile(ctx context.Context) (time.Time, error) {
 		}
 	}
 	return time.Time{}, nil
+}
+
+// fenceEvictions sets v.fencedAt: for each evicted lease that this leader
+// has seen gone from etcd, the time by which the evicted node has killed its
+// processes, on this leader's clock. The node renewed the lease last before
+// it was gone, so its own deadline falls within a TTL of that; a second more
+// covers SIGKILL taking effect. A lease still there (the revocation follows
+// the record) is asked about again shortly: the time returned, if not zero.
+func (a *jobActor) fenceEvictions(ctx context.Context, v *view) (recheck time.Time) {
+	if len(v.evictions) == 0 {
+		clear(a.leaseGoneAt)
+		return time.Time{}
+	}
+	live := map[int64]bool{}
+	v.fencedAt = map[int64]time.Time{}
+	for _, e := range v.evictions {
+		live[e.Lease] = true
+		gone, ok := a.leaseGoneAt[e.Lease]
+		if !ok {
+			askCtx, cancel := context.WithTimeout(ctx, time.Second)
+			tl, err := a.t.c.cfg.Client.TimeToLive(askCtx, clientv3.LeaseID(e.Lease))
+			cancel()
+			if err != nil || tl.TTL != -1 {
+				recheck = time.Now().Add(250 * time.Millisecond)
+				continue
+			}
+			gone = time.Now()
+			a.leaseGoneAt[e.Lease] = gone
+		}
+		v.fencedAt[e.Lease] = gone.Add(time.Duration(e.TTLSeconds)*time.Second + time.Second)
+	}
+	maps.DeleteFunc(a.leaseGoneAt, func(lease int64, _ time.Time) bool { return !live[lease] })
+	return recheck
 }
 
 // errPlanMoved: the plan changed since the decision read it; the actor now

@@ -20,6 +20,7 @@ import (
 	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/guard"
 	"github.com/elastictraining/coordinator/internal/etcdclient"
+	"github.com/elastictraining/coordinator/internal/etcdcluster"
 	"github.com/elastictraining/coordinator/internal/tcpproxy"
 	"github.com/elastictraining/coordinator/membership"
 )
@@ -39,7 +40,7 @@ type jobCluster struct {
 	client  *coordinator.Client
 }
 
-// clusterNode is one sidecar and its link to etcd.
+// clusterNode is one sidecar and its link to etcd (none on three members).
 type clusterNode struct {
 	id    string
 	proxy *tcpproxy.Proxy
@@ -49,13 +50,35 @@ type clusterNode struct {
 func newJobCluster(t *testing.T, job string) *jobCluster {
 	t.Helper()
 	c := &jobCluster{t: t, job: job, dir: t.TempDir(), marker: newMarker()}
-	c.log = filepath.Join(c.dir, "trainer.log")
 	c.etcdURL = "http://127.0.0.1:" + freePort(t)
 	etcdProc := background(t, nil, "etcd", "--data-dir", filepath.Join(c.dir, "etcd"), "--listen-client-urls", c.etcdURL,
 		"--listen-peer-urls", "http://127.0.0.1:"+freePort(t))
 	require.Eventually(t, func() bool { return strings.Contains(etcdProc.out.String(), "etcd serving clients") },
 		30*time.Second, 10*time.Millisecond, "etcd never served:\n%s", etcdProc.out)
-	cli, err := etcdclient.New(etcdclient.Config{Endpoints: []string{c.etcdURL}})
+	c.connect()
+	return c
+}
+
+// newJobClusterOnThreeMembers is a job cluster whose etcd is three members;
+// its sidecars reach them directly, without a proxy.
+func newJobClusterOnThreeMembers(t *testing.T, job string) (*jobCluster, *etcdcluster.Cluster) {
+	t.Helper()
+	c := &jobCluster{t: t, job: job, dir: t.TempDir(), marker: newMarker()}
+	etcd, err := etcdcluster.Start(t.Context(), etcdcluster.Config{Binary: binary, Dir: filepath.Join(c.dir, "etcd"),
+		Env: []string{"ELASTIC_TEST_MARK=" + c.marker}})
+	require.NoError(t, err)
+	c.etcdURL = strings.Join(etcd.Endpoints(), ",")
+	c.connect()
+	t.Cleanup(etcd.Close) // before the check for processes left behind
+	return c, etcd
+}
+
+// connect makes the cluster's etcd client, and checks at the end that no
+// process of the test is left.
+func (c *jobCluster) connect() {
+	t := c.t
+	c.log = filepath.Join(c.dir, "trainer.log")
+	cli, err := etcdclient.New(etcdclient.Config{Endpoints: strings.Split(c.etcdURL, ",")})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cli.Close() })
 	c.cli, c.client = cli, coordinator.NewClient(cli, membership.DefaultKeys())
@@ -66,7 +89,6 @@ func newJobCluster(t *testing.T, job string) *jobCluster {
 			return len(left) == 0
 		}, 30*time.Second, 20*time.Millisecond, "processes left behind: %+v", &left)
 	})
-	return c
 }
 
 // serve starts a coordinator replica.
@@ -79,11 +101,15 @@ func (c *jobCluster) serve(args ...string) *bgProcess {
 // trainer, args to the sidecar.
 func (c *jobCluster) sidecar(id string, env []string, args ...string) *clusterNode {
 	c.t.Helper()
-	proxy, err := tcpproxy.Start(strings.TrimPrefix(c.etcdURL, "http://"))
-	require.NoError(c.t, err)
-	c.t.Cleanup(proxy.Close)
-	n := &clusterNode{id: id, proxy: proxy}
-	argv := append([]string{"sidecar", "--etcd-endpoints", "http://" + proxy.Addr(), "--job", c.job, "--node-id", id,
+	n := &clusterNode{id: id}
+	endpoints := c.etcdURL
+	if !strings.Contains(c.etcdURL, ",") {
+		proxy, err := tcpproxy.Start(strings.TrimPrefix(c.etcdURL, "http://"))
+		require.NoError(c.t, err)
+		c.t.Cleanup(proxy.Close)
+		n.proxy, endpoints = proxy, "http://"+proxy.Addr()
+	}
+	argv := append([]string{"sidecar", "--etcd-endpoints", endpoints, "--job", c.job, "--node-id", id,
 		"--host", "127.0.0.1", "--port", freePort(c.t), "--master-port", freePort(c.t), "--log-level", "debug"}, args...)
 	argv = append(argv, "--", "testdata/fencetrainer.sh")
 	n.proc = background(c.t, append([]string{"ELASTIC_TEST_MARK=" + c.marker, "FT_LOG=" + c.log}, env...), argv...)

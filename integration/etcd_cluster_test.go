@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -100,4 +101,67 @@ func TestAThreeMemberEtcdWithPeerTLSLosesItsLeaderAndTheJobRunsOn(t *testing.T) 
 		got, err := only.Get(ctx, "/chaos/after-the-leader-died", clientv3.WithSerializable())
 		return err == nil && len(got.Kvs) == 1
 	}, 30*time.Second, 20*time.Millisecond, "the restarted member never caught up")
+}
+
+// Found by `make chaos`: a node evicted for a slow stop, then etcd's quorum
+// lost for a few seconds. etcd's new leader gives every lease, the eviction
+// record's too, a full TTL again, and the next generation waited for the
+// record to expire, seconds after the evicted node had certainly fenced
+// itself. The coordinator now counts a TTL from when it saw the evicted
+// lease gone, on its own clock: the next generation starts while the record
+// is still there, and still after the evicted node's trainer is dead.
+func TestAnEvictionIsWaitedOutOnTheLeadersClockThroughAQuorumLoss(t *testing.T) {
+	t.Parallel()
+	c, etcd := newJobClusterOnThreeMembers(t, "evict-quorum")
+	c.serve("--stop-timeout", "1s", "--session-ttl", "3s")
+	c.sidecar("n0", []string{"FT_TERM_DELAY=60"}, "--np", "2", "--ttl", "3s", "--grace-period", "120s")
+	fast := c.sidecar("n1", nil, "--np", "2", "--ttl", "3s")
+	c.running(1, 2)
+	c.waitStarts(1, 2)
+
+	// Watch the eviction records: when one is written, and when it goes.
+	written, gone := make(chan time.Time, 1), make(chan time.Time, 1)
+	watch := c.cli.Watch(t.Context(), membership.DefaultKeys().Evictions(c.job), clientv3.WithPrefix())
+	go func() {
+		for resp := range watch {
+			for _, ev := range resp.Events {
+				ch := written
+				if ev.Type == clientv3.EventTypeDelete {
+					ch = gone
+				}
+				select {
+				case ch <- time.Now():
+				default:
+				}
+			}
+		}
+	}()
+
+	require.NoError(t, syscall.Kill(trainerOf(t, c, fast), syscall.SIGKILL)) // a failure: the generation stops
+	select {
+	case <-written: // n0 did not ack in a second: evicted
+	case <-time.After(30 * time.Second):
+		t.Fatal("the slow node was never evicted")
+	}
+	lost := etcd.Members[:2]
+	for _, m := range lost {
+		etcd.Kill(m)
+	}
+	time.Sleep(3 * time.Second) // past the TTL: every node fences
+	for _, m := range lost {
+		require.NoError(t, etcd.Restart(m))
+	}
+
+	next := c.running(1, 2)
+	starts := c.waitStarts(int(next.Generation), 1)
+	var recordGone time.Time
+	select {
+	case recordGone = <-gone:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the eviction record never expired")
+	}
+	started := time.UnixMicro(starts[0].micros)
+	assert.True(t, started.Before(recordGone),
+		"the next generation started at %s, after the eviction record expired at %s", started.Format("15:04:05.000"), recordGone.Format("15:04:05.000"))
+	requireNoOverlap(t, c.log)
 }
