@@ -17,7 +17,8 @@ import (
 // own fence deadline, which is at most its lease's TTL after the
 // revocation. So the record, at Keys.Eviction (by node and lease), lives under a lease of its
 // own that outlasts that deadline, and while it exists the coordinator
-// counts the node's processes as running.
+// counts the node's processes as running, until a TTL after it saw the
+// lease gone (etcd stretches the record's lease when its leader changes).
 type Eviction struct {
 	Node string `json:"node"`
 	// Lease is the node's lease that was revoked; TTLSeconds its TTL.
