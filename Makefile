@@ -5,7 +5,7 @@ BENCHTIME ?= 20x
 FUZZTIME  ?= 30s
 BIN       := bin
 
-.PHONY: all build test lint bench bench-go bench-restart bench-kube bench-fence chaos fuzz clean kube-tools
+.PHONY: all build test lint bench bench-go bench-restart bench-kube bench-fence chaos fuzz clean kube-tools image push
 
 all: lint build test
 
@@ -96,3 +96,19 @@ CHAOS_SECONDS ?= 120
 chaos: build
 	@mkdir -p bench/results
 	$(GO) run ./integration/chaos -coordinator $(BIN)/coordinator -seeds $(CHAOS_SEEDS) -seconds $(CHAOS_SECONDS) -out bench/results/chaos.txt
+
+# The container image, built without a Docker engine or a base image: the
+# static binary on an empty root, user 65532 (internal/ociimage). The
+# tarball loads with `docker load -i`, `ctr images import` or
+# `kind load image-archive`; `make push REGISTRY=registry.example.com/team`.
+VERSION  := $(shell cat VERSION)
+IMAGE    ?= elastic-coordinator:$(VERSION)
+REGISTRY ?=
+image:
+	@mkdir -p $(BIN)/image
+	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/image/coordinator ./cmd/coordinator
+	$(GO) run ./hack/image -binary $(BIN)/image/coordinator -tag $(IMAGE) -version $(VERSION) -out $(BIN)/elastic-coordinator.tar
+
+push: image
+	@test -n "$(REGISTRY)" || { echo "push: set REGISTRY, e.g. make push REGISTRY=registry.example.com/team"; exit 2; }
+	$(GO) run ./hack/image -binary $(BIN)/image/coordinator -tag $(IMAGE) -version $(VERSION) -push $(REGISTRY)/$(IMAGE)
