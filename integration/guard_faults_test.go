@@ -215,8 +215,13 @@ func TestASidecarStartedAgainKillsWhatItsKilledPredecessorLeft(t *testing.T) {
 	c.waitStarts(1, 2)
 	victim := trainerOf(t, c, nodes[1])
 	g := guardOf(t, nodes[1])
-	require.NoError(t, syscall.Kill(nodes[1].proc.cmd.Process.Pid, syscall.SIGKILL))
-	require.NoError(t, syscall.Kill(g, syscall.SIGKILL))
+	// Stopped first, so that neither sees the other die and cleans up in
+	// the moment between the two kills.
+	sidecar := nodes[1].proc.cmd.Process.Pid
+	for _, sig := range []syscall.Signal{syscall.SIGSTOP, syscall.SIGKILL} {
+		require.NoError(t, syscall.Kill(sidecar, sig))
+		require.NoError(t, syscall.Kill(g, sig))
+	}
 	require.Eventually(t, func() bool { return !proctest.Alive(g) }, 10*time.Second, 5*time.Millisecond)
 	time.Sleep(200 * time.Millisecond)
 	require.True(t, proctest.Alive(victim), "the trainer outlives its sidecar and guard, so that this test can fail")
