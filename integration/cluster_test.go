@@ -18,9 +18,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/elastictraining/coordinator/coordinator"
-	"github.com/elastictraining/coordinator/guard"
 	"github.com/elastictraining/coordinator/internal/etcdclient"
 	"github.com/elastictraining/coordinator/internal/etcdcluster"
+	"github.com/elastictraining/coordinator/internal/proctest"
 	"github.com/elastictraining/coordinator/internal/tcpproxy"
 	"github.com/elastictraining/coordinator/membership"
 )
@@ -83,7 +83,7 @@ func (c *jobCluster) connect() {
 	t.Cleanup(func() { _ = cli.Close() })
 	c.cli, c.client = cli, coordinator.NewClient(cli, membership.DefaultKeys())
 	t.Cleanup(func() {
-		var left []process
+		var left []proctest.Process
 		require.Eventually(t, func() bool {
 			left = processesWithMarker(c.marker)
 			return len(left) == 0
@@ -128,27 +128,9 @@ func freezePid(t *testing.T, pid int) {
 // test's end thaws them.
 func freezeTree(t *testing.T, root int) []int {
 	t.Helper()
-	stopped := map[int]bool{}
-	order := []int{root}
-	require.NoError(t, syscall.Kill(root, syscall.SIGSTOP))
-	stopped[root] = true
-	for {
-		fresh := 0
-		for _, pid := range guard.Descendants(root) {
-			if !stopped[pid] && syscall.Kill(pid, syscall.SIGSTOP) == nil {
-				stopped[pid], order = true, append(order, pid)
-				fresh++
-			}
-		}
-		if fresh == 0 {
-			break
-		}
-	}
-	t.Cleanup(func() {
-		for _, pid := range order {
-			_ = syscall.Kill(pid, syscall.SIGCONT)
-		}
-	})
+	order := proctest.FreezeTree(root)
+	require.NotEmpty(t, order, "process %d could not be stopped", root)
+	t.Cleanup(func() { proctest.Thaw(order) })
 	return order
 }
 

@@ -198,10 +198,10 @@ func (r *localRun) startsOf(gen, world int) map[int]start {
 func (r *localRun) sidecarPid(node string) int {
 	r.t.Helper()
 	for _, p := range processesWithMarker(r.marker) {
-		args := p.args
+		args := p.Args
 		for i := 0; i+1 < len(args); i++ {
 			if len(args) > 1 && args[1] == "sidecar" && args[i] == "--node-id" && args[i+1] == node {
-				return p.pid
+				return p.Pid
 			}
 		}
 	}
@@ -212,39 +212,17 @@ func (r *localRun) sidecarPid(node string) int {
 // assertNoLeftovers checks that no process of this run is alive.
 func (r *localRun) assertNoLeftovers() {
 	r.t.Helper()
-	var left []process
+	var left []proctest.Process
 	require.Eventually(r.t, func() bool {
 		left = processesWithMarker(r.marker)
 		return len(left) == 0
 	}, 20*time.Second, 20*time.Millisecond, "processes left behind: %+v", &left)
 }
 
-type process struct {
-	pid  int
-	args []string
-}
-
-// processesWithMarker lists the live processes whose environment holds the
-// marker.
-func processesWithMarker(marker string) []process {
-	entries, _ := os.ReadDir("/proc")
-	var out []process
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-		if err != nil || !bytes.Contains(env, []byte("ELASTIC_TEST_MARK="+marker)) {
-			continue
-		}
-		if !proctest.Alive(pid) {
-			continue
-		}
-		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		out = append(out, process{pid: pid, args: strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")})
-	}
-	return out
+// processesWithMarker lists the live processes of a test: those whose
+// environment holds its marker.
+func processesWithMarker(marker string) []proctest.Process {
+	return proctest.Marked("ELASTIC_TEST_MARK=" + marker)
 }
 
 // cli runs the coordinator binary and returns its exit code and output.

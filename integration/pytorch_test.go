@@ -74,9 +74,9 @@ func TestPyTorchExampleLosesAWorkerAndResumes(t *testing.T) {
 		"the first generation never trained 10 steps")
 	var rank1 int
 	for _, p := range processesWithMarker(r.marker) {
-		env, _ := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/environ")
-		if strings.Contains(strings.Join(p.args, " "), "train.py") && bytes.Contains(env, []byte("\x00RANK=1\x00")) {
-			rank1 = p.pid
+		env, _ := os.ReadFile("/proc/" + strconv.Itoa(p.Pid) + "/environ")
+		if strings.Contains(strings.Join(p.Args, " "), "train.py") && bytes.Contains(env, []byte("\x00RANK=1\x00")) {
+			rank1 = p.Pid
 		}
 	}
 	require.NotZero(t, rank1, "rank 1's training process")

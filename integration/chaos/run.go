@@ -23,6 +23,7 @@ import (
 	"github.com/elastictraining/coordinator/internal/embedetcd"
 	"github.com/elastictraining/coordinator/internal/etcdclient"
 	"github.com/elastictraining/coordinator/internal/etcdcluster"
+	"github.com/elastictraining/coordinator/internal/proctest"
 	"github.com/elastictraining/coordinator/internal/tcpproxy"
 	"github.com/elastictraining/coordinator/membership"
 )
@@ -311,35 +312,21 @@ func (r *run) allAlive(gen int64, n int) bool {
 	return len(ranks) == n
 }
 
-// leftovers lists the processes that carry the run's mark and are alive
-// ten seconds after the teardown.
+// leftovers lists the processes that carry the run's mark and are still
+// alive ten seconds after the teardown.
 func (r *run) leftovers() []string {
-	var left []string
+	var left []proctest.Process
 	for range 100 {
-		left = left[:0]
-		entries, _ := os.ReadDir("/proc")
-		for _, e := range entries {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
-			}
-			env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-			if err != nil || !bytes.Contains(env, []byte(r.marker+"\x00")) {
-				continue
-			}
-			stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-			if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
-				continue // a zombie: dead, waiting to be reaped
-			}
-			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-			left = append(left, fmt.Sprintf("pid %d: %s", pid, strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")))
-		}
-		if len(left) == 0 {
+		if left = proctest.Marked(r.marker); len(left) == 0 {
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return left
+	var out []string
+	for _, p := range left {
+		out = append(out, p.String())
+	}
+	return out
 }
 
 // inject carries out one fault, and undoes it when it ends.
@@ -353,11 +340,11 @@ func (r *run) inject(ctx context.Context, f fault) {
 		note("sidecar pid %d", r.nodes[f.Node].sidecar.kill(f.For))
 	case freezeNode:
 		n := r.nodes[f.Node]
-		frozen := freezeTree(n.sidecar.pid())
+		frozen := proctest.FreezeTree(n.sidecar.pid())
 		note("froze pids %v", frozen)
 		r.record(rec)
 		time.Sleep(f.For)
-		thaw(frozen)
+		proctest.Thaw(frozen)
 		return
 	case freezeSidecar:
 		pid := r.nodes[f.Node].sidecar.pid()
@@ -489,7 +476,7 @@ func (r *run) killTrainer(n *node) string {
 		return "no sidecar running"
 	}
 	for _, pid := range guard.Descendants(root) {
-		if isWorker(pid) && !isWorker(parentOf(pid)) {
+		if parent, _ := guard.ParentOf(pid); isWorker(pid) && !isWorker(parent) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 			return fmt.Sprintf("killed trainer pid %d", pid)
 		}
@@ -502,51 +489,4 @@ func (r *run) killTrainer(n *node) string {
 func isWorker(pid int) bool {
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	return err == nil && bytes.Contains(cmdline, []byte("worker.sh"))
-}
-
-func parentOf(pid int) int {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0
-	}
-	fields := strings.Fields(string(stat[i+1:]))
-	if len(fields) < 2 {
-		return 0
-	}
-	ppid, _ := strconv.Atoi(fields[1])
-	return ppid
-}
-
-// freezeTree stops a process and everything below it with SIGSTOP, as a
-// frozen machine is, and returns them top down.
-func freezeTree(root int) []int {
-	if root == 0 {
-		return nil
-	}
-	stopped := map[int]bool{root: true}
-	order := []int{root}
-	_ = syscall.Kill(root, syscall.SIGSTOP)
-	for {
-		fresh := 0
-		for _, pid := range guard.Descendants(root) {
-			if !stopped[pid] && syscall.Kill(pid, syscall.SIGSTOP) == nil {
-				stopped[pid], order = true, append(order, pid)
-				fresh++
-			}
-		}
-		if fresh == 0 {
-			return order
-		}
-	}
-}
-
-// thaw continues frozen processes in the order given.
-func thaw(pids []int) {
-	for _, pid := range pids {
-		_ = syscall.Kill(pid, syscall.SIGCONT)
-	}
 }
