@@ -39,6 +39,13 @@ func (c *Client) Scale(ctx context.Context, job, np string) (membership.Spec, er
 	if err != nil {
 		return membership.Spec{}, err
 	}
+	// A spec written from a Kubernetes resource follows that resource: a
+	// change here would be undone at once.
+	if resp, err := c.cli.Get(ctx, c.keys.Spec(job)); err == nil && len(resp.Kvs) == 1 {
+		if s, err := membership.DecodeSpec(resp.Kvs[0].Value); err == nil && s.Owner != "" {
+			return membership.Spec{}, fmt.Errorf("job %s is run by %s: scale that resource (kubectl scale)", job, s.Owner)
+		}
+	}
 	return membership.UpdateSpec(ctx, c.cli, c.keys, job, func(s *membership.Spec) { s.NP = target }, membership.DefaultSpec(target))
 }
 

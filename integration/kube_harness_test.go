@@ -83,6 +83,9 @@ type kubeEnv struct {
 	kubeconfig string // the bridge's: its ServiceAccount's token
 	bridge     *bgProcess
 	runner     *kubetest.PodRunner
+	// toyDir holds the checkpoints of the jobs' toy trainers, a directory
+	// per job, with the injected runner.
+	toyDir string
 }
 
 type kubeOptions struct {
@@ -94,7 +97,14 @@ type kubeOptions struct {
 	sidecarTTL time.Duration
 	// toyEnv sets the toy trainer's variables.
 	toyEnv []string
+	// injected runs, for each pod, the command the job controller injected
+	// into it, with its environment, in place of a sidecar started here:
+	// for jobs written as ElasticJob, PaddleJob or MSJob.
+	injected bool
 }
+
+// sidecarImage is the image the tests' controller injects.
+const sidecarImage = "elastic-coordinator:test"
 
 func newKubeEnv(t *testing.T, o kubeOptions) *kubeEnv {
 	t.Helper()
@@ -115,13 +125,18 @@ func newKubeEnv(t *testing.T, o kubeOptions) *kubeEnv {
 	require.NoError(t, kubetest.WriteKubeconfig(e.kubeconfig, c.Server, tok.Status.Token))
 
 	args := []string{"serve", "--etcd-endpoints", e.etcd.Endpoint(), "--listen-metrics", "127.0.0.1:0",
-		"--kubernetes", "--kubeconfig", e.kubeconfig, "--namespace", e.ns, "--session-ttl", "2s"}
+		"--kubernetes", "--kubeconfig", e.kubeconfig, "--namespace", e.ns, "--session-ttl", "2s", "--sidecar-image", sidecarImage}
 	e.bridge = background(t, nil, append(args, o.bridgeArgs...)...)
 	ttl := o.sidecarTTL
 	if ttl == 0 {
 		ttl = 5 * time.Second
 	}
-	e.runner = startPodRunner(t, c.Client, e.ns, e.etcd.Endpoint(), ttl, o.toyEnv)
+	if o.injected {
+		e.toyDir = t.TempDir()
+		e.runner = startInjectedPodRunner(t, c.Client, e.ns, e.toyDir, o.toyEnv)
+	} else {
+		e.runner = startPodRunner(t, c.Client, e.ns, e.etcd.Endpoint(), ttl, o.toyEnv)
+	}
 	return e
 }
 
@@ -274,6 +289,49 @@ func startPodRunner(t *testing.T, kube kubernetes.Interface, ns, endpoint string
 	require.NoError(t, err)
 	t.Cleanup(r.Stop)
 	return r
+}
+
+// startInjectedPodRunner runs, for every Running pod of the namespace, the
+// command the controller injected into its training container — `/elastic/
+// coordinator sidecar ... -- CMD` with this test's binary for the one the
+// init container would copy — with the container's environment, the
+// downward API's fields filled in from the pod.
+func startInjectedPodRunner(t *testing.T, kube kubernetes.Interface, ns, checkpoints string, toyEnv []string) *kubetest.PodRunner {
+	start := func(pod *corev1.Pod) (kubetest.Container, error) {
+		for _, c := range pod.Spec.Containers {
+			if len(c.Command) < 2 || c.Command[0] != "/elastic/coordinator" {
+				continue
+			}
+			env := append([]string{"TOY_DIR=" + filepath.Join(checkpoints, pod.Labels["elastic.job"])}, toyEnv...)
+			for _, v := range c.Env {
+				env = append(env, v.Name+"="+envValue(pod, v))
+			}
+			return sidecarContainer{proc: background(t, env, append(c.Command[1:], c.Args...)...)}, nil
+		}
+		return nil, errors.New("no container runs /elastic/coordinator: the sidecar was not injected")
+	}
+	r, err := kubetest.StartPodRunner(kube, ns, "elastic.job", start, func(err error) { t.Error(err) })
+	require.NoError(t, err)
+	t.Cleanup(r.Stop)
+	return r
+}
+
+// envValue is a variable's value in a pod, as the kubelet fills it in.
+func envValue(pod *corev1.Pod, v corev1.EnvVar) string {
+	if v.ValueFrom == nil || v.ValueFrom.FieldRef == nil {
+		return v.Value
+	}
+	switch v.ValueFrom.FieldRef.FieldPath {
+	case "metadata.name":
+		return pod.Name
+	case "metadata.namespace":
+		return pod.Namespace
+	case "metadata.uid":
+		return string(pod.UID)
+	case "status.podIP":
+		return pod.Status.PodIP
+	}
+	return ""
 }
 
 // freeze stops a pod's sidecar in its tracks (SIGSTOP), as a machine that

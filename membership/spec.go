@@ -67,6 +67,9 @@ type Spec struct {
 	// CleanPodPolicy is read by the Kubernetes bridge; defaults to
 	// CleanPodNever.
 	CleanPodPolicy CleanPodPolicy `json:"cleanPodPolicy"`
+	// Owner, when set, is the Kubernetes resource the spec is written
+	// from (Kind/namespace/name/uid): a change made elsewhere is undone.
+	Owner string `json:"owner,omitempty"`
 }
 
 // DefaultSpec is the spec of a job for which only np is known.

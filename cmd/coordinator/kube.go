@@ -1,48 +1,62 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/elastictraining/coordinator/coordinator"
+	"github.com/elastictraining/coordinator/jobcontroller"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/operatorbridge"
 )
 
-// kubeOptions are the flags of the Kubernetes bridge.
+// kubeOptions are the flags of the Kubernetes side of serve.
 type kubeOptions struct {
 	enabled    bool
 	kubeconfig string
 	namespace  string
+	pod        string // this replica's pod, from POD_NAME
 	workloads  []string
+
+	sidecarImage     string
+	sidecarEndpoints string
+	sidecarSecret    string
 }
 
 func (o *kubeOptions) register(fs *pflag.FlagSet, env lookupEnv) {
-	fs.BoolVar(&o.enabled, "kubernetes", false, "run the Kubernetes bridge on the leader")
+	fs.BoolVar(&o.enabled, "kubernetes", false, "run the Kubernetes bridge and the ElasticJob controller on the leader")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", fromEnv(env, "", "KUBECONFIG"), "kubeconfig of the bridge; the in-cluster config if empty"+envNote("KUBECONFIG"))
-	fs.StringVar(&o.namespace, "namespace", fromEnv(env, "default", "POD_NAMESPACE"), "namespace of the jobs' workloads and pods"+envNote("POD_NAMESPACE"))
+	fs.StringVar(&o.namespace, "namespace", fromEnv(env, "default", "POD_NAMESPACE"), "namespace of the jobs, their workloads and pods"+envNote("POD_NAMESPACE"))
 	fs.StringArrayVar(&o.workloads, "workload-resource", []string{"statefulsets.v1.apps"},
 		"resource a job's workloads can be, as RESOURCE.VERSION.GROUP; anything with a scale subresource (repeatable)")
+	fs.StringVar(&o.sidecarImage, "sidecar-image", fromEnv(env, "", "ELASTIC_SIDECAR_IMAGE"),
+		"image whose binary is injected into the pods of ElasticJobs; the image of this pod's coordinator container if empty"+envNote("ELASTIC_SIDECAR_IMAGE"))
+	fs.StringVar(&o.sidecarEndpoints, "sidecar-etcd-endpoints", fromEnv(env, "", "ELASTIC_SIDECAR_ETCD_ENDPOINTS"),
+		"etcd endpoints the injected sidecars use; --etcd-endpoints if empty"+envNote("ELASTIC_SIDECAR_ETCD_ENDPOINTS"))
+	fs.StringVar(&o.sidecarSecret, "sidecar-etcd-secret", fromEnv(env, "", "ELASTIC_SIDECAR_ETCD_SECRET"),
+		"Secret (ca.crt, tls.crt, tls.key) with the injected sidecars' etcd client certificate"+envNote("ELASTIC_SIDECAR_ETCD_SECRET"))
+	o.pod = fromEnv(env, "", "POD_NAME")
 }
 
-// bridge builds the bridge. A flag that cannot work is a usage error; a
-// kubeconfig that cannot be read or reached is an error the caller logs.
-func (o *kubeOptions) bridge(cli *clientv3.Client, keys membership.Keys, logger hclog.Logger) (*operatorbridge.Bridge, error) {
-	var gvrs []schema.GroupVersionResource
-	for _, w := range o.workloads {
-		gvr, _ := schema.ParseResourceArg(w)
-		if gvr == nil || gvr.Version == "" {
-			return nil, usagef("--workload-resource %q: want RESOURCE.VERSION.GROUP, like statefulsets.v1.apps", w)
-		}
-		gvrs = append(gvrs, *gvr)
-	}
+// kubeClients are the clients of the Kubernetes side.
+type kubeClients struct {
+	kube kubernetes.Interface
+	dyn  dynamic.Interface
+}
+
+func (o *kubeOptions) clients() (kubeClients, error) {
 	var config *rest.Config
 	var err error
 	if o.kubeconfig != "" {
@@ -51,21 +65,90 @@ func (o *kubeOptions) bridge(cli *clientv3.Client, keys membership.Keys, logger 
 		config, err = rest.InClusterConfig()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client config: %w", err)
+		return kubeClients{}, fmt.Errorf("kubernetes client config: %w", err)
 	}
 	config.UserAgent = "elastic-coordinator"
 	// client-go's default of 5 requests a second, burst 10, would make the
 	// bridge wait on itself; these are a controller's usual limits.
 	config.QPS, config.Burst = 50, 100
-	kube, err := kubernetes.NewForConfig(config)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
+	var c kubeClients
+	if c.kube, err = kubernetes.NewForConfig(config); err == nil {
+		c.dyn, err = dynamic.NewForConfig(config)
 	}
-	dyn, err := dynamic.NewForConfig(config)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
+		return kubeClients{}, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return operatorbridge.New(operatorbridge.Config{
-		Kube: kube, Dynamic: dyn, Etcd: cli, Keys: keys, Namespace: o.namespace, Workloads: gvrs, Logger: logger,
+	return c, nil
+}
+
+// leaderTasks builds the bridge and the job controller. A flag that cannot
+// work is a usage error; a kubeconfig that cannot be read is an error the
+// caller logs. The controller alone may be off, with the reason logged:
+// the bridge still serves the jobs written as workloads.
+func (o *kubeOptions) leaderTasks(ctx context.Context, cli *clientv3.Client, keys membership.Keys, etcdEndpoints string, logger hclog.Logger) ([]coordinator.LeaderTask, error) {
+	var gvrs []schema.GroupVersionResource
+	for _, w := range o.workloads {
+		gvr, _ := schema.ParseResourceArg(w)
+		if gvr == nil || gvr.Version == "" {
+			return nil, usagef("--workload-resource %q: want RESOURCE.VERSION.GROUP, like statefulsets.v1.apps", w)
+		}
+		gvrs = append(gvrs, *gvr)
+	}
+	c, err := o.clients()
+	if err != nil {
+		return nil, err
+	}
+	bridge, err := operatorbridge.New(operatorbridge.Config{
+		Kube: c.kube, Dynamic: c.dyn, Etcd: cli, Keys: keys, Namespace: o.namespace, Workloads: gvrs, Logger: logger,
 	})
+	if err != nil {
+		return nil, err
+	}
+	tasks := []coordinator.LeaderTask{bridge}
+
+	image, err := o.image(ctx, c.kube)
+	if err != nil {
+		logger.Error("ElasticJobs not served", "error", err)
+		return tasks, nil
+	}
+	sidecar := jobcontroller.Sidecar{Image: image, EtcdEndpoints: or(o.sidecarEndpoints, etcdEndpoints), EtcdSecret: o.sidecarSecret}
+	if keys.Prefix() != membership.DefaultPrefix {
+		sidecar.Prefix = keys.Prefix()
+	}
+	jobs, err := jobcontroller.New(jobcontroller.Config{
+		Kube: c.kube, Dynamic: c.dyn, Etcd: cli, Keys: keys, Namespace: o.namespace, Sidecar: sidecar, Logger: logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return append(tasks, jobs), nil
+}
+
+// image is the sidecar image: the flag, or the image this replica runs.
+func (o *kubeOptions) image(ctx context.Context, kube kubernetes.Interface) (string, error) {
+	if o.sidecarImage != "" {
+		return o.sidecarImage, nil
+	}
+	if o.pod == "" {
+		return "", errors.New("no --sidecar-image, and no POD_NAME to read this replica's image from")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	pod, err := kube.CoreV1().Pods(o.namespace).Get(ctx, o.pod, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("no --sidecar-image, and this replica's pod cannot be read: %w", err)
+	}
+	for _, c := range pod.Spec.Containers {
+		if c.Name == "coordinator" {
+			return c.Image, nil
+		}
+	}
+	return "", fmt.Errorf("no --sidecar-image, and pod %s has no container named coordinator", o.pod)
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }

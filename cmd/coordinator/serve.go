@@ -88,7 +88,7 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var tasks []coordinator.LeaderTask
 	if o.kube.enabled {
-		bridge, err := o.kube.bridge(cli, keys, logger)
+		kubeTasks, err := o.kube.leaderTasks(ctx, cli, keys, o.etcd.endpoints, logger)
 		if err != nil {
 			var usage usageError
 			if errors.As(err, &usage) {
@@ -96,9 +96,8 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 			}
 			// Not a reason to crash-loop: the etcd side of every job goes on.
 			logger.Error("kubernetes bridge off", "error", err)
-		} else {
-			tasks = append(tasks, bridge)
 		}
+		tasks = append(tasks, kubeTasks...)
 	}
 	c, err := coordinator.New(coordinator.Config{
 		Client: cli, Keys: keys, ID: o.id, SessionTTL: o.sessionTTL, SettleWindow: o.settle,

@@ -1,0 +1,130 @@
+// Package v1 is the ElasticJob resource (elastictraining.io/v1): a training
+// job on Kubernetes in one short object — its roles, each a pod template
+// with a replica count, and the job's fault-tolerance policies. `coordinator
+// serve --kubernetes` runs it; deploy/crds/elasticjob.yaml is its schema.
+//
+// The types are plain structs read from and written to the API server as
+// unstructured objects, so that the project needs no generated code.
+package v1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Group, version and names of the resource.
+const (
+	Group    = "elastictraining.io"
+	Version  = "v1"
+	Kind     = "ElasticJob"
+	Resource = "elasticjobs"
+)
+
+// Resource is the ElasticJob resource.
+var GroupVersionResource = schema.GroupVersionResource{Group: Group, Version: Version, Resource: Resource}
+
+// ElasticJob is a training job.
+type ElasticJob struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              ElasticJobSpec   `json:"spec"`
+	Status            ElasticJobStatus `json:"status,omitempty"`
+}
+
+// ElasticJobSpec is what the user asks for.
+type ElasticJobSpec struct {
+	// Worker runs the trainers. Its replicas are the job's np, and what
+	// `kubectl scale` and an HPA change.
+	Worker *RoleSpec `json:"worker"`
+	// PS are parameter servers (PaddlePaddle, MindSpore).
+	PS *RoleSpec `json:"ps,omitempty"`
+	// Scheduler is MindSpore's scheduler: at most one.
+	Scheduler *RoleSpec `json:"scheduler,omitempty"`
+	// Heter are PaddlePaddle's heterogeneous parameter-server trainers.
+	Heter *RoleSpec `json:"heter,omitempty"`
+
+	// FaultTolerance: 0 a failure ends the job, 1 restart, 2 restart and
+	// replace the failing node.
+	FaultTolerance *int `json:"faultTolerance,omitempty"`
+	// MaxRestarts is the budget of restarts that failures may spend.
+	MaxRestarts *int `json:"maxRestarts,omitempty"`
+	// SuccessPolicy is AllWorkers (the default) or Rank0.
+	SuccessPolicy string `json:"successPolicy,omitempty"`
+	// CleanPodPolicy is Always, Never (the default), OnFailure or
+	// OnCompletion: which pods go when the job ends.
+	CleanPodPolicy string `json:"cleanPodPolicy,omitempty"`
+	// Intranet is how the nodes reach each other: PodIP (the default),
+	// Service (a headless Service per pod) or Host (host network).
+	Intranet string `json:"intranet,omitempty"`
+	// WithGloo is PaddlePaddle's: 0 off, 1 workers, 2 workers and servers.
+	WithGloo *int `json:"withGloo,omitempty"`
+	// Priority ranks jobs for the autoscaler: higher keeps its nodes.
+	Priority int `json:"priority,omitempty"`
+}
+
+// RoleSpec is one role's pods.
+type RoleSpec struct {
+	// Replicas is the number of pods: for workers, the most the job runs on.
+	Replicas *int32 `json:"replicas,omitempty"`
+	// MinReplicas, for workers only, lets the job run on fewer: any size
+	// from MinReplicas to Replicas (np MIN:MAX). Replicas if unset.
+	MinReplicas *int32 `json:"minReplicas,omitempty"`
+	// Template is the pods' template. The first container is the training
+	// container, unless one is named after the framework (paddle,
+	// mindspore, pytorch, trainer).
+	Template corev1.PodTemplateSpec `json:"template"`
+}
+
+// Phases of a job, as the coordinator reports them.
+const (
+	PhasePending    = "Pending" // created; no pod has registered yet
+	PhaseWaiting    = "Waiting"
+	PhaseRestarting = "Restarting"
+	PhaseRunning    = "Running"
+	PhaseSucceeded  = "Succeeded"
+	PhaseFailed     = "Failed"
+)
+
+// Condition types on a job.
+const (
+	// ConditionRunning is true while every member of the current
+	// generation runs.
+	ConditionRunning = "Running"
+	// ConditionKubernetesReady is false while something on the Kubernetes
+	// side keeps the job from its shape (RBAC, a name taken, a bad template).
+	ConditionKubernetesReady = "KubernetesReady"
+	// ConditionFinished is true once the job succeeded or failed.
+	ConditionFinished = "Finished"
+)
+
+// ElasticJobStatus is what the coordinator reports.
+type ElasticJobStatus struct {
+	Phase string `json:"phase,omitempty"`
+	// Generation is the job's generation (rank table) now running or being
+	// formed; not metadata.generation.
+	Generation int64 `json:"generation,omitempty"`
+	// NP is the target, N or MIN:MAX.
+	NP string `json:"np,omitempty"`
+	// Replicas is the number of worker pods; the scale subresource reads it.
+	Replicas int32 `json:"replicas"`
+	// Selector selects the worker pods, for an HPA.
+	Selector string `json:"selector,omitempty"`
+	// Ready is the members running (while Running) or live workers (while
+	// Waiting).
+	Ready int `json:"ready"`
+	// WorldSize is the number of training processes.
+	WorldSize int `json:"worldSize"`
+	// Restarts are the restarts failures spent.
+	Restarts int `json:"restarts"`
+	// LastRestartSeconds is how long the last change of generation took,
+	// from being seen to every member running.
+	LastRestartSeconds string `json:"lastRestartSeconds,omitempty"`
+	// Message says why the job is in its phase.
+	Message string `json:"message,omitempty"`
+	// Problem is what keeps Kubernetes from following the job, if anything.
+	Problem string `json:"problem,omitempty"`
+	// ObservedGeneration is the metadata.generation last acted on.
+	ObservedGeneration int64              `json:"observedGeneration,omitempty"`
+	Conditions         []metav1.Condition `json:"conditions,omitempty"`
+}

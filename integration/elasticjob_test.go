@@ -1,0 +1,202 @@
+package integration
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/dynamic"
+
+	jobv1 "github.com/elastictraining/coordinator/api/v1"
+	"github.com/elastictraining/coordinator/internal/kubetest"
+	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/operatorbridge"
+)
+
+// applyCRDs applies deploy/crds/ to the shared control plane.
+func applyCRDs(t *testing.T, c *kubetest.Cluster, dyn dynamic.Interface) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(repoRoot, "deploy", "crds", "*.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		applyManifest(t, c, dyn, mustRead(t, f), "")
+	}
+	require.Eventually(t, func() bool {
+		_, err := dyn.Resource(jobv1.GroupVersionResource).List(t.Context(), metav1.ListOptions{Limit: 1})
+		return err == nil
+	}, 30*time.Second, 50*time.Millisecond, "the ElasticJob CRD was never established")
+}
+
+// elasticJobYAML is an ElasticJob of the toy trainer.
+func elasticJobYAML(name string, workers int, extra string) string {
+	return fmt.Sprintf(`
+apiVersion: elastictraining.io/v1
+kind: ElasticJob
+metadata:
+  name: %s
+spec:
+  %s
+  worker:
+    replicas: %d
+    template:
+      spec:
+        containers:
+          - name: trainer
+            image: trainer:v1
+            command: [%s]
+`, name, extra, workers, filepath.Join(repoRoot, "testdata", "toytrainer.sh"))
+}
+
+// createJob creates a resource from YAML in the test's namespace and
+// returns the API server's error.
+func (e *kubeEnv) createJob(manifest string) error {
+	var obj unstructured.Unstructured
+	require.NoError(e.t, yaml.Unmarshal([]byte(manifest), &obj.Object))
+	_, err := e.dyn.Resource(jobv1.GroupVersionResource).Namespace(e.ns).Create(e.t.Context(), &obj, metav1.CreateOptions{})
+	return err
+}
+
+// jobStatus waits for an ElasticJob's status to satisfy ok.
+func (e *kubeEnv) jobStatus(name, what string, ok func(jobv1.ElasticJobStatus) bool) jobv1.ElasticJobStatus {
+	e.t.Helper()
+	var last jobv1.ElasticJobStatus
+	require.Eventually(e.t, func() bool {
+		u, err := e.dyn.Resource(jobv1.GroupVersionResource).Namespace(e.ns).Get(e.t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		last = jobv1.ElasticJobStatus{}
+		if raw, found := u.Object["status"].(map[string]any); found {
+			require.NoError(e.t, fromUnstructured(raw, &last))
+		}
+		return ok(last)
+	}, 90*time.Second, 20*time.Millisecond, "ElasticJob %s never %s; last status %+v\ncoordinator:\n%s", name, what, last, e.bridge.out)
+	return last
+}
+
+func runningAt(n int) func(jobv1.ElasticJobStatus) bool {
+	return func(s jobv1.ElasticJobStatus) bool {
+		return s.Phase == jobv1.PhaseRunning && s.WorldSize == n && s.Ready == n
+	}
+}
+
+// scaleJob sets an ElasticJob's workers through its scale subresource, as
+// `kubectl scale elasticjob/NAME --replicas=N` does.
+func (e *kubeEnv) scaleJob(name string, n int) {
+	e.t.Helper()
+	res := e.dyn.Resource(jobv1.GroupVersionResource).Namespace(e.ns)
+	sc, err := res.Get(e.t.Context(), name, metav1.GetOptions{}, "scale")
+	require.NoError(e.t, err)
+	require.NoError(e.t, unstructured.SetNestedField(sc.Object, int64(n), "spec", "replicas"))
+	_, err = res.Update(e.t.Context(), sc, metav1.UpdateOptions{}, "scale")
+	require.NoError(e.t, err)
+}
+
+// TestElasticJobRunsScalesThroughKubectlAndGoesWithItsResource creates a
+// 4-worker ElasticJob and follows it to Running, scales it through the
+// scale subresource down and up (never reverted), deletes a pod mid-run
+// (one new generation, resumed from the checkpoint), and deletes the job:
+// everything made for it goes, in Kubernetes and in etcd.
+func TestElasticJobRunsScalesThroughKubectlAndGoesWithItsResource(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t, kubeOptions{injected: true, toyEnv: []string{"TOY_STEPS=100000", "TOY_INTERVAL=0.05"}})
+	applyCRDs(t, e.c, e.dyn)
+	start := time.Now()
+	require.NoError(t, e.createJob(elasticJobYAML("train", 4, "cleanPodPolicy: OnCompletion")))
+	st := e.jobStatus("train", "Running at 4", runningAt(4))
+	t.Logf("create → 4 trainers running: %s", time.Since(start).Round(time.Millisecond))
+	assert.Equal(t, "4", st.NP)
+	assert.Equal(t, int32(4), st.Replicas)
+	assert.Equal(t, "elastic.job=train,elastic.role=worker", st.Selector)
+
+	// What the controller made: a StatefulSet with the sidecar injected,
+	// owned by the job, and the Service that governs it.
+	sts, err := e.c.Client.AppsV1().StatefulSets(e.ns).Get(t.Context(), "train-worker", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Len(t, sts.OwnerReferences, 1)
+	assert.Equal(t, "ElasticJob", sts.OwnerReferences[0].Kind)
+	pod := sts.Spec.Template.Spec
+	require.Len(t, pod.InitContainers, 1)
+	assert.Equal(t, sidecarImage, pod.InitContainers[0].Image)
+	assert.Equal(t, []string{"install", "/elastic/coordinator"}, pod.InitContainers[0].Args)
+	assert.Equal(t, []string{"/elastic/coordinator", "sidecar", "--role=worker", "--", filepath.Join(repoRoot, "testdata", "toytrainer.sh")},
+		pod.Containers[0].Command)
+	svc, err := e.c.Client.CoreV1().Services(e.ns).Get(t.Context(), "train", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "None", svc.Spec.ClusterIP)
+	_, err = e.c.Client.CoreV1().ConfigMaps(e.ns).Get(t.Context(), operatorbridge.ConfigMapName("train"), metav1.GetOptions{})
+	assert.NoError(t, err, "the bridge writes the endpoint ConfigMap")
+	assert.True(t, hasEvent(e.events("train"), "Created", "StatefulSet train-worker"))
+
+	// `kubectl scale`: down to 2, then up to 3, each never reverted.
+	for _, n := range []int{2, 3} {
+		start := time.Now()
+		e.scaleJob("train", n)
+		e.jobStatus("train", fmt.Sprintf("Running at %d", n), runningAt(n))
+		t.Logf("scale → %d trainers running: %s", n, time.Since(start).Round(time.Millisecond))
+		require.Eventually(t, func() bool {
+			s, err := e.c.Client.AppsV1().StatefulSets(e.ns).Get(t.Context(), "train-worker", metav1.GetOptions{})
+			return err == nil && *s.Spec.Replicas == int32(n) && s.Status.Replicas == int32(n)
+		}, 30*time.Second, 20*time.Millisecond)
+		time.Sleep(2 * time.Second) // what a revert would take
+		u, err := e.dyn.Resource(jobv1.GroupVersionResource).Namespace(e.ns).Get(t.Context(), "train", metav1.GetOptions{})
+		require.NoError(t, err)
+		replicas, _, _ := unstructured.NestedInt64(u.Object, "spec", "worker", "replicas")
+		assert.Equal(t, int64(n), replicas, "the scale was reverted")
+		spec, err := e.client.Status(t.Context(), "train")
+		require.NoError(t, err)
+		assert.Equal(t, itoa(n), spec.NP)
+	}
+	assert.True(t, hasEvent(e.events("train"), "Scaling", "np 2 → 3"))
+
+	// The etcd spec follows the resource: `coordinator scale` is refused.
+	code, _, stderr := cli(t, nil, "scale", "--etcd-endpoints", e.etcd.Endpoint(), "--job", "train", "--np", "5")
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, stderr, "kubectl scale")
+
+	// A pod deleted mid-run: one new generation, resumed.
+	before := e.jobStatus("train", "Running at 3", runningAt(3))
+	require.NoError(t, e.c.Client.CoreV1().Pods(e.ns).Delete(t.Context(), "train-worker-1", metav1.DeleteOptions{}))
+	after := e.jobStatus("train", "Running at 3 again", func(s jobv1.ElasticJobStatus) bool {
+		return runningAt(3)(s) && s.Generation > before.Generation
+	})
+	assert.Equal(t, before.Generation+1, after.Generation, "one restart for one pod deleted")
+	assert.Equal(t, 0, after.Restarts, "a pod deleted is a membership change, not a failure")
+	starts := mustRead(t, filepath.Join(e.toyDir, "train", "starts.log"))
+	resumed := false
+	for _, line := range strings.Split(starts, "\n") {
+		if strings.HasPrefix(line, fmt.Sprintf("gen=%d ", after.Generation)) && !strings.Contains(line, " step=0 ") {
+			resumed = true
+		}
+	}
+	assert.True(t, resumed, "generation %d started from step 0:\n%s", after.Generation, starts)
+
+	// Deleted: everything goes, in Kubernetes and in etcd.
+	require.NoError(t, e.dyn.Resource(jobv1.GroupVersionResource).Namespace(e.ns).Delete(t.Context(), "train", metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool {
+		_, stsErr := e.c.Client.AppsV1().StatefulSets(e.ns).Get(t.Context(), "train-worker", metav1.GetOptions{})
+		_, svcErr := e.c.Client.CoreV1().Services(e.ns).Get(t.Context(), "train", metav1.GetOptions{})
+		_, cmErr := e.c.Client.CoreV1().ConfigMaps(e.ns).Get(t.Context(), operatorbridge.ConfigMapName("train"), metav1.GetOptions{})
+		return apierrors.IsNotFound(stsErr) && apierrors.IsNotFound(svcErr) && apierrors.IsNotFound(cmErr) &&
+			kubetest.RunningPods(t.Context(), e.c.Client, e.ns, "elastic.job=train") == 0
+	}, 60*time.Second, 50*time.Millisecond, "what the job owned outlived it")
+	require.Eventually(t, func() bool {
+		resp, err := e.etcd.Client(t).Get(t.Context(), membership.DefaultKeys().Spec("train"), clientv3.WithCountOnly())
+		return err == nil && resp.Count == 0
+	}, 30*time.Second, 50*time.Millisecond, "the job's etcd records outlived it")
+}
+
+func fromUnstructured(raw map[string]any, into any) error {
+	return runtime.DefaultUnstructuredConverter.FromUnstructured(raw, into)
+}

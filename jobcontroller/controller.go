@@ -1,0 +1,313 @@
+// Package jobcontroller runs training jobs written as Kubernetes resources
+// — ElasticJob (api/v1) — on the coordinator: for each job it writes the
+// etcd spec, creates a StatefulSet per role with the sidecar injected and a
+// headless Service that governs them, and reports the coordinator's view of
+// the job in the resource's status, with Events. Everything it creates is
+// owned by the job's resource and goes with it.
+//
+// It leaves to the operator bridge what the bridge does for any job:
+// replicas (np's maximum of workers), the endpoint ConfigMap, the per-pod
+// Services of Service mode, evictions and cleanPodPolicy. The resource is
+// the job's source of truth: its spec is written to etcd, and a change of
+// the etcd spec made elsewhere is undone.
+package jobcontroller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+
+	jobv1 "github.com/elastictraining/coordinator/api/v1"
+	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/operatorbridge"
+)
+
+// Config configures a Controller.
+type Config struct {
+	Kube    kubernetes.Interface
+	Dynamic dynamic.Interface
+	Etcd    *clientv3.Client
+	Keys    membership.Keys
+	// Namespace is where the jobs live.
+	Namespace string
+	Sidecar   Sidecar
+	Logger    hclog.Logger
+}
+
+// Controller runs the jobs of one namespace. It implements the
+// coordinator's LeaderTask: only the leader runs it.
+type Controller struct {
+	cfg    Config
+	logger hclog.Logger
+}
+
+// New validates cfg.
+func New(cfg Config) (*Controller, error) {
+	switch {
+	case cfg.Kube == nil || cfg.Dynamic == nil || cfg.Etcd == nil:
+		return nil, errors.New("jobcontroller: kubernetes, dynamic and etcd clients are required")
+	case cfg.Namespace == "":
+		return nil, errors.New("jobcontroller: no namespace")
+	case cfg.Sidecar.Image == "":
+		return nil, errors.New("jobcontroller: no sidecar image")
+	case cfg.Sidecar.EtcdEndpoints == "":
+		return nil, errors.New("jobcontroller: no etcd endpoints for the sidecars")
+	}
+	if cfg.Keys == (membership.Keys{}) {
+		cfg.Keys = membership.DefaultKeys()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	return &Controller{cfg: cfg, logger: cfg.Logger.Named("jobs").With("namespace", cfg.Namespace)}, nil
+}
+
+// term is one leadership term of the controller.
+type term struct {
+	*Controller
+	recorder record.EventRecorder
+	queue    workqueue.TypedRateLimitingInterface[string]
+	jobs     cache.GenericLister
+	sets     appslisters.StatefulSetLister
+	synced   []cache.InformerSynced
+
+	mu      sync.Mutex
+	records map[string]*etcdRecords // by job id
+	watchErr string
+
+	// Owned by the reconcile worker: the Warning Events said, by job and
+	// reason, so that a problem is said once.
+	warned map[string]map[string]string
+}
+
+// etcdRecords are what the coordinator and the bridge wrote of a job.
+type etcdRecords struct {
+	spec   *membership.Spec
+	status *membership.Status
+	bridge *membership.BridgeStatus
+}
+
+// Lead runs the controller until ctx ends.
+func (c *Controller) Lead(ctx context.Context) error {
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.cfg.Kube.CoreV1().Events(c.cfg.Namespace)})
+	defer broadcaster.Shutdown()
+	t := &term{
+		Controller: c,
+		recorder:   broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "elastic-coordinator"}),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "elastic-job-resources"}),
+		records:  map[string]*etcdRecords{},
+		warned:   map[string]map[string]string{},
+	}
+	defer t.queue.ShutDown()
+	stop, err := t.startInformers()
+	if err != nil {
+		return err
+	}
+	defer stop()
+
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		t.followEtcd(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		for t.processNext(ctx) {
+		}
+	}()
+	<-ctx.Done()
+	t.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+// startInformers watches the namespace's ElasticJobs and the StatefulSets
+// that carry a job label. A kind that cannot be listed (its CRD missing,
+// RBAC) is logged and retried; it stops nothing else.
+func (t *term) startInformers() (stop func(), err error) {
+	ns := t.cfg.Namespace
+	stopCh := make(chan struct{})
+	dyn := dynamicinformer.NewFilteredDynamicSharedInformerFactory(t.cfg.Dynamic, 0, ns, nil)
+	typed := informers.NewSharedInformerFactoryWithOptions(t.cfg.Kube, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = operatorbridge.LabelJob }))
+
+	jobs := dyn.ForResource(jobv1.GroupVersionResource)
+	if err := jobs.Informer().SetWatchErrorHandlerWithContext(t.watchError("elasticjobs")); err != nil {
+		return nil, err
+	}
+	enqueue := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		if m, ok := obj.(metav1.Object); ok {
+			t.queue.Add(m.GetName())
+		}
+	}
+	if _, err := jobs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: enqueue,
+	}); err != nil {
+		return nil, err
+	}
+	sets := typed.Apps().V1().StatefulSets()
+	ownerOf := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		if m, ok := obj.(metav1.Object); ok {
+			if ref := metav1.GetControllerOf(m); ref != nil && ref.Kind == jobv1.Kind {
+				t.queue.Add(ref.Name)
+			}
+		}
+	}
+	if _, err := sets.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: ownerOf, UpdateFunc: func(_, obj any) { ownerOf(obj) }, DeleteFunc: ownerOf,
+	}); err != nil {
+		return nil, err
+	}
+	t.jobs, t.sets = jobs.Lister(), sets.Lister()
+	t.synced = []cache.InformerSynced{jobs.Informer().HasSynced, sets.Informer().HasSynced}
+	dyn.Start(stopCh)
+	typed.Start(stopCh)
+	return func() {
+		close(stopCh)
+		dyn.Shutdown()
+		typed.Shutdown()
+	}, nil
+}
+
+func (t *term) watchError(resource string) cache.WatchErrorHandlerWithContext {
+	return func(_ context.Context, _ *cache.Reflector, err error) {
+		msg := fmt.Sprintf("cannot list or watch %s in namespace %s: %v", resource, t.cfg.Namespace, err)
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if t.watchErr != msg {
+			t.logger.Error("kubernetes watch failed; jobs of other kinds go on", "resource", resource, "error", err)
+		}
+		t.watchErr = msg
+	}
+}
+
+func (t *term) cachesSynced() bool {
+	for _, s := range t.synced {
+		if !s() {
+			return false
+		}
+	}
+	return true
+}
+
+// processNext reconciles one job; false once the queue is shut down.
+func (t *term) processNext(ctx context.Context) bool {
+	name, quit := t.queue.Get()
+	if quit {
+		return false
+	}
+	defer t.queue.Done(name)
+	if !t.cachesSynced() {
+		t.queue.AddAfter(name, 200*time.Millisecond)
+		return true
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := t.reconcile(rctx, name); err != nil && ctx.Err() == nil {
+		t.logger.Warn("reconcile failed; retrying", "job", name, "error", err)
+		t.queue.AddRateLimited(name)
+		return true
+	}
+	t.queue.Forget(name)
+	return true
+}
+
+// followEtcd keeps t.records current and queues the job of every change.
+func (t *term) followEtcd(ctx context.Context) {
+	_ = membership.Follow(ctx, t.cfg.Etcd, membership.Range{Key: t.cfg.Keys.Jobs(), Prefix: true}, t.logger,
+		func(u membership.Update) error {
+			touched := map[string]bool{}
+			t.mu.Lock()
+			if u.Reset {
+				for job := range t.records {
+					touched[job] = true
+				}
+				clear(t.records)
+			}
+			for _, kv := range u.Changes {
+				jk, ok := t.cfg.Keys.ParseJobKey(kv.Key)
+				if !ok || (jk.Kind != membership.KindSpec && jk.Kind != membership.KindStatus && jk.Kind != membership.KindBridge) {
+					continue
+				}
+				r := t.records[jk.Job]
+				if r == nil {
+					r = &etcdRecords{}
+					t.records[jk.Job] = r
+				}
+				r.apply(jk.Kind, kv)
+				touched[jk.Job] = true
+			}
+			t.mu.Unlock()
+			for job := range touched {
+				t.queue.Add(job)
+			}
+			return nil
+		})
+}
+
+func (r *etcdRecords) apply(kind membership.KeyKind, kv membership.KeyValue) {
+	switch kind {
+	case membership.KindSpec:
+		r.spec = nil
+		if s, err := membership.DecodeSpec(kv.Value); err == nil && !kv.Deleted {
+			r.spec = &s
+		}
+	case membership.KindStatus:
+		r.status = nil
+		if s, err := membership.DecodeStatus(kv.Value); err == nil && !kv.Deleted {
+			r.status = &s
+		}
+	case membership.KindBridge:
+		r.bridge = nil
+		if b, err := membership.DecodeBridgeStatus(kv.Value); err == nil && !kv.Deleted {
+			r.bridge = &b
+		}
+	}
+}
+
+// recordsOf returns a copy of a job's etcd records.
+func (t *term) recordsOf(job string) etcdRecords {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if r := t.records[job]; r != nil {
+		return *r
+	}
+	return etcdRecords{}
+}
+
+// object returns the job's resource from the cache, or nil.
+func (t *term) object(name string) *unstructured.Unstructured {
+	obj, err := t.jobs.ByNamespace(t.cfg.Namespace).Get(name)
+	if err != nil {
+		return nil
+	}
+	u, _ := obj.(*unstructured.Unstructured)
+	return u
+}

@@ -1,0 +1,175 @@
+package jobcontroller
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"path"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/operatorbridge"
+)
+
+// Sidecar is what the controller injects into every pod of a job.
+type Sidecar struct {
+	// Image holds the coordinator binary; an init container copies it
+	// into the pod.
+	Image string
+	// EtcdEndpoints are the etcd endpoints the sidecars use.
+	EtcdEndpoints string
+	// Prefix is the root of the keys in etcd.
+	Prefix string
+	// EtcdSecret, if set, is a Secret with the sidecars' etcd client
+	// certificate: ca.crt, tls.crt and tls.key.
+	EtcdSecret string
+}
+
+// Paths inside the pod.
+const (
+	binDir     = "/elastic"
+	binary     = binDir + "/coordinator"
+	tlsDir     = "/etc/elastic/etcd"
+	binVolume  = "elastic-bin"
+	tlsVolume  = "elastic-etcd-tls"
+	initName   = "elastic-install"
+	hashAnnote = "elastic.template-hash"
+)
+
+// errNoCommand is why a training container cannot be wrapped.
+type errNoCommand struct{ role, container string }
+
+func (e errNoCommand) Error() string {
+	return fmt.Sprintf("%s template: container %s has no command; give the training command (the sidecar wraps it)", e.role, e.container)
+}
+
+// StatefulSetName names the StatefulSet of a job's role.
+func StatefulSetName(job string, role membership.Role) string { return job + "-" + string(role) }
+
+// statefulSet is the StatefulSet of one role: the role's template with the
+// sidecar injected, under the job's labels, owned by the job. Its pods
+// start in parallel, and a changed template reaches only the pods created
+// after it (OnDelete): a rolling update would restart the job behind the
+// coordinator's back.
+func statefulSet(j Job, r Role, sc Sidecar) (*appsv1.StatefulSet, error) {
+	labels := map[string]string{operatorbridge.LabelJob: j.ID, operatorbridge.LabelRole: string(r.Name)}
+	tmpl, err := inject(j, r, sc)
+	if err != nil {
+		return nil, err
+	}
+	sum, err := hash(tmpl)
+	if err != nil {
+		return nil, err
+	}
+	replicas := int32(r.Replicas)
+	return &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: StatefulSetName(j.ID, r.Name), Namespace: j.Namespace, Labels: labels,
+			Annotations:     map[string]string{hashAnnote: sum},
+			OwnerReferences: []metav1.OwnerReference{j.Owner},
+		},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:            &replicas,
+			Selector:            &metav1.LabelSelector{MatchLabels: labels},
+			ServiceName:         j.ID,
+			PodManagementPolicy: appsv1.ParallelPodManagement,
+			UpdateStrategy:      appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType},
+			Template:            tmpl,
+		},
+	}, nil
+}
+
+// inject returns the role's template with the sidecar in it: the binary
+// copied in by an init container, the training container's command
+// wrapped by `coordinator sidecar`, and the variables the sidecar reads.
+func inject(j Job, r Role, sc Sidecar) (corev1.PodTemplateSpec, error) {
+	t := *r.Template.DeepCopy()
+	if t.Labels == nil {
+		t.Labels = map[string]string{}
+	}
+	t.Labels[operatorbridge.LabelJob], t.Labels[operatorbridge.LabelRole] = j.ID, string(r.Name)
+	if j.Intranet == IntranetService {
+		if t.Annotations == nil {
+			t.Annotations = map[string]string{}
+		}
+		t.Annotations[operatorbridge.AnnotationIntranet] = IntranetService
+	}
+	spec := &t.Spec
+	if len(spec.Containers) == 0 {
+		return t, fmt.Errorf("%s template: no containers", r.Name)
+	}
+	if j.Intranet == IntranetHost {
+		spec.HostNetwork, spec.DNSPolicy = true, corev1.DNSClusterFirstWithHostNet
+	}
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: binVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	binMount := corev1.VolumeMount{Name: binVolume, MountPath: binDir}
+	spec.InitContainers = append([]corev1.Container{{
+		Name: initName, Image: sc.Image, Args: []string{"install", binary},
+		VolumeMounts: []corev1.VolumeMount{binMount},
+	}}, spec.InitContainers...)
+
+	c := &spec.Containers[trainingContainer(spec)]
+	if len(c.Command) == 0 {
+		return t, errNoCommand{role: string(r.Name), container: c.Name}
+	}
+	wrapped := []string{binary, "sidecar", "--role=" + string(r.Name)}
+	if j.WithGloo >= 1 && (r.Name == membership.RoleWorker || j.WithGloo == 2) {
+		wrapped = append(wrapped, "--with-gloo")
+	}
+	c.Command = append(append(append(wrapped, "--"), c.Command...), c.Args...)
+	c.Args = nil
+	c.VolumeMounts = append(c.VolumeMounts, binMount)
+	c.Env = append(c.Env, sidecarEnv(j, sc)...)
+	if sc.EtcdSecret != "" {
+		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: tlsVolume, VolumeSource: corev1.VolumeSource{
+			Secret: &corev1.SecretVolumeSource{SecretName: sc.EtcdSecret, DefaultMode: ptr(int32(0o440))}}})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: tlsVolume, MountPath: tlsDir, ReadOnly: true})
+	}
+	return t, nil
+}
+
+// sidecarEnv are the variables of the sidecar: the job, etcd, and the pod
+// through the downward API.
+func sidecarEnv(j Job, sc Sidecar) []corev1.EnvVar {
+	field := func(name, path string) corev1.EnvVar {
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+	}
+	intranet := j.Intranet
+	if intranet == IntranetHost {
+		intranet = IntranetPodIP // with the host's network the pod's IP is the host's
+	}
+	env := []corev1.EnvVar{
+		{Name: "ELASTIC_JOB_ID", Value: j.ID},
+		{Name: "ELASTIC_ETCD_ENDPOINTS", Value: sc.EtcdEndpoints},
+		{Name: "ELASTIC_INTRANET", Value: intranet},
+		field("POD_NAME", "metadata.name"),
+		field("POD_NAMESPACE", "metadata.namespace"),
+		field("POD_UID", "metadata.uid"),
+		field("POD_IP", "status.podIP"),
+	}
+	if sc.Prefix != "" {
+		env = append(env, corev1.EnvVar{Name: "ELASTIC_PREFIX", Value: sc.Prefix})
+	}
+	if sc.EtcdSecret != "" {
+		env = append(env,
+			corev1.EnvVar{Name: "ELASTIC_ETCD_CACERT", Value: path.Join(tlsDir, "ca.crt")},
+			corev1.EnvVar{Name: "ELASTIC_ETCD_CERT", Value: path.Join(tlsDir, "tls.crt")},
+			corev1.EnvVar{Name: "ELASTIC_ETCD_KEY", Value: path.Join(tlsDir, "tls.key")})
+	}
+	return env
+}
+
+// hash is a digest of a template: the StatefulSet is updated when it
+// changes, and not because the API server filled in defaults.
+func hash(t corev1.PodTemplateSpec) (string, error) {
+	data, err := json.Marshal(t)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:8]), nil
+}

@@ -1,0 +1,134 @@
+package jobcontroller
+
+import (
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	jobv1 "github.com/elastictraining/coordinator/api/v1"
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// Job is a training job as a resource of any of the kinds served describes
+// it: what the controller makes Kubernetes and etcd hold.
+type Job struct {
+	// Owner refers to the resource; everything made for the job is owned
+	// by it, so that it goes when the resource is deleted.
+	Owner     metav1.OwnerReference
+	Namespace string
+	// ID is the job's id in etcd: the resource's name.
+	ID    string
+	Roles []Role
+	// Spec is the etcd spec, Owner included.
+	Spec membership.Spec
+	// Intranet is PodIP, Service or Host.
+	Intranet string
+	// WithGloo is PaddlePaddle's 0, 1 (workers) or 2 (workers and servers).
+	WithGloo int
+}
+
+// Role is one role's pods.
+type Role struct {
+	Name     membership.Role
+	Replicas int
+	Template corev1.PodTemplateSpec
+}
+
+// Intranet modes.
+const (
+	IntranetPodIP   = "PodIP"
+	IntranetService = "Service"
+	IntranetHost    = "Host"
+)
+
+// ownerString is how a spec names its owner: Kind/namespace/name/uid.
+func ownerString(ref metav1.OwnerReference, namespace string) string {
+	return fmt.Sprintf("%s/%s/%s/%s", ref.Kind, namespace, ref.Name, ref.UID)
+}
+
+// ownerRef refers to a resource as the controller of what is made for it.
+func ownerRef(u *unstructured.Unstructured) metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion: u.GetAPIVersion(), Kind: u.GetKind(), Name: u.GetName(), UID: u.GetUID(), Controller: ptr(true),
+	}
+}
+
+// fromElasticJob reads an ElasticJob. The API server has checked it against
+// the CRD's schema; what the schema cannot say is checked here.
+func fromElasticJob(u *unstructured.Unstructured) (Job, error) {
+	var ej jobv1.ElasticJob
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &ej); err != nil {
+		return Job{}, fmt.Errorf("read %s %s: %w", u.GetKind(), u.GetName(), err)
+	}
+	s := ej.Spec
+	if s.Worker == nil {
+		return Job{}, fmt.Errorf("spec.worker: required")
+	}
+	if s.Heter != nil {
+		return Job{}, fmt.Errorf("spec.heter: heterogeneous trainers are not supported yet")
+	}
+	j := Job{Owner: ownerRef(u), Namespace: u.GetNamespace(), ID: u.GetName(), Intranet: or(s.Intranet, IntranetPodIP)}
+	if err := membership.ValidateJobID(j.ID); err != nil {
+		return Job{}, fmt.Errorf("metadata.name: %w", err)
+	}
+	workers := int(deref(s.Worker.Replicas, 1))
+	// Scaled below its minimum, a job runs at exactly its replicas.
+	least := min(int(deref(s.Worker.MinReplicas, int32(workers))), workers)
+	spec := membership.DefaultSpec(membership.NP{Min: least, Max: workers})
+	spec.FaultTolerance = deref(s.FaultTolerance, membership.FaultToleranceRestart)
+	spec.MaxRestarts = deref(s.MaxRestarts, membership.DefaultMaxRestarts)
+	spec.SuccessPolicy = membership.SuccessPolicy(or(s.SuccessPolicy, string(membership.SuccessAllWorkers)))
+	spec.CleanPodPolicy = membership.CleanPodPolicy(or(s.CleanPodPolicy, string(membership.CleanPodNever)))
+	spec.Owner = ownerString(j.Owner, j.Namespace)
+	j.WithGloo = deref(s.WithGloo, 0)
+
+	j.Roles = append(j.Roles, Role{Name: membership.RoleWorker, Replicas: workers, Template: s.Worker.Template})
+	for _, r := range []struct {
+		name membership.Role
+		spec *jobv1.RoleSpec
+		into *int
+	}{{membership.RolePS, s.PS, &spec.PS}, {membership.RoleScheduler, s.Scheduler, &spec.Schedulers}} {
+		if r.spec == nil {
+			continue
+		}
+		n := int(deref(r.spec.Replicas, 1))
+		*r.into = n
+		j.Roles = append(j.Roles, Role{Name: r.name, Replicas: n, Template: r.spec.Template})
+	}
+	if err := spec.Validate(); err != nil {
+		return Job{}, fmt.Errorf("spec: %w", err)
+	}
+	j.Spec = spec
+	return j, nil
+}
+
+// trainingContainer is the index of the container the sidecar wraps: the
+// one named after a framework, or else the first.
+func trainingContainer(spec *corev1.PodSpec) int {
+	for i, c := range spec.Containers {
+		if slices.Contains([]string{"paddle", "mindspore", "pytorch", "trainer"}, c.Name) {
+			return i
+		}
+	}
+	return 0
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func deref[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+func ptr[T any](v T) *T { return &v }

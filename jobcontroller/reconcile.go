@@ -1,0 +1,280 @@
+package jobcontroller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	jobv1 "github.com/elastictraining/coordinator/api/v1"
+	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/operatorbridge"
+)
+
+// reconcile makes etcd and Kubernetes hold what one job asks for, and
+// reports. A write that fails returns an error: the job is queued again
+// with backoff. A spec the controller cannot run is reported and waits for
+// the next change of the resource.
+func (t *term) reconcile(ctx context.Context, name string) error {
+	u := t.object(name)
+	if u == nil {
+		return t.forget(ctx, name)
+	}
+	if u.GetDeletionTimestamp() != nil {
+		return nil // the garbage collector removes what the job owns
+	}
+	job, err := fromElasticJob(u)
+	if err != nil {
+		t.warnOnce(u, "InvalidSpec", err.Error())
+		return t.writeStatus(ctx, u, nil, []string{err.Error()})
+	}
+	var problems []string
+	var failed []error
+	fail := func(err error) {
+		problems, failed = append(problems, err.Error()), append(failed, err)
+	}
+	if taken, err := t.writeSpec(ctx, u, job); err != nil {
+		fail(err)
+	} else if taken != "" {
+		problems = append(problems, taken)
+		t.warnOnce(u, "JobIDTaken", taken)
+		return t.writeStatus(ctx, u, &job, problems)
+	}
+	if err := t.ensureService(ctx, u, job); err != nil {
+		fail(err)
+	}
+	for _, r := range job.Roles {
+		if err := t.ensureStatefulSet(ctx, u, job, r); err != nil {
+			var noCommand errNoCommand
+			if errors.As(err, &noCommand) {
+				problems = append(problems, err.Error())
+				t.warnOnce(u, "InvalidTemplate", err.Error())
+				continue
+			}
+			fail(err)
+		}
+	}
+	if err := t.removeDroppedRoles(ctx, u, job); err != nil {
+		fail(err)
+	}
+	if err := t.writeStatus(ctx, u, &job, problems); err != nil {
+		failed = append(failed, err)
+	}
+	return errors.Join(failed...)
+}
+
+// writeSpec stores the job's spec in etcd unless it is stored already. The
+// records of an earlier resource of the same kind and name (deleted while no
+// controller ran) are removed first, so that the new job starts afresh. A
+// job id held by something else is not touched: what holds it is returned.
+func (t *term) writeSpec(ctx context.Context, u *unstructured.Unstructured, j Job) (taken string, err error) {
+	key := t.cfg.Keys.Spec(j.ID)
+	resp, err := t.cfg.Etcd.Get(ctx, key)
+	if err != nil {
+		return "", fmt.Errorf("read the etcd spec of job %s: %w", j.ID, err)
+	}
+	cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+	var before *membership.Spec
+	if len(resp.Kvs) == 1 {
+		stored, err := membership.DecodeSpec(resp.Kvs[0].Value)
+		switch {
+		case err == nil && stored == j.Spec:
+			return "", nil
+		case err == nil && stored.Owner == "":
+			return fmt.Sprintf("job id %s is in use in etcd by a job that no resource runs (sidecars or `coordinator scale` made it): rename this %s, or delete the job's keys %s",
+				j.ID, j.Owner.Kind, t.cfg.Keys.Job(j.ID)), nil
+		case err == nil && stored.Owner != j.Spec.Owner:
+			if !sameResource(stored.Owner, j.Spec.Owner) {
+				return fmt.Sprintf("job id %s is in use in etcd by %s", j.ID, stored.Owner), nil
+			}
+			if err := t.deleteRecords(ctx, j.ID, stored.Owner); err != nil {
+				return "", err
+			}
+		case err == nil:
+			before = &stored
+			cmp = clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)
+		default:
+			// Malformed: this resource's spec replaces it.
+			cmp = clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)
+		}
+	}
+	val, err := membership.Encode(j.Spec)
+	if err != nil {
+		return "", err
+	}
+	txn, err := t.cfg.Etcd.Txn(ctx).If(cmp).Then(clientv3.OpPut(key, val)).Commit()
+	if err != nil {
+		return "", fmt.Errorf("write the etcd spec of job %s: %w", j.ID, err)
+	}
+	if !txn.Succeeded {
+		return "", fmt.Errorf("the etcd spec of job %s changed while it was written", j.ID)
+	}
+	switch {
+	case before == nil:
+		t.logger.Info("job spec written", "job", j.ID, "np", j.Spec.NP.String())
+	case before.NP != j.Spec.NP:
+		t.logger.Info("job scaled", "job", j.ID, "from", before.NP.String(), "to", j.Spec.NP.String())
+		t.recorder.Eventf(u, corev1.EventTypeNormal, "Scaling", "np %s → %s", before.NP, j.Spec.NP)
+	default:
+		t.logger.Info("job spec updated", "job", j.ID)
+	}
+	return "", nil
+}
+
+// sameResource reports whether two owners name the same kind, namespace
+// and name (of different incarnations, if their UIDs differ).
+func sameResource(a, b string) bool {
+	i, j := strings.LastIndexByte(a, '/'), strings.LastIndexByte(b, '/')
+	return i > 0 && j > 0 && a[:i] == b[:j]
+}
+
+// forget removes the etcd records of a job whose resource is gone.
+func (t *term) forget(ctx context.Context, name string) error {
+	rec := t.recordsOf(name)
+	delete(t.warned, name)
+	if rec.spec == nil || !strings.HasPrefix(rec.spec.Owner, jobv1.Kind+"/"+t.cfg.Namespace+"/"+name+"/") {
+		return nil
+	}
+	return t.deleteRecords(ctx, name, rec.spec.Owner)
+}
+
+// deleteRecords removes every key of a job — spec, plan, status, events,
+// node records — if its spec is still owner's.
+func (t *term) deleteRecords(ctx context.Context, job, owner string) error {
+	key := t.cfg.Keys.Spec(job)
+	resp, err := t.cfg.Etcd.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("read the etcd spec of job %s: %w", job, err)
+	}
+	if len(resp.Kvs) != 1 {
+		return nil
+	}
+	if s, err := membership.DecodeSpec(resp.Kvs[0].Value); err != nil || s.Owner != owner {
+		return nil
+	}
+	_, err = t.cfg.Etcd.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)).
+		Then(clientv3.OpDelete(t.cfg.Keys.Job(job), clientv3.WithPrefix())).Commit()
+	if err != nil {
+		return fmt.Errorf("delete the etcd records of job %s: %w", job, err)
+	}
+	t.logger.Info("job records deleted from etcd: its resource is gone", "job", job, "owner", owner)
+	return nil
+}
+
+// ensureService keeps the headless Service that governs the job's
+// StatefulSets, so that every pod has a DNS name.
+func (t *term) ensureService(ctx context.Context, u *unstructured.Unstructured, j Job) error {
+	services := t.cfg.Kube.CoreV1().Services(j.Namespace)
+	have, err := services.Get(ctx, j.ID, metav1.GetOptions{})
+	switch {
+	case err == nil && owns(have.OwnerReferences, j.Owner.UID):
+		return nil
+	case err == nil:
+		return fmt.Errorf("Service %s exists and is not this job's", j.ID)
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("get Service %s: %w", j.ID, err)
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: j.ID, Namespace: j.Namespace, Labels: map[string]string{operatorbridge.LabelJob: j.ID},
+			OwnerReferences: []metav1.OwnerReference{j.Owner},
+		},
+		Spec: corev1.ServiceSpec{
+			ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{operatorbridge.LabelJob: j.ID},
+			PublishNotReadyAddresses: true, // peers are resolved before they are ready
+		},
+	}
+	if _, err := services.Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create Service %s: %w", j.ID, err)
+	}
+	t.recorder.Eventf(u, corev1.EventTypeNormal, "Created", "Service %s", j.ID)
+	return nil
+}
+
+// ensureStatefulSet creates a role's StatefulSet, or brings its template up
+// to date. Its replicas are the bridge's to set once it exists.
+func (t *term) ensureStatefulSet(ctx context.Context, u *unstructured.Unstructured, j Job, r Role) error {
+	want, err := statefulSet(j, r, t.cfg.Sidecar)
+	if err != nil {
+		return err
+	}
+	sets := t.cfg.Kube.AppsV1().StatefulSets(j.Namespace)
+	have, err := t.sets.StatefulSets(j.Namespace).Get(want.Name)
+	switch {
+	case apierrors.IsNotFound(err):
+		if _, err := sets.Create(ctx, want, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create StatefulSet %s: %w", want.Name, err)
+		}
+		t.logger.Info("created", "job", j.ID, "statefulset", want.Name, "replicas", r.Replicas)
+		t.recorder.Eventf(u, corev1.EventTypeNormal, "Created", "StatefulSet %s with %d pods", want.Name, r.Replicas)
+		return nil
+	case err != nil:
+		return fmt.Errorf("get StatefulSet %s: %w", want.Name, err)
+	case !owns(have.OwnerReferences, j.Owner.UID):
+		return fmt.Errorf("StatefulSet %s exists and is not this job's", want.Name)
+	case have.Annotations[hashAnnote] == want.Annotations[hashAnnote]:
+		return nil
+	}
+	next := have.DeepCopy()
+	next.Spec.Template, next.Labels = want.Spec.Template, want.Labels
+	if next.Annotations == nil {
+		next.Annotations = map[string]string{}
+	}
+	next.Annotations[hashAnnote] = want.Annotations[hashAnnote]
+	if _, err := sets.Update(ctx, next, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("update StatefulSet %s: %w", want.Name, err)
+	}
+	t.recorder.Eventf(u, corev1.EventTypeNormal, "Updated", "StatefulSet %s: new pod template, for the pods created from now on", want.Name)
+	return nil
+}
+
+// removeDroppedRoles deletes the StatefulSets of roles the job no longer
+// has.
+func (t *term) removeDroppedRoles(ctx context.Context, u *unstructured.Unstructured, j Job) error {
+	have, err := t.sets.StatefulSets(j.Namespace).List(labels.SelectorFromSet(labels.Set{operatorbridge.LabelJob: j.ID}))
+	if err != nil {
+		return err
+	}
+	keep := map[string]bool{}
+	for _, r := range j.Roles {
+		keep[StatefulSetName(j.ID, r.Name)] = true
+	}
+	for _, s := range have {
+		if keep[s.Name] || !owns(s.OwnerReferences, j.Owner.UID) {
+			continue
+		}
+		if err := deleteStatefulSet(ctx, t, s); err != nil {
+			return err
+		}
+		t.recorder.Eventf(u, corev1.EventTypeNormal, "Deleted", "StatefulSet %s: its role is gone from the spec", s.Name)
+	}
+	return nil
+}
+
+func deleteStatefulSet(ctx context.Context, t *term, s *appsv1.StatefulSet) error {
+	uid := s.UID
+	err := t.cfg.Kube.AppsV1().StatefulSets(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete StatefulSet %s: %w", s.Name, err)
+	}
+	return nil
+}
+
+func owns(refs []metav1.OwnerReference, uid types.UID) bool {
+	for _, r := range refs {
+		if r.UID == uid {
+			return true
+		}
+	}
+	return false
+}
