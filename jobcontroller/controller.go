@@ -89,8 +89,8 @@ type term struct {
 	sets     appslisters.StatefulSetLister
 	synced   []cache.InformerSynced
 
-	mu      sync.Mutex
-	records map[string]*etcdRecords // by job id
+	mu       sync.Mutex
+	records  map[string]*etcdRecords // by job id
 	watchErr string
 
 	// Owned by the reconcile worker: the Warning Events said, by job and
@@ -115,8 +115,8 @@ func (c *Controller) Lead(ctx context.Context) error {
 		recorder:   broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "elastic-coordinator"}),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "elastic-job-resources"}),
-		records:  map[string]*etcdRecords{},
-		warned:   map[string]map[string]string{},
+		records: map[string]*etcdRecords{},
+		warned:  map[string]map[string]string{},
 	}
 	defer t.queue.ShutDown()
 	stop, err := t.startInformers()

@@ -76,10 +76,10 @@ func splitLines(s string) []string {
 // ElasticJob is the CRD of api/v1.
 func ElasticJob() *apiextensionsv1.CustomResourceDefinition {
 	spec := object(map[string]apiextensionsv1.JSONSchemaProps{
-		"worker":    role("the trainers: their replicas are the job's np, what `kubectl scale` and an HPA change", true),
-		"ps":        role("parameter servers (PaddlePaddle, MindSpore)", false),
-		"scheduler": role("MindSpore's scheduler: one at most", false),
-		"heter":     role("PaddlePaddle's heterogeneous parameter-server trainers", false),
+		"worker":         role("the trainers: their replicas are the job's np, what `kubectl scale` and an HPA change", true),
+		"ps":             role("parameter servers (PaddlePaddle, MindSpore)", false),
+		"scheduler":      role("MindSpore's scheduler: one at most", false),
+		"heter":          role("PaddlePaddle's heterogeneous parameter-server trainers", false),
 		"faultTolerance": intEnum("0: a failure ends the job; 1: restart; 2: restart and replace the failing node", 0, 1, 2),
 		"maxRestarts": {Type: "integer", Minimum: ptr(0.0), Maximum: ptr(1e6),
 			Description: "restarts that failures may spend; membership changes spend none"},
@@ -155,7 +155,7 @@ func role(description string, ranged bool) apiextensionsv1.JSONSchemaProps {
 	}
 	if ranged {
 		props["minReplicas"] = apiextensionsv1.JSONSchemaProps{Type: "integer", Format: "int32", Minimum: ptr(1.0),
-			Maximum: ptr(float64(membership.MaxNP)),
+			Maximum:     ptr(float64(membership.MaxNP)),
 			Description: "the fewest workers the job runs on (np MIN:MAX with replicas the MAX); replicas if unset"}
 	}
 	s := object(props, "template")
