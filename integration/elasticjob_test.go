@@ -200,3 +200,70 @@ func TestElasticJobRunsScalesThroughKubectlAndGoesWithItsResource(t *testing.T) 
 func fromUnstructured(raw map[string]any, into any) error {
 	return runtime.DefaultUnstructuredConverter.FromUnstructured(raw, into)
 }
+
+// TestABadElasticJobIsRefusedNamingTheField sends the API server jobs it
+// must refuse, each with a message that names what is wrong.
+func TestABadElasticJobIsRefusedNamingTheField(t *testing.T) {
+	t.Parallel()
+	c := kubeCluster(t)
+	dyn, err := dynamic.NewForConfig(c.Config)
+	require.NoError(t, err)
+	applyCRDs(t, c, dyn)
+	e := &kubeEnv{t: t, c: c, dyn: dyn, ns: "default"}
+	for _, tc := range []struct{ name, manifest, want string }{
+		{"clean pod policy", elasticJobYAML("bad1", 2, "cleanPodPolicy: Sometimes"), `spec.cleanPodPolicy: Unsupported value: "Sometimes"`},
+		{"two schedulers", elasticJobYAML("bad2", 2, "scheduler: {replicas: 2, template: {spec: {containers: [{name: s, image: s}]}}}"),
+			"spec.scheduler.replicas: Invalid value"},
+		{"min above max", strings.Replace(elasticJobYAML("bad3", 2, ""), "replicas: 2", "replicas: 2\n    minReplicas: 3", 1),
+			"spec.worker.minReplicas: Invalid value"},
+		{"no workers", elasticJobYAML("bad4", 0, ""), "spec.worker.replicas: Invalid value: 0"},
+		{"fault tolerance", elasticJobYAML("bad5", 2, "faultTolerance: 3"), "spec.faultTolerance: Unsupported value: 3"},
+		{"no worker", "apiVersion: elastictraining.io/v1\nkind: ElasticJob\nmetadata: {name: bad6}\nspec: {maxRestarts: 1}\n", "spec.worker: Required value"},
+		{"no containers", "apiVersion: elastictraining.io/v1\nkind: ElasticJob\nmetadata: {name: bad7}\nspec: {worker: {replicas: 1, template: {spec: {containers: []}}}}\n",
+			"spec.worker.template.spec.containers: Invalid value"},
+		{"long name", elasticJobYAML("a-job-whose-name-is-far-too-long-for-its-pods", 2, ""), "metadata.name: at most 40 characters"},
+	} {
+		err := e.createJob(tc.manifest)
+		require.Error(t, err, tc.name)
+		assert.True(t, apierrors.IsInvalid(err), "%s: %v", tc.name, err)
+		assert.Contains(t, err.Error(), tc.want, tc.name)
+	}
+}
+
+// TestElasticJobCleanPodPolicyAndProblems runs jobs to their end: with
+// OnCompletion their pods go, with Never they stay; a template the
+// controller cannot wrap is reported in the status and an Event.
+func TestElasticJobCleanPodPolicyAndProblems(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t, kubeOptions{injected: true, toyEnv: []string{"TOY_STEPS=3", "TOY_INTERVAL=0.1"}})
+	applyCRDs(t, e.c, e.dyn)
+	for _, policy := range []string{"OnCompletion", "Never", "Always", "OnFailure"} {
+		name := "done-" + strings.ToLower(policy)
+		require.NoError(t, e.createJob(elasticJobYAML(name, 2, "cleanPodPolicy: "+policy)))
+	}
+	require.NoError(t, e.createJob(strings.Replace(elasticJobYAML("nocmd", 1, ""), "command:", "args:", 1)))
+
+	for _, policy := range []string{"OnCompletion", "Never", "Always", "OnFailure"} {
+		name := "done-" + strings.ToLower(policy)
+		e.jobStatus(name, "Succeeded", func(s jobv1.ElasticJobStatus) bool { return s.Phase == jobv1.PhaseSucceeded })
+		gone := policy == "OnCompletion" || policy == "Always"
+		if gone {
+			require.Eventually(t, func() bool {
+				return kubetest.RunningPods(t.Context(), e.c.Client, e.ns, "elastic.job="+name) == 0
+			}, 60*time.Second, 50*time.Millisecond, "cleanPodPolicy %s left the pods of a job that succeeded", policy)
+		}
+	}
+	// The pods a policy keeps are still there once the others are gone.
+	for _, name := range []string{"done-never", "done-onfailure"} {
+		assert.Equal(t, 2, kubetest.RunningPods(t.Context(), e.c.Client, e.ns, "elastic.job="+name), name)
+	}
+	st := e.jobStatus("nocmd", "reported its template", func(s jobv1.ElasticJobStatus) bool { return s.Problem != "" })
+	assert.Contains(t, st.Problem, "container trainer has no command")
+	assert.Eventually(t, func() bool { return hasEvent(e.events("nocmd"), "InvalidTemplate", "no command") }, 10*time.Second, 50*time.Millisecond)
+
+	// Deleted, whatever its policy: the job's pods go with it.
+	require.NoError(t, e.dyn.Resource(jobv1.GroupVersionResource).Namespace(e.ns).Delete(t.Context(), "done-never", metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool {
+		return kubetest.RunningPods(t.Context(), e.c.Client, e.ns, "elastic.job=done-never") == 0
+	}, 60*time.Second, 50*time.Millisecond, "the pods outlived their job")
+}
