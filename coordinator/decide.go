@@ -186,6 +186,9 @@ func decideStopped(v view, d decision, tm timing, now time.Time) decision {
 			switch {
 			case v.spec.FaultTolerance == membership.FaultToleranceNone:
 				return finish(v, now, membership.JobFailed, max(f.ExitCode, 1), reason+" and fault tolerance is 0")
+			case len(v.spec.RetryableExitCodes) > 0 && !slices.Contains(v.spec.RetryableExitCodes, f.ExitCode):
+				return finish(v, now, membership.JobFailed, max(f.ExitCode, 1),
+					fmt.Sprintf("%s and exit code %d is not one a restart answers %v", reason, f.ExitCode, v.spec.RetryableExitCodes))
 			case restarts >= v.spec.MaxRestarts:
 				return finish(v, now, membership.JobFailed, max(f.ExitCode, 1),
 					fmt.Sprintf("%s and the restart budget of %d is spent", reason, v.spec.MaxRestarts))

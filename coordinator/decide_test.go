@@ -272,6 +272,19 @@ func TestDecideRunPhase(t *testing.T) {
 		d = decide(view{job: "j", spec: &s, plan: stop, nodes: in(nodes, membership.NodeStopped, 2)}, memo{}, tm, t0)
 		assert.Equal(t, membership.JobFailed, d.plan.Result)
 		assert.Equal(t, 7, d.plan.ExitCode)
+
+		// Only some exit codes retried (MSJob's restartPolicy ExitCode):
+		// 7 is not one of them, 137 would be.
+		s = spec("2")
+		s.RetryableExitCodes = []int{130, 137, 138, 143}
+		d = decide(view{job: "j", spec: &s, plan: stop, nodes: in(nodes, membership.NodeStopped, 2)}, memo{}, tm, t0)
+		assert.Equal(t, membership.JobFailed, d.plan.Result)
+		assert.Contains(t, d.plan.Reason+d.status.Message, "exit code 7 is not one a restart answers")
+		retried := *stop
+		retried.Failure = &membership.Failure{Node: "b", Role: membership.RoleWorker, Rank: 1, ExitCode: 137}
+		d = decide(view{job: "j", spec: &s, plan: &retried, nodes: in(nodes, membership.NodeStopped, 2)}, memo{}, tm, t0)
+		assert.Equal(t, membership.PhaseRun, d.plan.Phase)
+		assert.Equal(t, 1, d.plan.Restarts)
 	})
 	t.Run("a failure explained by a member lost during the stop costs nothing", func(t *testing.T) {
 		failed := in(nodes, membership.NodeRunning, 1)

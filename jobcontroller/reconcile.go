@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -87,7 +88,7 @@ func (t *term) writeSpec(ctx context.Context, u *unstructured.Unstructured, j Jo
 	if len(resp.Kvs) == 1 {
 		stored, err := membership.DecodeSpec(resp.Kvs[0].Value)
 		switch {
-		case err == nil && stored == j.Spec:
+		case err == nil && reflect.DeepEqual(stored, j.Spec):
 			return "", nil
 		case err == nil && stored.Owner == "":
 			return fmt.Sprintf("job id %s is in use in etcd by a job that no resource runs (sidecars or `coordinator scale` made it): rename this %s, or delete the job's keys %s",

@@ -67,6 +67,10 @@ type Spec struct {
 	// CleanPodPolicy is read by the Kubernetes bridge; defaults to
 	// CleanPodNever.
 	CleanPodPolicy CleanPodPolicy `json:"cleanPodPolicy"`
+	// RetryableExitCodes, when set, are the only exit codes of a failed
+	// child that a restart may answer; any other ends the job (MSJob's
+	// restartPolicy ExitCode).
+	RetryableExitCodes []int `json:"retryableExitCodes,omitempty"`
 	// Owner, when set, is the Kubernetes resource the spec is written
 	// from (Kind/namespace/name/uid): a change made elsewhere is undone.
 	Owner string `json:"owner,omitempty"`
