@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,7 +50,11 @@ type Config struct {
 	// Namespace is where the jobs live.
 	Namespace string
 	Sidecar   Sidecar
-	Logger    hclog.Logger
+	// Kinds are the kinds served; AllKinds if empty.
+	Kinds []Kind
+	// Entrypoints reads the command of images run without one.
+	Entrypoints *Entrypoints
+	Logger      hclog.Logger
 }
 
 // Controller runs the jobs of one namespace. It implements the
@@ -77,6 +82,12 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
+	if len(cfg.Kinds) == 0 {
+		cfg.Kinds = AllKinds
+	}
+	if cfg.Entrypoints == nil {
+		cfg.Entrypoints = &Entrypoints{}
+	}
 	return &Controller{cfg: cfg, logger: cfg.Logger.Named("jobs").With("namespace", cfg.Namespace)}, nil
 }
 
@@ -84,18 +95,22 @@ func New(cfg Config) (*Controller, error) {
 type term struct {
 	*Controller
 	recorder record.EventRecorder
-	queue    workqueue.TypedRateLimitingInterface[string]
-	jobs     cache.GenericLister
-	sets     appslisters.StatefulSetLister
-	synced   []cache.InformerSynced
+	// queue holds keys KIND/NAME.
+	queue workqueue.TypedRateLimitingInterface[string]
+	kinds map[string]*servedKind
+	sets  appslisters.StatefulSetLister
+	// setsSynced tells whether the StatefulSet cache is filled.
+	setsSynced cache.InformerSynced
 
 	mu       sync.Mutex
 	records  map[string]*etcdRecords // by job id
-	watchErr string
+	watchErr map[string]string       // by resource
 
 	// Owned by the reconcile worker: the Warning Events said, by job and
 	// reason, so that a problem is said once.
 	warned map[string]map[string]string
+	// reports are the last report of each job, by key.
+	reports map[string]jobv1.ElasticJobStatus
 }
 
 // etcdRecords are what the coordinator and the bridge wrote of a job.
@@ -115,8 +130,11 @@ func (c *Controller) Lead(ctx context.Context) error {
 		recorder:   broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "elastic-coordinator"}),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "elastic-job-resources"}),
-		records: map[string]*etcdRecords{},
-		warned:  map[string]map[string]string{},
+		records:  map[string]*etcdRecords{},
+		kinds:    map[string]*servedKind{},
+		watchErr: map[string]string{},
+		warned:   map[string]map[string]string{},
+		reports:  map[string]jobv1.ElasticJobStatus{},
 	}
 	defer t.queue.ShutDown()
 	stop, err := t.startInformers()
@@ -142,9 +160,16 @@ func (c *Controller) Lead(ctx context.Context) error {
 	return nil
 }
 
-// startInformers watches the namespace's ElasticJobs and the StatefulSets
-// that carry a job label. A kind that cannot be listed (its CRD missing,
-// RBAC) is logged and retried; it stops nothing else.
+// servedKind is a kind and its cache.
+type servedKind struct {
+	Kind
+	lister cache.GenericLister
+	synced cache.InformerSynced
+}
+
+// startInformers watches the namespace's jobs of every kind and the
+// StatefulSets that carry a job label. A kind that cannot be listed (its
+// CRD missing, RBAC) is logged and retried; the other kinds go on.
 func (t *term) startInformers() (stop func(), err error) {
 	ns := t.cfg.Namespace
 	stopCh := make(chan struct{})
@@ -152,22 +177,25 @@ func (t *term) startInformers() (stop func(), err error) {
 	typed := informers.NewSharedInformerFactoryWithOptions(t.cfg.Kube, 0, informers.WithNamespace(ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = operatorbridge.LabelJob }))
 
-	jobs := dyn.ForResource(jobv1.GroupVersionResource)
-	if err := jobs.Informer().SetWatchErrorHandlerWithContext(t.watchError("elasticjobs")); err != nil {
-		return nil, err
-	}
-	enqueue := func(obj any) {
-		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
+	for _, k := range t.cfg.Kinds {
+		inf := dyn.ForResource(k.Resource)
+		if err := inf.Informer().SetWatchErrorHandlerWithContext(t.watchError(k.Resource.GroupResource().String())); err != nil {
+			return nil, err
 		}
-		if m, ok := obj.(metav1.Object); ok {
-			t.queue.Add(m.GetName())
+		enqueue := func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if m, ok := obj.(metav1.Object); ok {
+				t.queue.Add(key(k.Name, m.GetName()))
+			}
 		}
-	}
-	if _, err := jobs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: enqueue,
-	}); err != nil {
-		return nil, err
+		if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: enqueue,
+		}); err != nil {
+			return nil, err
+		}
+		t.kinds[k.Name] = &servedKind{Kind: k, lister: inf.Lister(), synced: inf.Informer().HasSynced}
 	}
 	sets := typed.Apps().V1().StatefulSets()
 	ownerOf := func(obj any) {
@@ -175,8 +203,8 @@ func (t *term) startInformers() (stop func(), err error) {
 			obj = tomb.Obj
 		}
 		if m, ok := obj.(metav1.Object); ok {
-			if ref := metav1.GetControllerOf(m); ref != nil && ref.Kind == jobv1.Kind {
-				t.queue.Add(ref.Name)
+			if ref := metav1.GetControllerOf(m); ref != nil && t.kinds[ref.Kind] != nil {
+				t.queue.Add(key(ref.Kind, ref.Name))
 			}
 		}
 	}
@@ -185,8 +213,7 @@ func (t *term) startInformers() (stop func(), err error) {
 	}); err != nil {
 		return nil, err
 	}
-	t.jobs, t.sets = jobs.Lister(), sets.Lister()
-	t.synced = []cache.InformerSynced{jobs.Informer().HasSynced, sets.Informer().HasSynced}
+	t.sets, t.setsSynced = sets.Lister(), sets.Informer().HasSynced
 	dyn.Start(stopCh)
 	typed.Start(stopCh)
 	return func() {
@@ -196,46 +223,46 @@ func (t *term) startInformers() (stop func(), err error) {
 	}, nil
 }
 
+// key is the queue's key of a job: KIND/NAME.
+func key(kind, name string) string { return kind + "/" + name }
+
 func (t *term) watchError(resource string) cache.WatchErrorHandlerWithContext {
 	return func(_ context.Context, _ *cache.Reflector, err error) {
 		msg := fmt.Sprintf("cannot list or watch %s in namespace %s: %v", resource, t.cfg.Namespace, err)
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		if t.watchErr != msg {
+		if t.watchErr[resource] != msg {
 			t.logger.Error("kubernetes watch failed; jobs of other kinds go on", "resource", resource, "error", err)
 		}
-		t.watchErr = msg
+		t.watchErr[resource] = msg
 	}
-}
-
-func (t *term) cachesSynced() bool {
-	for _, s := range t.synced {
-		if !s() {
-			return false
-		}
-	}
-	return true
 }
 
 // processNext reconciles one job; false once the queue is shut down.
 func (t *term) processNext(ctx context.Context) bool {
-	name, quit := t.queue.Get()
+	item, quit := t.queue.Get()
 	if quit {
 		return false
 	}
-	defer t.queue.Done(name)
-	if !t.cachesSynced() {
-		t.queue.AddAfter(name, 200*time.Millisecond)
+	defer t.queue.Done(item)
+	kindName, name, _ := strings.Cut(item, "/")
+	k := t.kinds[kindName]
+	if k == nil {
+		t.queue.Forget(item)
+		return true
+	}
+	if !k.synced() || !t.setsSynced() {
+		t.queue.AddAfter(item, 200*time.Millisecond)
 		return true
 	}
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := t.reconcile(rctx, name); err != nil && ctx.Err() == nil {
-		t.logger.Warn("reconcile failed; retrying", "job", name, "error", err)
-		t.queue.AddRateLimited(name)
+	if err := t.reconcile(rctx, k, name); err != nil && ctx.Err() == nil {
+		t.logger.Warn("reconcile failed; retrying", "kind", k.Name, "job", name, "error", err)
+		t.queue.AddRateLimited(item)
 		return true
 	}
-	t.queue.Forget(name)
+	t.queue.Forget(item)
 	return true
 }
 
@@ -265,8 +292,11 @@ func (t *term) followEtcd(ctx context.Context) {
 				touched[jk.Job] = true
 			}
 			t.mu.Unlock()
+			// The kind is not known from etcd: each looks.
 			for job := range touched {
-				t.queue.Add(job)
+				for kind := range t.kinds {
+					t.queue.Add(key(kind, job))
+				}
 			}
 			return nil
 		})
@@ -302,9 +332,9 @@ func (t *term) recordsOf(job string) etcdRecords {
 	return etcdRecords{}
 }
 
-// object returns the job's resource from the cache, or nil.
-func (t *term) object(name string) *unstructured.Unstructured {
-	obj, err := t.jobs.ByNamespace(t.cfg.Namespace).Get(name)
+// object returns a job's resource from the cache, or nil.
+func (t *term) object(k *servedKind, name string) *unstructured.Unstructured {
+	obj, err := k.lister.ByNamespace(t.cfg.Namespace).Get(name)
 	if err != nil {
 		return nil
 	}

@@ -41,10 +41,14 @@ const (
 )
 
 // errNoCommand is why a training container cannot be wrapped.
-type errNoCommand struct{ role, container string }
+type errNoCommand struct {
+	role, container string
+	why             error
+}
 
 func (e errNoCommand) Error() string {
-	return fmt.Sprintf("%s template: container %s has no command; give the training command (the sidecar wraps it)", e.role, e.container)
+	return fmt.Sprintf("%s template: container %s has no command, and its image's is unknown (%v); give the training command, which the sidecar wraps",
+		e.role, e.container, e.why)
 }
 
 // StatefulSetName names the StatefulSet of a job's role.
@@ -55,9 +59,9 @@ func StatefulSetName(job string, role membership.Role) string { return job + "-"
 // start in parallel, and a changed template reaches only the pods created
 // after it (OnDelete): a rolling update would restart the job behind the
 // coordinator's back.
-func statefulSet(j Job, r Role, sc Sidecar) (*appsv1.StatefulSet, error) {
+func statefulSet(j Job, r Role, sc Sidecar, command commandOf) (*appsv1.StatefulSet, error) {
 	labels := map[string]string{operatorbridge.LabelJob: j.ID, operatorbridge.LabelRole: string(r.Name)}
-	tmpl, err := inject(j, r, sc)
+	tmpl, err := inject(j, r, sc, command)
 	if err != nil {
 		return nil, err
 	}
@@ -83,10 +87,14 @@ func statefulSet(j Job, r Role, sc Sidecar) (*appsv1.StatefulSet, error) {
 	}, nil
 }
 
+// commandOf is the command a container runs: its command and arguments,
+// or its image's where it gives none.
+type commandOf func(c *corev1.Container) ([]string, error)
+
 // inject returns the role's template with the sidecar in it: the binary
 // copied in by an init container, the training container's command
 // wrapped by `coordinator sidecar`, and the variables the sidecar reads.
-func inject(j Job, r Role, sc Sidecar) (corev1.PodTemplateSpec, error) {
+func inject(j Job, r Role, sc Sidecar, command commandOf) (corev1.PodTemplateSpec, error) {
 	t := *r.Template.DeepCopy()
 	if t.Labels == nil {
 		t.Labels = map[string]string{}
@@ -113,14 +121,18 @@ func inject(j Job, r Role, sc Sidecar) (corev1.PodTemplateSpec, error) {
 	}}, spec.InitContainers...)
 
 	c := &spec.Containers[trainingContainer(spec)]
-	if len(c.Command) == 0 {
-		return t, errNoCommand{role: string(r.Name), container: c.Name}
+	training, err := command(c)
+	if err != nil {
+		return t, errNoCommand{role: string(r.Name), container: c.Name, why: err}
 	}
 	wrapped := []string{binary, "sidecar", "--role=" + string(r.Name)}
 	if j.WithGloo >= 1 && (r.Name == membership.RoleWorker || j.WithGloo == 2) {
 		wrapped = append(wrapped, "--with-gloo")
 	}
-	c.Command = append(append(append(wrapped, "--"), c.Command...), c.Args...)
+	if r.Port > 0 {
+		wrapped = append(wrapped, fmt.Sprintf("--port=%d", r.Port))
+	}
+	c.Command = append(append(wrapped, "--"), training...)
 	c.Args = nil
 	c.VolumeMounts = append(c.VolumeMounts, binMount)
 	c.Env = append(c.Env, sidecarEnv(j, sc)...)

@@ -36,6 +36,9 @@ type Role struct {
 	Name     membership.Role
 	Replicas int
 	Template corev1.PodTemplateSpec
+	// Port, if set, is the first endpoint port of the role's nodes (the
+	// MindSpore scheduler's port).
+	Port int
 }
 
 // Intranet modes.
@@ -71,10 +74,6 @@ func fromElasticJob(u *unstructured.Unstructured) (Job, error) {
 	if s.Heter != nil {
 		return Job{}, fmt.Errorf("spec.heter: heterogeneous trainers are not supported yet")
 	}
-	j := Job{Owner: ownerRef(u), Namespace: u.GetNamespace(), ID: u.GetName(), Intranet: or(s.Intranet, IntranetPodIP)}
-	if err := membership.ValidateJobID(j.ID); err != nil {
-		return Job{}, fmt.Errorf("metadata.name: %w", err)
-	}
 	workers := int(deref(s.Worker.Replicas, 1))
 	// Scaled below its minimum, a job runs at exactly its replicas.
 	least := min(int(deref(s.Worker.MinReplicas, int32(workers))), workers)
@@ -83,22 +82,30 @@ func fromElasticJob(u *unstructured.Unstructured) (Job, error) {
 	spec.MaxRestarts = deref(s.MaxRestarts, membership.DefaultMaxRestarts)
 	spec.SuccessPolicy = membership.SuccessPolicy(or(s.SuccessPolicy, string(membership.SuccessAllWorkers)))
 	spec.CleanPodPolicy = membership.CleanPodPolicy(or(s.CleanPodPolicy, string(membership.CleanPodNever)))
-	spec.Owner = ownerString(j.Owner, j.Namespace)
-	j.WithGloo = deref(s.WithGloo, 0)
-
-	j.Roles = append(j.Roles, Role{Name: membership.RoleWorker, Replicas: workers, Template: s.Worker.Template})
-	for _, r := range []struct {
-		name membership.Role
-		spec *jobv1.RoleSpec
-		into *int
-	}{{membership.RolePS, s.PS, &spec.PS}, {membership.RoleScheduler, s.Scheduler, &spec.Schedulers}} {
-		if r.spec == nil {
-			continue
-		}
-		n := int(deref(r.spec.Replicas, 1))
-		*r.into = n
-		j.Roles = append(j.Roles, Role{Name: r.name, Replicas: n, Template: r.spec.Template})
+	roles := []Role{{Name: membership.RoleWorker, Replicas: workers, Template: s.Worker.Template}}
+	if s.PS != nil {
+		spec.PS = int(deref(s.PS.Replicas, 1))
+		roles = append(roles, Role{Name: membership.RolePS, Replicas: spec.PS, Template: s.PS.Template})
 	}
+	if s.Scheduler != nil {
+		spec.Schedulers = int(deref(s.Scheduler.Replicas, 1))
+		roles = append(roles, Role{Name: membership.RoleScheduler, Replicas: spec.Schedulers, Template: s.Scheduler.Template})
+	}
+	return newJob(u, spec, roles, or(s.Intranet, IntranetPodIP), deref(s.WithGloo, 0))
+}
+
+// newJob completes a job read from resource u.
+func newJob(u *unstructured.Unstructured, spec membership.Spec, roles []Role, intranet string, withGloo int) (Job, error) {
+	j := Job{Owner: ownerRef(u), Namespace: u.GetNamespace(), ID: u.GetName(), Roles: roles, Intranet: intranet, WithGloo: withGloo}
+	if err := membership.ValidateJobID(j.ID); err != nil {
+		return Job{}, fmt.Errorf("metadata.name: %w", err)
+	}
+	switch intranet {
+	case IntranetPodIP, IntranetService, IntranetHost:
+	default:
+		return Job{}, fmt.Errorf("spec.intranet %q: want PodIP, Service or Host", intranet)
+	}
+	spec.Owner = ownerString(j.Owner, j.Namespace)
 	if err := spec.Validate(); err != nil {
 		return Job{}, fmt.Errorf("spec: %w", err)
 	}

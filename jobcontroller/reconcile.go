@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -16,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
-	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/operatorbridge"
 )
@@ -25,18 +25,18 @@ import (
 // reports. A write that fails returns an error: the job is queued again
 // with backoff. A spec the controller cannot run is reported and waits for
 // the next change of the resource.
-func (t *term) reconcile(ctx context.Context, name string) error {
-	u := t.object(name)
+func (t *term) reconcile(ctx context.Context, k *servedKind, name string) error {
+	u := t.object(k, name)
 	if u == nil {
-		return t.forget(ctx, name)
+		return t.forget(ctx, k, name)
 	}
 	if u.GetDeletionTimestamp() != nil {
 		return nil // the garbage collector removes what the job owns
 	}
-	job, err := fromElasticJob(u)
+	job, err := k.job(u)
 	if err != nil {
 		t.warnOnce(u, "InvalidSpec", err.Error())
-		return t.writeStatus(ctx, u, nil, []string{err.Error()})
+		return t.writeStatus(ctx, k, u, nil, []string{err.Error()})
 	}
 	var problems []string
 	var failed []error
@@ -48,7 +48,7 @@ func (t *term) reconcile(ctx context.Context, name string) error {
 	} else if taken != "" {
 		problems = append(problems, taken)
 		t.warnOnce(u, "JobIDTaken", taken)
-		return t.writeStatus(ctx, u, &job, problems)
+		return t.writeStatus(ctx, k, u, &job, problems)
 	}
 	if err := t.ensureService(ctx, u, job); err != nil {
 		fail(err)
@@ -67,7 +67,7 @@ func (t *term) reconcile(ctx context.Context, name string) error {
 	if err := t.removeDroppedRoles(ctx, u, job); err != nil {
 		fail(err)
 	}
-	if err := t.writeStatus(ctx, u, &job, problems); err != nil {
+	if err := t.writeStatus(ctx, k, u, &job, problems); err != nil {
 		failed = append(failed, err)
 	}
 	return errors.Join(failed...)
@@ -139,10 +139,11 @@ func sameResource(a, b string) bool {
 }
 
 // forget removes the etcd records of a job whose resource is gone.
-func (t *term) forget(ctx context.Context, name string) error {
+func (t *term) forget(ctx context.Context, k *servedKind, name string) error {
 	rec := t.recordsOf(name)
-	delete(t.warned, name)
-	if rec.spec == nil || !strings.HasPrefix(rec.spec.Owner, jobv1.Kind+"/"+t.cfg.Namespace+"/"+name+"/") {
+	delete(t.warned, key(k.Name, name))
+	delete(t.reports, key(k.Name, name))
+	if rec.spec == nil || !strings.HasPrefix(rec.spec.Owner, k.Name+"/"+t.cfg.Namespace+"/"+name+"/") {
 		return nil
 	}
 	return t.deleteRecords(ctx, name, rec.spec.Owner)
@@ -205,7 +206,7 @@ func (t *term) ensureService(ctx context.Context, u *unstructured.Unstructured, 
 // ensureStatefulSet creates a role's StatefulSet, or brings its template up
 // to date. Its replicas are the bridge's to set once it exists.
 func (t *term) ensureStatefulSet(ctx context.Context, u *unstructured.Unstructured, j Job, r Role) error {
-	want, err := statefulSet(j, r, t.cfg.Sidecar)
+	want, err := statefulSet(j, r, t.cfg.Sidecar, func(c *corev1.Container) ([]string, error) { return t.command(ctx, c) })
 	if err != nil {
 		return err
 	}
@@ -237,6 +238,26 @@ func (t *term) ensureStatefulSet(ctx context.Context, u *unstructured.Unstructur
 	}
 	t.recorder.Eventf(u, corev1.EventTypeNormal, "Updated", "StatefulSet %s: new pod template, for the pods created from now on", want.Name)
 	return nil
+}
+
+// command is what a container runs: its command and arguments, or else
+// its image's entrypoint with its arguments or the image's.
+func (t *term) command(ctx context.Context, c *corev1.Container) ([]string, error) {
+	if len(c.Command) > 0 {
+		return append(slices.Clone(c.Command), c.Args...), nil
+	}
+	entrypoint, cmd, err := t.cfg.Entrypoints.lookup(ctx, c.Image)
+	if err != nil {
+		return nil, err
+	}
+	args := c.Args
+	if len(args) == 0 {
+		args = cmd
+	}
+	if len(entrypoint)+len(args) == 0 {
+		return nil, fmt.Errorf("image %s has neither entrypoint nor command", c.Image)
+	}
+	return append(slices.Clone(entrypoint), args...), nil
 }
 
 // removeDroppedRoles deletes the StatefulSets of roles the job no longer

@@ -2,8 +2,8 @@ package jobcontroller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"reflect"
 	"strings"
 	"time"
 
@@ -22,27 +22,50 @@ import (
 // status of it, its worker pods for the scale subresource, and what keeps
 // Kubernetes from following it. It writes only a change, and says phase and
 // generation changes as Events.
-func (t *term) writeStatus(ctx context.Context, u *unstructured.Unstructured, j *Job, problems []string) error {
-	var old jobv1.ElasticJobStatus
-	if raw, ok := u.Object["status"].(map[string]any); ok {
-		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &old)
+func (t *term) writeStatus(ctx context.Context, k *servedKind, u *unstructured.Unstructured, j *Job, problems []string) error {
+	oldRaw, _ := u.Object["status"].(map[string]any)
+	oldRaw = runtime.DeepCopyJSON(orEmpty(oldRaw))
+	// The last report, from the status if the kind's is the report, or
+	// else from this term's memory.
+	old, said := t.reports[key(k.Name, u.GetName())]
+	if k.Name == jobv1.Kind {
+		old, said = jobv1.ElasticJobStatus{}, true
+		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(oldRaw, &old)
 	}
 	next := t.status(u, j, old, problems)
-	if reflect.DeepEqual(old, next) {
-		return nil
-	}
-	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&next)
+	raw, err := k.status(next, j, runtime.DeepCopyJSON(oldRaw))
 	if err != nil {
 		return err
 	}
+	if equalJSON(oldRaw, raw) {
+		t.reports[key(k.Name, u.GetName())] = next
+		return nil
+	}
 	obj := u.DeepCopy()
 	obj.Object["status"] = raw
-	if _, err := t.cfg.Dynamic.Resource(jobv1.GroupVersionResource).Namespace(u.GetNamespace()).
+	if _, err := t.cfg.Dynamic.Resource(k.Resource).Namespace(u.GetNamespace()).
 		UpdateStatus(ctx, obj, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("update the status of %s %s: %w", u.GetKind(), u.GetName(), err)
 	}
-	t.sayChanges(u, old, next)
+	t.reports[key(k.Name, u.GetName())] = next
+	if said {
+		t.sayChanges(u, old, next)
+	}
 	return nil
+}
+
+func orEmpty(m map[string]any) map[string]any {
+	if m == nil {
+		return map[string]any{}
+	}
+	return m
+}
+
+// equalJSON compares two JSON objects as the API server stores them.
+func equalJSON(a, b map[string]any) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && string(ja) == string(jb)
 }
 
 // status is the job's status now; old gives the conditions their times.
@@ -112,10 +135,10 @@ func (t *term) sayChanges(u *unstructured.Unstructured, old, next jobv1.ElasticJ
 
 // warnOnce records a Warning Event on the job unless the same was said.
 func (t *term) warnOnce(u *unstructured.Unstructured, reason, message string) {
-	said := t.warned[u.GetName()]
+	said := t.warned[key(u.GetKind(), u.GetName())]
 	if said == nil {
 		said = map[string]string{}
-		t.warned[u.GetName()] = said
+		t.warned[key(u.GetKind(), u.GetName())] = said
 	}
 	if said[reason] == message {
 		return

@@ -1,0 +1,268 @@
+package jobcontroller
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	jobv1 "github.com/elastictraining/coordinator/api/v1"
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// Kind is a kind of resource whose jobs the controller runs. Each reads
+// its resource into a Job and renders the controller's report of the job
+// as its own status.
+type Kind struct {
+	Name     string
+	Resource schema.GroupVersionResource
+	// job reads a resource.
+	job func(u *unstructured.Unstructured) (Job, error)
+	// status renders a report of job j (nil if it could not be read) as
+	// the status of a resource whose status is old.
+	status func(r jobv1.ElasticJobStatus, j *Job, old map[string]any) (map[string]any, error)
+}
+
+// Kinds served.
+var (
+	ElasticJobs = Kind{Name: jobv1.Kind, Resource: jobv1.GroupVersionResource, job: fromElasticJob, status: elasticJobStatus}
+	PaddleJobs  = Kind{Name: "PaddleJob", Resource: schema.GroupVersionResource{Group: "batch.paddlepaddle.org", Version: "v1", Resource: "paddlejobs"},
+		job: fromPaddleJob, status: paddleJobStatus}
+	MSJobs = Kind{Name: "MSJob", Resource: schema.GroupVersionResource{Group: "mindspore.gitee.com", Version: "v1", Resource: "msjobs"},
+		job: fromMSJob, status: msJobStatus}
+)
+
+// AllKinds are the kinds served by default.
+var AllKinds = []Kind{ElasticJobs, PaddleJobs, MSJobs}
+
+func elasticJobStatus(r jobv1.ElasticJobStatus, _ *Job, _ map[string]any) (map[string]any, error) {
+	return runtime.DefaultUnstructuredConverter.ToUnstructured(&r)
+}
+
+// paddleJob is the part of a PaddleJob (batch.paddlepaddle.org/v1) that
+// the controller reads.
+type paddleJob struct {
+	Spec struct {
+		CleanPodPolicy string     `json:"cleanPodPolicy"`
+		Intranet       string     `json:"intranet"`
+		WithGloo       *int       `json:"withGloo"`
+		Elastic        *int       `json:"elastic"`
+		PS             *paddleRes `json:"ps"`
+		Worker         *paddleRes `json:"worker"`
+		Heter          *paddleRes `json:"heter"`
+	} `json:"spec"`
+}
+
+type paddleRes struct {
+	Replicas int `json:"replicas"`
+	// Requests and Limits are the fewest and most replicas of an elastic
+	// job.
+	Requests *int                   `json:"requests"`
+	Limits   *int                   `json:"limits"`
+	Template corev1.PodTemplateSpec `json:"template"`
+}
+
+// fromPaddleJob reads a PaddleJob as paddle-operator defines it: ps and
+// worker pod templates, withGloo (1 if unset), intranet, cleanPodPolicy;
+// workers with limits above their requests run elastic, np
+// REQUESTS:LIMITS.
+func fromPaddleJob(u *unstructured.Unstructured) (Job, error) {
+	var pj paddleJob
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pj); err != nil {
+		return Job{}, fmt.Errorf("read PaddleJob %s: %w", u.GetName(), err)
+	}
+	s := pj.Spec
+	switch {
+	case s.Worker == nil || s.Worker.Replicas < 1:
+		return Job{}, fmt.Errorf("spec.worker.replicas: a PaddleJob needs a worker")
+	case s.Heter != nil && s.Heter.Replicas > 0:
+		return Job{}, fmt.Errorf("spec.heter: heterogeneous trainers are not supported yet")
+	}
+	np := membership.NP{Min: s.Worker.Replicas, Max: s.Worker.Replicas}
+	if s.Worker.Limits != nil && *s.Worker.Limits > 0 {
+		np = membership.NP{Min: min(deref(s.Worker.Requests, s.Worker.Replicas), *s.Worker.Limits), Max: *s.Worker.Limits}
+	}
+	spec := membership.DefaultSpec(np)
+	spec.CleanPodPolicy = membership.CleanPodPolicy(or(s.CleanPodPolicy, string(membership.CleanPodNever)))
+	roles := []Role{{Name: membership.RoleWorker, Replicas: np.Max, Template: s.Worker.Template}}
+	if s.PS != nil && s.PS.Replicas > 0 {
+		spec.PS = s.PS.Replicas
+		roles = append(roles, Role{Name: membership.RolePS, Replicas: s.PS.Replicas, Template: s.PS.Template})
+	}
+	return newJob(u, spec, roles, or(s.Intranet, IntranetPodIP), deref(s.WithGloo, 1))
+}
+
+// paddleJobStatus renders a report as paddle-operator's status: its phase
+// names (Succeed, not Succeeded), the mode, and each role's counts.
+func paddleJobStatus(r jobv1.ElasticJobStatus, j *Job, _ map[string]any) (map[string]any, error) {
+	phase := r.Phase
+	switch phase {
+	case jobv1.PhaseWaiting:
+		phase = "Starting"
+	case jobv1.PhaseSucceeded:
+		phase = "Succeed"
+	}
+	mode := "Collective"
+	if j != nil && j.Spec.PS > 0 {
+		mode = "PS"
+	}
+	return map[string]any{
+		"phase": phase, "mode": mode, "observedGeneration": r.ObservedGeneration,
+		"worker":          map[string]any{"running": int64(r.Ready), "ready": fmt.Sprintf("%d/%d", r.Ready, r.Replicas)},
+		"elasticTraining": ownReport(r),
+	}, nil
+}
+
+// ownReport is the coordinator's report of a job in the status of a kind
+// that has no fields for it, for `kubectl get -o yaml`.
+func ownReport(r jobv1.ElasticJobStatus) map[string]any {
+	return map[string]any{
+		"generation": r.Generation, "np": r.NP, "worldSize": int64(r.WorldSize), "restarts": int64(r.Restarts),
+		"message": r.Message, "problem": r.Problem,
+	}
+}
+
+// msJob is the part of an MSJob (mindspore.gitee.com/v1) that the
+// controller reads.
+type msJob struct {
+	Spec struct {
+		RunPolicy struct {
+			CleanPodPolicy string `json:"cleanPodPolicy"`
+		} `json:"runPolicy"`
+		SuccessPolicy  string                   `json:"successPolicy"`
+		MSReplicaSpecs map[string]msReplicaSpec `json:"msReplicaSpecs"`
+	} `json:"spec"`
+}
+
+type msReplicaSpec struct {
+	Replicas      *int                   `json:"replicas"`
+	RestartPolicy string                 `json:"restartPolicy"`
+	Template      corev1.PodTemplateSpec `json:"template"`
+}
+
+// msRetryable are the exit codes ms-operator's restartPolicy ExitCode
+// retries: killed by SIGINT, SIGKILL, SIGTERM or SIGUSR1 (128+n).
+var msRetryable = []int{130, 137, 138, 143}
+
+// fromMSJob reads an MSJob as ms-operator defines it: Scheduler, PS and
+// Worker replica specs; runPolicy.cleanPodPolicy All, Running or None;
+// successPolicy "" (worker 0 succeeded) or AllWorkers; restartPolicy
+// Never (a failure ends the job), OnFailure and Always (restart), ExitCode
+// (restart only for the retryable exit codes).
+func fromMSJob(u *unstructured.Unstructured) (Job, error) {
+	var mj msJob
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &mj); err != nil {
+		return Job{}, fmt.Errorf("read MSJob %s: %w", u.GetName(), err)
+	}
+	s := mj.Spec
+	names := make([]string, 0, len(s.MSReplicaSpecs))
+	for name := range s.MSReplicaSpecs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	worker, ok := s.MSReplicaSpecs["Worker"]
+	if !ok || deref(worker.Replicas, 1) < 1 {
+		return Job{}, fmt.Errorf("spec.msReplicaSpecs.Worker: an MSJob needs a worker")
+	}
+	workers := deref(worker.Replicas, 1)
+	spec := membership.DefaultSpec(membership.NP{Min: workers, Max: workers})
+	switch s.RunPolicy.CleanPodPolicy {
+	case "All", "Running":
+		// Every pod of a job that ended still runs its sidecar: both
+		// remove them all.
+		spec.CleanPodPolicy = membership.CleanPodAlways
+	case "None", "":
+		spec.CleanPodPolicy = membership.CleanPodNever
+	default:
+		return Job{}, fmt.Errorf("spec.runPolicy.cleanPodPolicy %q: want All, Running or None", s.RunPolicy.CleanPodPolicy)
+	}
+	switch s.SuccessPolicy {
+	case "":
+		spec.SuccessPolicy = membership.SuccessRank0
+	case "AllWorkers":
+		spec.SuccessPolicy = membership.SuccessAllWorkers
+	default:
+		return Job{}, fmt.Errorf("spec.successPolicy %q: want \"\" or AllWorkers", s.SuccessPolicy)
+	}
+	switch worker.RestartPolicy {
+	case "Never":
+		spec.FaultTolerance = membership.FaultToleranceNone
+	case "ExitCode":
+		spec.RetryableExitCodes = msRetryable
+	case "", "OnFailure", "Always":
+	default:
+		return Job{}, fmt.Errorf("spec.msReplicaSpecs.Worker.restartPolicy %q: want Always, OnFailure, Never or ExitCode", worker.RestartPolicy)
+	}
+	var roles []Role
+	for _, name := range names {
+		rs := s.MSReplicaSpecs[name]
+		n := deref(rs.Replicas, 1)
+		switch name {
+		case "Worker":
+			roles = append(roles, Role{Name: membership.RoleWorker, Replicas: n, Template: rs.Template})
+		case "PS":
+			spec.PS = n
+			roles = append(roles, Role{Name: membership.RolePS, Replicas: n, Template: rs.Template})
+		case "Scheduler":
+			spec.Schedulers = n
+			roles = append(roles, Role{Name: membership.RoleScheduler, Replicas: n, Template: rs.Template, Port: msPort(rs.Template)})
+		default:
+			return Job{}, fmt.Errorf("spec.msReplicaSpecs.%s: want Scheduler, PS or Worker", name)
+		}
+	}
+	return newJob(u, spec, roles, IntranetPodIP, 0)
+}
+
+// msPort is the scheduler's port: the training container's port named
+// msjob-port, or ms-operator's default 2222.
+func msPort(t corev1.PodTemplateSpec) int {
+	for _, c := range t.Spec.Containers {
+		for _, p := range c.Ports {
+			if p.Name == "msjob-port" {
+				return int(p.ContainerPort)
+			}
+		}
+	}
+	return 2222
+}
+
+// msJobStatus renders a report as kubeflow's job status, which ms-operator
+// uses: a condition per phase seen (Created, Running, Restarting,
+// Succeeded, Failed), the current one True, and the workers' active count.
+func msJobStatus(r jobv1.ElasticJobStatus, _ *Job, old map[string]any) (map[string]any, error) {
+	current := "Created"
+	switch r.Phase {
+	case jobv1.PhaseRunning, jobv1.PhaseRestarting, jobv1.PhaseSucceeded, jobv1.PhaseFailed:
+		current = r.Phase
+	}
+	stamp := time.Now().UTC().Format(time.RFC3339)
+	conds, _, _ := unstructured.NestedSlice(old, "conditions")
+	found := false
+	for i, c := range conds {
+		m, ok := c.(map[string]any)
+		if !ok {
+			continue
+		}
+		want := "False"
+		if m["type"] == current {
+			want, found = "True", true
+		}
+		if m["status"] != want {
+			m["status"], m["lastTransitionTime"], m["lastUpdateTime"] = want, stamp, stamp
+		}
+		conds[i] = m
+	}
+	if !found {
+		conds = append(conds, map[string]any{"type": current, "status": "True", "reason": "MSJob" + current,
+			"message": or(r.Message, "phase "+r.Phase), "lastUpdateTime": stamp, "lastTransitionTime": stamp})
+	}
+	return map[string]any{
+		"conditions":      conds,
+		"replicaStatuses": map[string]any{"Worker": map[string]any{"active": int64(r.Ready)}},
+		"elasticTraining": ownReport(r),
+	}, nil
+}
