@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -102,6 +103,9 @@ type kubeOptions struct {
 	// for jobs written as ElasticJob, PaddleJob or MSJob.
 	injected bool
 }
+
+// toyTrainer is testdata/toytrainer.sh.
+var toyTrainer = filepath.Join("testdata", "toytrainer.sh")
 
 // sidecarImage is the image the tests' controller injects.
 const sidecarImage = "elastic-coordinator:test"
@@ -306,7 +310,17 @@ func startInjectedPodRunner(t *testing.T, kube kubernetes.Interface, ns, checkpo
 			for _, v := range c.Env {
 				env = append(env, v.Name+"="+envValue(pod, v))
 			}
-			return sidecarContainer{proc: background(t, env, append(c.Command[1:], c.Args...)...)}, nil
+			// The training command (python, which this machine cannot run
+			// as the images would) becomes the toy trainer, which first
+			// writes down the environment the sidecar gave it.
+			args := append(slices.Clone(c.Command[1:]), c.Args...)
+			dash := slices.Index(args, "--")
+			if dash < 0 {
+				return nil, errors.New("the injected command has no -- before the training command")
+			}
+			args = append(args[:dash+1], "/bin/sh", "-c",
+				`mkdir -p "$TOY_DIR" && env >"$TOY_DIR/env-$POD_NAME-$ELASTIC_GENERATION" && exec "$0"`, toyTrainer)
+			return sidecarContainer{proc: background(t, env, args...)}, nil
 		}
 		return nil, errors.New("no container runs /elastic/coordinator: the sidecar was not injected")
 	}

@@ -210,7 +210,7 @@ func TestCustomResourceScalesThroughItsScaleSubresource(t *testing.T) {
 	c := kubeCluster(t)
 	dyn, err := dynamic.NewForConfig(c.Config)
 	require.NoError(t, err)
-	applyManifest(t, c, dyn, mustRead(t, filepath.Join(repoRoot, "testdata", "kubernetes", "paddlejob-crd.yaml")), "")
+	applyCRDs(t, c, dyn)
 	e := newKubeEnv(t, kubeOptions{
 		role:       paddleJobRole,
 		bridgeArgs: []string{"--workload-resource", "statefulsets.v1.apps", "--workload-resource", "paddlejobs.v1.batch.paddlepaddle.org"},

@@ -40,16 +40,11 @@ const (
 	hashAnnote = "elastic.template-hash"
 )
 
-// errNoCommand is why a training container cannot be wrapped.
-type errNoCommand struct {
-	role, container string
-	why             error
-}
+// templateError is why a role's template cannot take the sidecar: the
+// user's to fix, not worth retrying until the resource changes.
+type templateError struct{ role, problem string }
 
-func (e errNoCommand) Error() string {
-	return fmt.Sprintf("%s template: container %s has no command, and its image's is unknown (%v); give the training command, which the sidecar wraps",
-		e.role, e.container, e.why)
-}
+func (e templateError) Error() string { return fmt.Sprintf("%s template: %s", e.role, e.problem) }
 
 // StatefulSetName names the StatefulSet of a job's role.
 func StatefulSetName(job string, role membership.Role) string { return job + "-" + string(role) }
@@ -108,7 +103,7 @@ func inject(j Job, r Role, sc Sidecar, command commandOf) (corev1.PodTemplateSpe
 	}
 	spec := &t.Spec
 	if len(spec.Containers) == 0 {
-		return t, fmt.Errorf("%s template: no containers", r.Name)
+		return t, templateError{role: string(r.Name), problem: "no containers"}
 	}
 	if j.Intranet == IntranetHost {
 		spec.HostNetwork, spec.DNSPolicy = true, corev1.DNSClusterFirstWithHostNet
@@ -123,7 +118,8 @@ func inject(j Job, r Role, sc Sidecar, command commandOf) (corev1.PodTemplateSpe
 	c := &spec.Containers[trainingContainer(spec)]
 	training, err := command(c)
 	if err != nil {
-		return t, errNoCommand{role: string(r.Name), container: c.Name, why: err}
+		return t, templateError{role: string(r.Name), problem: fmt.Sprintf(
+			"container %s has no command, and its image's is unknown (%v); give the training command, which the sidecar wraps", c.Name, err)}
 	}
 	wrapped := []string{binary, "sidecar", "--role=" + string(r.Name)}
 	if j.WithGloo >= 1 && (r.Name == membership.RoleWorker || j.WithGloo == 2) {

@@ -39,6 +39,16 @@ var (
 // AllKinds are the kinds served by default.
 var AllKinds = []Kind{ElasticJobs, PaddleJobs, MSJobs}
 
+// KindNamed finds a kind by name.
+func KindNamed(name string) (Kind, bool) {
+	for _, k := range AllKinds {
+		if k.Name == name {
+			return k, true
+		}
+	}
+	return Kind{}, false
+}
+
 func elasticJobStatus(r jobv1.ElasticJobStatus, _ *Job, _ map[string]any) (map[string]any, error) {
 	return runtime.DefaultUnstructuredConverter.ToUnstructured(&r)
 }
@@ -68,8 +78,8 @@ type paddleRes struct {
 
 // fromPaddleJob reads a PaddleJob as paddle-operator defines it: ps and
 // worker pod templates, withGloo (1 if unset), intranet, cleanPodPolicy;
-// workers with limits above their requests run elastic, np
-// REQUESTS:LIMITS.
+// workers with limits run elastic: np REQUESTS:REPLICAS, replicas kept
+// within requests..limits.
 func fromPaddleJob(u *unstructured.Unstructured) (Job, error) {
 	var pj paddleJob
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pj); err != nil {
@@ -83,8 +93,12 @@ func fromPaddleJob(u *unstructured.Unstructured) (Job, error) {
 		return Job{}, fmt.Errorf("spec.heter: heterogeneous trainers are not supported yet")
 	}
 	np := membership.NP{Min: s.Worker.Replicas, Max: s.Worker.Replicas}
-	if s.Worker.Limits != nil && *s.Worker.Limits > 0 {
-		np = membership.NP{Min: min(deref(s.Worker.Requests, s.Worker.Replicas), *s.Worker.Limits), Max: *s.Worker.Limits}
+	if limit := deref(s.Worker.Limits, 0); limit > 0 {
+		// Elastic: replicas, the target, within requests..limits; the job
+		// runs on as few as requests.
+		least := min(deref(s.Worker.Requests, s.Worker.Replicas), limit)
+		most := max(min(s.Worker.Replicas, limit), least)
+		np = membership.NP{Min: least, Max: most}
 	}
 	spec := membership.DefaultSpec(np)
 	spec.CleanPodPolicy = membership.CleanPodPolicy(or(s.CleanPodPolicy, string(membership.CleanPodNever)))

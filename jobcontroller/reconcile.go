@@ -55,8 +55,8 @@ func (t *term) reconcile(ctx context.Context, k *servedKind, name string) error 
 	}
 	for _, r := range job.Roles {
 		if err := t.ensureStatefulSet(ctx, u, job, r); err != nil {
-			var noCommand errNoCommand
-			if errors.As(err, &noCommand) {
+			var bad templateError
+			if errors.As(err, &bad) {
 				problems = append(problems, err.Error())
 				t.warnOnce(u, "InvalidTemplate", err.Error())
 				continue

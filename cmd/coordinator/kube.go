@@ -33,6 +33,8 @@ type kubeOptions struct {
 	sidecarImage     string
 	sidecarEndpoints string
 	sidecarSecret    string
+	mirrors          []string
+	kinds            []string
 }
 
 func (o *kubeOptions) register(fs *pflag.FlagSet, env lookupEnv) {
@@ -47,6 +49,9 @@ func (o *kubeOptions) register(fs *pflag.FlagSet, env lookupEnv) {
 		"etcd endpoints the injected sidecars use; --etcd-endpoints if empty"+envNote("ELASTIC_SIDECAR_ETCD_ENDPOINTS"))
 	fs.StringVar(&o.sidecarSecret, "sidecar-etcd-secret", fromEnv(env, "", "ELASTIC_SIDECAR_ETCD_SECRET"),
 		"Secret (ca.crt, tls.crt, tls.key) with the injected sidecars' etcd client certificate"+envNote("ELASTIC_SIDECAR_ETCD_SECRET"))
+	fs.StringArrayVar(&o.mirrors, "registry-mirror", nil,
+		"REGISTRY=MIRROR: read the entrypoint of REGISTRY's images from MIRROR, for containers given without a command (repeatable)")
+	fs.StringSliceVar(&o.kinds, "job-kinds", []string{"ElasticJob", "PaddleJob", "MSJob"}, "kinds of job resources to run")
 	o.pod = fromEnv(env, "", "POD_NAME")
 }
 
@@ -94,6 +99,22 @@ func (o *kubeOptions) leaderTasks(ctx context.Context, cli *clientv3.Client, key
 		}
 		gvrs = append(gvrs, *gvr)
 	}
+	entrypoints := &jobcontroller.Entrypoints{Mirrors: map[string]string{}}
+	for _, m := range o.mirrors {
+		from, to, err := jobcontroller.ParseMirror(m)
+		if err != nil {
+			return nil, usagef("--registry-mirror %v", err)
+		}
+		entrypoints.Mirrors[from] = to
+	}
+	var kinds []jobcontroller.Kind
+	for _, name := range o.kinds {
+		k, ok := jobcontroller.KindNamed(name)
+		if !ok {
+			return nil, usagef("--job-kinds %q: want ElasticJob, PaddleJob or MSJob", name)
+		}
+		kinds = append(kinds, k)
+	}
 	c, err := o.clients()
 	if err != nil {
 		return nil, err
@@ -116,7 +137,8 @@ func (o *kubeOptions) leaderTasks(ctx context.Context, cli *clientv3.Client, key
 		sidecar.Prefix = keys.Prefix()
 	}
 	jobs, err := jobcontroller.New(jobcontroller.Config{
-		Kube: c.kube, Dynamic: c.dyn, Etcd: cli, Keys: keys, Namespace: o.namespace, Sidecar: sidecar, Logger: logger,
+		Kube: c.kube, Dynamic: c.dyn, Etcd: cli, Keys: keys, Namespace: o.namespace, Sidecar: sidecar,
+		Kinds: kinds, Entrypoints: entrypoints, Logger: logger,
 	})
 	if err != nil {
 		return nil, err

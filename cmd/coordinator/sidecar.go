@@ -37,6 +37,7 @@ type sidecarOptions struct {
 	faultTolerance int
 	maxRestarts    int
 	ps             int
+	schedulers     int
 	successPolicy  string
 	cleanPodPolicy string
 	withGloo       bool
@@ -67,7 +68,8 @@ when the job succeeds and with the training command's exit code when it fails.
 none yet. PaddlePaddle's elastic variables are read as defaults, so a pod spec
 written for paddle.distributed.launch works unchanged.`,
 		Example: `  coordinator sidecar --etcd-endpoints http://etcd:2379 --job resnet --np 2:4 -- python train.py
-  coordinator sidecar --job wide-deep --role ps --ps 2 --np 2 -- python train.py   # env PADDLE_ELASTIC_SERVER`,
+  coordinator sidecar --job wide-deep --role ps --ps 2 --np 2 -- python train.py   # env PADDLE_ELASTIC_SERVER
+  coordinator sidecar --job ms-wd --role scheduler --np 4 --port 2222 -- python train.py   # MindSpore; workers: --schedulers 1`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 0 || len(args) == 0 {
@@ -97,6 +99,7 @@ written for paddle.distributed.launch works unchanged.`,
 		"0: a failure ends the job; 1: restart; 2: restart and replace the failing node"+envNote("PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL"))
 	fs.IntVar(&o.maxRestarts, "max-restarts", membership.DefaultMaxRestarts, "restarts a job may spend on failures")
 	fs.IntVar(&o.ps, "ps", 0, "parameter-server nodes of the job")
+	fs.IntVar(&o.schedulers, "schedulers", 0, "scheduler nodes of the job (MindSpore), 0 or 1; 1 for a node of --role scheduler")
 	fs.StringVar(&o.successPolicy, "success-policy", string(membership.SuccessAllWorkers), "AllWorkers or Rank0")
 	fs.StringVar(&o.cleanPodPolicy, "clean-pod-policy", string(membership.CleanPodNever), "Always, Never, OnFailure or OnCompletion (for the Kubernetes bridge)")
 	fs.BoolVar(&o.withGloo, "with-gloo", false, "set PaddlePaddle's gloo variables (PADDLE_WITH_GLOO, PADDLE_GLOO_RENDEZVOUS)")
@@ -182,7 +185,10 @@ func (o *sidecarOptions) spec() (*membership.Spec, error) {
 		return nil, err
 	}
 	s := membership.DefaultSpec(np)
-	s.PS, s.FaultTolerance, s.MaxRestarts = o.ps, o.faultTolerance, o.maxRestarts
+	s.PS, s.Schedulers, s.FaultTolerance, s.MaxRestarts = o.ps, o.schedulers, o.faultTolerance, o.maxRestarts
+	if o.role == string(membership.RoleScheduler) {
+		s.Schedulers = 1
+	}
 	s.SuccessPolicy, s.CleanPodPolicy = membership.SuccessPolicy(o.successPolicy), membership.CleanPodPolicy(o.cleanPodPolicy)
 	if err := s.Validate(); err != nil {
 		return nil, usageError{err}

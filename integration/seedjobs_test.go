@@ -1,0 +1,147 @@
+package integration
+
+import (
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/elastictraining/coordinator/internal/kubetest"
+)
+
+var (
+	paddleJobs = schema.GroupVersionResource{Group: "batch.paddlepaddle.org", Version: "v1", Resource: "paddlejobs"}
+	msJobs     = schema.GroupVersionResource{Group: "mindspore.gitee.com", Version: "v1", Resource: "msjobs"}
+)
+
+// demoRegistry serves, as registry.baidubce.com would, the image of the
+// wide-and-deep example, whose PaddleJob gives no command: the controller
+// reads the image's to wrap it. It returns the registry's host.
+func demoRegistry(t *testing.T) string {
+	srv := httptest.NewServer(registry.New())
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	img, err := mutate.Config(empty.Image, v1.Config{Entrypoint: []string{"python"}, Cmd: []string{"train.py"}})
+	require.NoError(t, err)
+	ref, err := name.ParseReference(host + "/paddle-operator/demo-wide-and-deep:v1")
+	require.NoError(t, err)
+	require.NoError(t, remote.Write(ref, img))
+	return host
+}
+
+// podEnv reads the environment a pod's trainer was started with in a
+// generation, as the stand-in trainer wrote it down.
+func (e *kubeEnv) podEnv(job, pod string) map[string]string {
+	e.t.Helper()
+	files, _ := filepath.Glob(filepath.Join(e.toyDir, job, "env-"+pod+"-*"))
+	require.NotEmpty(e.t, files, "pod %s never started a trainer", pod)
+	data, err := os.ReadFile(files[len(files)-1])
+	require.NoError(e.t, err)
+	env := map[string]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			env[k] = v
+		}
+	}
+	return env
+}
+
+func podIP(t *testing.T, c *kubetest.Cluster, ns, pod string) string {
+	p, err := c.Client.CoreV1().Pods(ns).Get(t.Context(), pod, metav1.GetOptions{})
+	require.NoError(t, err)
+	return p.Status.PodIP
+}
+
+// TestTheSeedsPaddleJobsAndMSJobRunUnchanged applies the PaddleJob and
+// MSJob examples of the documents the product was specified from, as they
+// are, and expects each to reach Running with the environment its
+// framework reads.
+func TestTheSeedsPaddleJobsAndMSJobRunUnchanged(t *testing.T) {
+	t.Parallel()
+	mirror := demoRegistry(t)
+	e := newKubeEnv(t, kubeOptions{injected: true, toyEnv: []string{"TOY_STEPS=100000", "TOY_INTERVAL=0.05"},
+		bridgeArgs: []string{"--registry-mirror", "registry.baidubce.com=" + mirror}})
+	applyCRDs(t, e.c, e.dyn)
+	for _, f := range []string{"paddlejob-wide-and-deep.yaml", "paddlejob-resnet.yaml", "msjob-widedeep-dataparallel.yaml"} {
+		e.apply(mustRead(t, filepath.Join(repoRoot, "testdata", "kubernetes", "examples", f)), e.ns)
+	}
+
+	// PaddleJob, parameter servers: the image's command wrapped; the
+	// workers get gloo and the servers' endpoints.
+	paddlePhase := func(job string) string {
+		u, err := e.dyn.Resource(paddleJobs).Namespace(e.ns).Get(t.Context(), job, metav1.GetOptions{})
+		if err != nil {
+			return ""
+		}
+		phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+		return phase
+	}
+	for _, job := range []string{"wide-and-deep", "resnet"} {
+		require.Eventually(t, func() bool { return paddlePhase(job) == "Running" }, 90*time.Second, 50*time.Millisecond,
+			"PaddleJob %s never Running (%q)\ncoordinator:\n%s", job, paddlePhase(job), e.bridge.out)
+	}
+	sts, err := e.c.Client.AppsV1().StatefulSets(e.ns).Get(t.Context(), "wide-and-deep-worker", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/elastic/coordinator", "sidecar", "--role=worker", "--with-gloo", "--", "python", "train.py"},
+		sts.Spec.Template.Spec.Containers[0].Command, "the image's entrypoint and command, wrapped")
+	worker := e.podEnv("wide-and-deep", "wide-and-deep-worker-0")
+	assert.Equal(t, "TRAINER", worker["TRAINING_ROLE"])
+	assert.Equal(t, "2", worker["PADDLE_TRAINERS_NUM"])
+	assert.Len(t, strings.Split(worker["PADDLE_PSERVERS_IP_PORT_LIST"], ","), 2)
+	assert.Contains(t, worker["PADDLE_PSERVERS_IP_PORT_LIST"], podIP(t, e.c, e.ns, "wide-and-deep-ps-0")+":")
+	assert.Equal(t, "1", worker["PADDLE_WITH_GLOO"])
+	ps := e.podEnv("wide-and-deep", "wide-and-deep-ps-1")
+	assert.Equal(t, "PSERVER", ps["TRAINING_ROLE"])
+	assert.Empty(t, ps["PADDLE_WITH_GLOO"], "withGloo 1: workers only")
+	resnet := e.podEnv("resnet", "resnet-worker-1")
+	assert.Equal(t, "2", resnet["PADDLE_TRAINERS_NUM"])
+	assert.Len(t, strings.Split(resnet["PADDLE_TRAINER_ENDPOINTS"], ","), 2)
+	rsts, err := e.c.Client.AppsV1().StatefulSets(e.ns).Get(t.Context(), "resnet-worker", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/elastic/coordinator", "sidecar", "--role=worker", "--with-gloo", "--", "python", "-m", "paddle.distributed.launch", "train_fleet.py"},
+		rsts.Spec.Template.Spec.Containers[0].Command)
+
+	// MSJob: a scheduler, four workers; MindSpore's variables point at the
+	// scheduler's pod.
+	require.Eventually(t, func() bool {
+		u, err := e.dyn.Resource(msJobs).Namespace(e.ns).Get(t.Context(), "ms-widedeep-dataparallel", metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, _ := c.(map[string]any); m["type"] == "Running" && m["status"] == "True" {
+				return true
+			}
+		}
+		return false
+	}, 90*time.Second, 50*time.Millisecond, "MSJob never Running\ncoordinator:\n%s", e.bridge.out)
+	sched := podIP(t, e.c, e.ns, "ms-widedeep-dataparallel-scheduler-0")
+	for i := range 4 {
+		env := e.podEnv("ms-widedeep-dataparallel", fmt.Sprintf("ms-widedeep-dataparallel-worker-%d", i))
+		assert.Equal(t, "MS_WORKER", env["MS_ROLE"])
+		assert.Equal(t, sched, env["MS_SCHED_HOST"], "MS_SCHED_HOST is the scheduler pod")
+		assert.Equal(t, "2222", env["MS_SCHED_PORT"], "ms-operator's default port")
+		assert.Equal(t, "4", env["MS_WORKER_NUM"])
+		assert.Equal(t, "0", env["MS_SERVER_NUM"])
+	}
+	assert.Equal(t, "MS_SCHED", e.podEnv("ms-widedeep-dataparallel", "ms-widedeep-dataparallel-scheduler-0")["MS_ROLE"])
+	assert.Equal(t, 5, kubetest.RunningPods(t.Context(), e.c.Client, e.ns, "elastic.job=ms-widedeep-dataparallel"))
+	_ = corev1.PodRunning
+}
