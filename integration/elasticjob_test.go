@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 
@@ -92,14 +93,11 @@ func runningAt(n int) func(jobv1.ElasticJobStatus) bool {
 }
 
 // scaleJob sets an ElasticJob's workers through its scale subresource, as
-// `kubectl scale elasticjob/NAME --replicas=N` does.
+// `kubectl scale elasticjob/NAME --replicas=N` does: a merge patch.
 func (e *kubeEnv) scaleJob(name string, n int) {
 	e.t.Helper()
-	res := e.dyn.Resource(jobv1.GroupVersionResource).Namespace(e.ns)
-	sc, err := res.Get(e.t.Context(), name, metav1.GetOptions{}, "scale")
-	require.NoError(e.t, err)
-	require.NoError(e.t, unstructured.SetNestedField(sc.Object, int64(n), "spec", "replicas"))
-	_, err = res.Update(e.t.Context(), sc, metav1.UpdateOptions{}, "scale")
+	patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n)
+	_, err := e.dyn.Resource(jobv1.GroupVersionResource).Namespace(e.ns).Patch(e.t.Context(), name, types.MergePatchType, patch, metav1.PatchOptions{}, "scale")
 	require.NoError(e.t, err)
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
@@ -231,7 +232,11 @@ func (t *term) watchError(resource string) cache.WatchErrorHandlerWithContext {
 		msg := fmt.Sprintf("cannot list or watch %s in namespace %s: %v", resource, t.cfg.Namespace, err)
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		if t.watchErr[resource] != msg {
+		switch {
+		case t.watchErr[resource] == msg:
+		case apierrors.IsNotFound(err):
+			t.logger.Info("resource not installed; its jobs are served once its CRD is", "resource", resource)
+		default:
 			t.logger.Error("kubernetes watch failed; jobs of other kinds go on", "resource", resource, "error", err)
 		}
 		t.watchErr[resource] = msg
@@ -258,7 +263,12 @@ func (t *term) processNext(ctx context.Context) bool {
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := t.reconcile(rctx, k, name); err != nil && ctx.Err() == nil {
-		t.logger.Warn("reconcile failed; retrying", "kind", k.Name, "job", name, "error", err)
+		if apierrors.IsConflict(err) {
+			// The cache had an older version: the watch brings the new.
+			t.logger.Debug("reconcile raced a change; retrying", "kind", k.Name, "job", name, "error", err)
+		} else {
+			t.logger.Warn("reconcile failed; retrying", "kind", k.Name, "job", name, "error", err)
+		}
 		t.queue.AddRateLimited(item)
 		return true
 	}

@@ -43,12 +43,14 @@ func (t *term) reconcile(ctx context.Context, k *servedKind, name string) error 
 	fail := func(err error) {
 		problems, failed = append(problems, err.Error()), append(failed, err)
 	}
-	if taken, err := t.writeSpec(ctx, u, job); err != nil {
-		fail(err)
+	// The job id is claimed first: pods must not be made for a job whose
+	// id another holds. The spec is written last, once the pods it asks
+	// for have a workload.
+	if taken, err := t.writeSpec(ctx, u, job, false); err != nil {
+		return errors.Join(err, t.writeStatus(ctx, k, u, &job, []string{err.Error()}))
 	} else if taken != "" {
-		problems = append(problems, taken)
 		t.warnOnce(u, "JobIDTaken", taken)
-		return t.writeStatus(ctx, k, u, &job, problems)
+		return t.writeStatus(ctx, k, u, &job, []string{taken})
 	}
 	if err := t.ensureService(ctx, u, job); err != nil {
 		fail(err)
@@ -67,17 +69,21 @@ func (t *term) reconcile(ctx context.Context, k *servedKind, name string) error 
 	if err := t.removeDroppedRoles(ctx, u, job); err != nil {
 		fail(err)
 	}
+	if _, err := t.writeSpec(ctx, u, job, true); err != nil {
+		fail(err)
+	}
 	if err := t.writeStatus(ctx, k, u, &job, problems); err != nil {
 		failed = append(failed, err)
 	}
 	return errors.Join(failed...)
 }
 
-// writeSpec stores the job's spec in etcd unless it is stored already. The
-// records of an earlier resource of the same kind and name (deleted while no
-// controller ran) are removed first, so that the new job starts afresh. A
-// job id held by something else is not touched: what holds it is returned.
-func (t *term) writeSpec(ctx context.Context, u *unstructured.Unstructured, j Job) (taken string, err error) {
+// writeSpec stores the job's spec in etcd unless it is stored already, or
+// with write false only claims the job id. The records of an earlier
+// resource of the same kind and name (deleted while no controller ran) are
+// removed, so that the new job starts afresh. A job id held by something
+// else is not touched: what holds it is returned.
+func (t *term) writeSpec(ctx context.Context, u *unstructured.Unstructured, j Job, write bool) (taken string, err error) {
 	key := t.cfg.Keys.Spec(j.ID)
 	resp, err := t.cfg.Etcd.Get(ctx, key)
 	if err != nil {
@@ -100,6 +106,9 @@ func (t *term) writeSpec(ctx context.Context, u *unstructured.Unstructured, j Jo
 			if err := t.deleteRecords(ctx, j.ID, stored.Owner); err != nil {
 				return "", err
 			}
+			if !write {
+				return "", nil
+			}
 		case err == nil:
 			before = &stored
 			cmp = clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)
@@ -107,6 +116,9 @@ func (t *term) writeSpec(ctx context.Context, u *unstructured.Unstructured, j Jo
 			// Malformed: this resource's spec replaces it.
 			cmp = clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)
 		}
+	}
+	if !write {
+		return "", nil
 	}
 	val, err := membership.Encode(j.Spec)
 	if err != nil {

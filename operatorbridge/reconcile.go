@@ -60,6 +60,11 @@ func (r *run) reconcile(ctx context.Context, job string) error {
 	var failed []error
 	var primary *workload
 	if ws := byRole[membership.RoleWorker]; len(ws) == 0 {
+		if rec.spec != nil && rec.spec.Owner != "" {
+			// A job resource's: its controller makes the workloads and
+			// says what keeps it from doing so.
+			return nil
+		}
 		kinds := make([]string, len(r.cfg.Workloads))
 		for i, gvr := range r.cfg.Workloads {
 			kinds[i] = describe(gvr)

@@ -1,11 +1,14 @@
 // Command kube measures how fast Kubernetes follows `coordinator scale`
 // through the bridge: the time from the scale to every pod of the new size
 // Running, and to the ConfigMap <job>-elastic describing the generation of
-// that size. It runs the real control plane of `make kube-tools` with kwok,
-// the real `coordinator serve --kubernetes`, and a real sidecar process per
-// Running pod (training command: sleep).
+// that size. Then, for ElasticJobs, what a kubectl user waits for: from the
+// create to every trainer running, and from a change of the scale
+// subresource to every trainer running at the new size. It runs the real
+// control plane of `make kube-tools` with kwok, the real `coordinator serve
+// --kubernetes`, and a real sidecar process per Running pod (training
+// command: sleep).
 //
-//	go run ./bench/kube -coordinator bin/coordinator -replicas 4,64 -runs 5
+//	go run ./bench/kube -coordinator bin/coordinator -replicas 4,64 -runs 5 -elasticjob-workers 4 -elasticjob-runs 7
 package main
 
 import (
@@ -40,6 +43,8 @@ func main() {
 	sizes := flag.String("replicas", "4,64", "sizes to scale to, each from half of it")
 	runs := flag.Int("runs", 5, "measurements per size")
 	out := flag.String("out", "", "also write the table here")
+	ejWorkers := flag.Int("elasticjob-workers", 4, "workers of the ElasticJob measured")
+	ejRuns := flag.Int("elasticjob-runs", 7, "ElasticJobs created, scaled and deleted")
 	flag.Parse()
 	self, _ := filepath.Abs(*binary)
 
@@ -68,6 +73,24 @@ func main() {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", r.name, len(r.cm), stats.Ms(stats.Median(r.pods)), stats.Ms(stats.Median(r.cm)), stats.Ms(stats.Quantile(r.cm, 0)), stats.Ms(stats.Quantile(r.cm, 1)))
 	}
 	tw.Flush()
+	if *ejRuns > 0 {
+		ej, err := measureElasticJobs(ctx, cluster, self, filepath.Join(dir, "elasticjob"), *ejWorkers, *ejRuns)
+		check(err)
+		fmt.Fprintln(&b)
+		tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ELASTICJOB (every trainer running)	RUNS	MEDIAN	MIN	MAX")
+		for _, r := range []struct {
+			name  string
+			times []time.Duration
+		}{
+			{fmt.Sprintf("create (kubectl apply), %d workers", *ejWorkers), ej.apply},
+			{fmt.Sprintf("scale subresource %d → %d", *ejWorkers, *ejWorkers/2), ej.down},
+			{fmt.Sprintf("scale subresource %d → %d", *ejWorkers/2, *ejWorkers), ej.up},
+		} {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", r.name, len(r.times), stats.Ms(stats.Median(r.times)), stats.Ms(stats.Quantile(r.times, 0)), stats.Ms(stats.Quantile(r.times, 1)))
+		}
+		tw.Flush()
+	}
 	fmt.Print(b.String())
 	if *out != "" {
 		check(os.WriteFile(*out, []byte(b.String()), 0o644))
