@@ -128,7 +128,7 @@ func TestElasticJobRunsScalesThroughKubectlAndGoesWithItsResource(t *testing.T) 
 	require.Len(t, pod.InitContainers, 1)
 	assert.Equal(t, sidecarImage, pod.InitContainers[0].Image)
 	assert.Equal(t, []string{"install", "/elastic/coordinator"}, pod.InitContainers[0].Args)
-	assert.Equal(t, []string{"/elastic/coordinator", "sidecar", "--role=worker", "--", filepath.Join(repoRoot, "testdata", "toytrainer.sh")},
+	assert.Equal(t, []string{"/elastic/coordinator", "sidecar", "--role=worker", "--hold-when-done", "--", filepath.Join(repoRoot, "testdata", "toytrainer.sh")},
 		pod.Containers[0].Command)
 	svc, err := e.c.Client.CoreV1().Services(e.ns).Get(t.Context(), "train", metav1.GetOptions{})
 	require.NoError(t, err)

@@ -98,7 +98,7 @@ func TestTheSeedsPaddleJobsAndMSJobRunUnchanged(t *testing.T) {
 	}
 	sts, err := e.c.Client.AppsV1().StatefulSets(e.ns).Get(t.Context(), "wide-and-deep-worker", metav1.GetOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, []string{"/elastic/coordinator", "sidecar", "--role=worker", "--with-gloo", "--", "python", "train.py"},
+	assert.Equal(t, []string{"/elastic/coordinator", "sidecar", "--role=worker", "--hold-when-done", "--with-gloo", "--", "python", "train.py"},
 		sts.Spec.Template.Spec.Containers[0].Command, "the image's entrypoint and command, wrapped")
 	worker := e.podEnv("wide-and-deep", "wide-and-deep-worker-0")
 	assert.Equal(t, "TRAINER", worker["TRAINING_ROLE"])
@@ -114,7 +114,7 @@ func TestTheSeedsPaddleJobsAndMSJobRunUnchanged(t *testing.T) {
 	assert.Len(t, strings.Split(resnet["PADDLE_TRAINER_ENDPOINTS"], ","), 2)
 	rsts, err := e.c.Client.AppsV1().StatefulSets(e.ns).Get(t.Context(), "resnet-worker", metav1.GetOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, []string{"/elastic/coordinator", "sidecar", "--role=worker", "--with-gloo", "--", "python", "-m", "paddle.distributed.launch", "train_fleet.py"},
+	assert.Equal(t, []string{"/elastic/coordinator", "sidecar", "--role=worker", "--hold-when-done", "--with-gloo", "--", "python", "-m", "paddle.distributed.launch", "train_fleet.py"},
 		rsts.Spec.Template.Spec.Containers[0].Command)
 
 	// MSJob: a scheduler, four workers; MindSpore's variables point at the

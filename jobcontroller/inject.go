@@ -121,7 +121,9 @@ func inject(j Job, r Role, sc Sidecar, command commandOf) (corev1.PodTemplateSpe
 		return t, templateError{role: string(r.Name), problem: fmt.Sprintf(
 			"container %s has no command, and its image's is unknown (%v); give the training command, which the sidecar wraps", c.Name, err)}
 	}
-	wrapped := []string{binary, "sidecar", "--role=" + string(r.Name)}
+	// A StatefulSet restarts whatever exits: the sidecar holds once the
+	// job has ended, until its pod goes.
+	wrapped := []string{binary, "sidecar", "--role=" + string(r.Name), "--hold-when-done"}
 	if j.WithGloo >= 1 && (r.Name == membership.RoleWorker || j.WithGloo == 2) {
 		wrapped = append(wrapped, "--with-gloo")
 	}

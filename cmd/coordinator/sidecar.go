@@ -47,6 +47,7 @@ type sidecarOptions struct {
 	podUID         string // from POD_UID
 	namespace      string // from POD_NAMESPACE
 	intranet       string
+	holdWhenDone   bool
 }
 
 func newSidecarCommand(env lookupEnv) *cobra.Command {
@@ -108,6 +109,8 @@ written for paddle.distributed.launch works unchanged.`,
 	fs.StringVar(&o.intranet, "intranet", fromEnv(env, "PodIP", "ELASTIC_INTRANET"),
 		"how other nodes reach this one on Kubernetes: PodIP, or Service for the pod's headless Service that the bridge keeps (POD_NAME.POD_NAMESPACE.svc)"+envNote("ELASTIC_INTRANET"))
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	fs.BoolVar(&o.holdWhenDone, "hold-when-done", false,
+		"once the job has ended, wait for SIGTERM instead of exiting: a pod that must keep running (a StatefulSet's) shows the job's end, not a restart loop")
 	return cmd
 }
 
@@ -264,6 +267,11 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 		return usageError{err}
 	}
 	res, err := agent.Run(ctx)
+	if o.holdWhenDone && err == nil && ctx.Err() == nil {
+		logger.Info("job ended; holding until stopped", "phase", res.Phase, "exit_code", res.ExitCode)
+		<-ctx.Done()
+		return nil
+	}
 	switch {
 	case errors.Is(err, sidecar.ErrLeft):
 		logger.Info("left the job")
