@@ -1,0 +1,249 @@
+package jobcontroller
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/elastictraining/coordinator/membership"
+)
+
+func example(t *testing.T, file string) *unstructured.Unstructured {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "testdata", "kubernetes", "examples", file))
+	require.NoError(t, err)
+	return fromYAML(t, string(data))
+}
+
+func fromYAML(t *testing.T, doc string) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	require.NoError(t, yaml.Unmarshal([]byte(doc), &u.Object))
+	u.SetNamespace("ns")
+	u.SetUID("uid-1")
+	return u
+}
+
+func TestPaddleJobExamplesRead(t *testing.T) {
+	j, err := fromPaddleJob(example(t, "paddlejob-wide-and-deep.yaml"))
+	require.NoError(t, err)
+	assert.Equal(t, "wide-and-deep", j.ID)
+	assert.Equal(t, membership.NP{Min: 2, Max: 2}, j.Spec.NP)
+	assert.Equal(t, 2, j.Spec.PS)
+	assert.Equal(t, membership.CleanPodOnCompletion, j.Spec.CleanPodPolicy)
+	assert.Equal(t, 1, j.WithGloo)
+	assert.Equal(t, IntranetPodIP, j.Intranet)
+	assert.Equal(t, "PaddleJob/ns/wide-and-deep/uid-1", j.Spec.Owner)
+	require.Len(t, j.Roles, 2)
+	assert.Equal(t, membership.RoleWorker, j.Roles[0].Name)
+
+	j, err = fromPaddleJob(example(t, "paddlejob-resnet.yaml"))
+	require.NoError(t, err)
+	assert.Equal(t, membership.CleanPodNever, j.Spec.CleanPodPolicy)
+	assert.Equal(t, 1, j.WithGloo, "paddle-operator's default")
+	assert.Len(t, j.Roles, 1)
+}
+
+func TestPaddleJobElasticAndRefused(t *testing.T) {
+	elastic := func(replicas, requests, limits int) membership.NP {
+		t.Helper()
+		u := example(t, "paddlejob-resnet.yaml")
+		require.NoError(t, unstructured.SetNestedField(u.Object, int64(replicas), "spec", "worker", "replicas"))
+		require.NoError(t, unstructured.SetNestedField(u.Object, int64(requests), "spec", "worker", "requests"))
+		require.NoError(t, unstructured.SetNestedField(u.Object, int64(limits), "spec", "worker", "limits"))
+		j, err := fromPaddleJob(u)
+		require.NoError(t, err)
+		return j.Spec.NP
+	}
+	assert.Equal(t, membership.NP{Min: 2, Max: 3}, elastic(3, 2, 4))
+	assert.Equal(t, membership.NP{Min: 2, Max: 4}, elastic(9, 2, 4), "replicas kept within the limits")
+	assert.Equal(t, membership.NP{Min: 2, Max: 2}, elastic(1, 2, 4), "replicas kept within the requests")
+
+	for doc, want := range map[string]string{
+		"apiVersion: batch.paddlepaddle.org/v1\nkind: PaddleJob\nmetadata: {name: a}\nspec: {ps: {replicas: 1}}":                            "spec.worker.replicas",
+		"apiVersion: batch.paddlepaddle.org/v1\nkind: PaddleJob\nmetadata: {name: a}\nspec: {worker: {replicas: 1}, heter: {replicas: 1}}": "spec.heter",
+		"apiVersion: batch.paddlepaddle.org/v1\nkind: PaddleJob\nmetadata: {name: a}\nspec: {worker: {replicas: 1}, intranet: Wire}":      "spec.intranet",
+		"apiVersion: batch.paddlepaddle.org/v1\nkind: PaddleJob\nmetadata: {name: A_b}\nspec: {worker: {replicas: 1}}":                    "metadata.name",
+	} {
+		_, err := fromPaddleJob(fromYAML(t, doc))
+		require.Error(t, err, doc)
+		assert.Contains(t, err.Error(), want)
+	}
+}
+
+func TestMSJobExampleRead(t *testing.T) {
+	u := example(t, "msjob-widedeep-dataparallel.yaml")
+	j, err := fromMSJob(u)
+	require.NoError(t, err)
+	assert.Equal(t, membership.NP{Min: 4, Max: 4}, j.Spec.NP)
+	assert.Equal(t, 1, j.Spec.Schedulers)
+	assert.Equal(t, membership.SuccessAllWorkers, j.Spec.SuccessPolicy)
+	assert.Equal(t, membership.CleanPodNever, j.Spec.CleanPodPolicy, "None keeps the pods")
+	assert.Equal(t, membership.FaultToleranceNone, j.Spec.FaultTolerance, "restartPolicy Never: a failure ends the job")
+	require.Len(t, j.Roles, 2)
+	assert.Equal(t, membership.RoleScheduler, j.Roles[0].Name)
+	assert.Equal(t, 2222, j.Roles[0].Port, "ms-operator's default port")
+
+	set := func(value any, fields ...string) *unstructured.Unstructured {
+		c := u.DeepCopy()
+		require.NoError(t, unstructured.SetNestedField(c.Object, value, fields...))
+		return c
+	}
+	j, err = fromMSJob(set("ExitCode", "spec", "msReplicaSpecs", "Worker", "restartPolicy"))
+	require.NoError(t, err)
+	assert.Equal(t, []int{130, 137, 138, 143}, j.Spec.RetryableExitCodes)
+	assert.Equal(t, membership.FaultToleranceRestart, j.Spec.FaultTolerance)
+	j, err = fromMSJob(set("All", "spec", "runPolicy", "cleanPodPolicy"))
+	require.NoError(t, err)
+	assert.Equal(t, membership.CleanPodAlways, j.Spec.CleanPodPolicy)
+	j, err = fromMSJob(set("", "spec", "successPolicy"))
+	require.NoError(t, err)
+	assert.Equal(t, membership.SuccessRank0, j.Spec.SuccessPolicy, `"": worker 0 decides`)
+	ported := set([]any{map[string]any{"name": "mindspore", "image": "ms", "ports": []any{map[string]any{"name": "msjob-port", "containerPort": int64(3333)}}}},
+		"spec", "msReplicaSpecs", "Scheduler", "template", "spec", "containers")
+	j, err = fromMSJob(ported)
+	require.NoError(t, err)
+	assert.Equal(t, 3333, j.Roles[0].Port)
+
+	for value, field := range map[string][]string{
+		"Sometimes": {"spec", "runPolicy", "cleanPodPolicy"},
+		"Rank1":     {"spec", "successPolicy"},
+		"Twice":     {"spec", "msReplicaSpecs", "Worker", "restartPolicy"},
+	} {
+		_, err := fromMSJob(set(value, field...))
+		require.Error(t, err, value)
+		assert.Contains(t, err.Error(), field[len(field)-1])
+	}
+}
+
+func TestElasticJobBelowItsMinimumRunsAtItsReplicas(t *testing.T) {
+	u := fromYAML(t, `
+apiVersion: elastictraining.io/v1
+kind: ElasticJob
+metadata: {name: a}
+spec:
+  worker: {replicas: 2, minReplicas: 3, template: {spec: {containers: [{name: t, image: t, command: [x]}]}}}
+  scheduler: {replicas: 1, template: {spec: {containers: [{name: t, image: t, command: [x]}]}}}
+`)
+	j, err := fromElasticJob(u)
+	require.NoError(t, err)
+	assert.Equal(t, membership.NP{Min: 2, Max: 2}, j.Spec.NP)
+	assert.Equal(t, 1, j.Spec.Schedulers)
+}
+
+func TestTheSidecarIsInjected(t *testing.T) {
+	j, err := fromPaddleJob(example(t, "paddlejob-wide-and-deep.yaml"))
+	require.NoError(t, err)
+	sc := Sidecar{Image: "img:v1", EtcdEndpoints: "https://etcd:2379", EtcdSecret: "etcd-client", Prefix: "/p/"}
+	image := func(c *corev1.Container) ([]string, error) { return []string{"python", "train.py"}, nil }
+
+	for _, tc := range []struct {
+		withGloo int
+		role     int
+		gloo     bool
+	}{{1, 0, true}, {1, 1, false}, {2, 1, true}, {0, 0, false}} {
+		j.WithGloo = tc.withGloo
+		tmpl, err := inject(j, j.Roles[tc.role], sc, image)
+		require.NoError(t, err)
+		assert.Equal(t, tc.gloo, contains(tmpl.Spec.Containers[0].Command, "--with-gloo"), "withGloo %d, role %s", tc.withGloo, j.Roles[tc.role].Name)
+	}
+	j.WithGloo = 1
+	sts, err := statefulSet(j, j.Roles[0], sc, image)
+	require.NoError(t, err)
+	assert.Equal(t, "wide-and-deep-worker", sts.Name)
+	assert.Equal(t, int32(2), *sts.Spec.Replicas)
+	assert.Equal(t, "OnDelete", string(sts.Spec.UpdateStrategy.Type))
+	pod := sts.Spec.Template.Spec
+	assert.Equal(t, "img:v1", pod.InitContainers[0].Image)
+	c := pod.Containers[0]
+	assert.Equal(t, []string{"/elastic/coordinator", "sidecar", "--role=worker", "--hold-when-done", "--with-gloo", "--", "python", "train.py"}, c.Command)
+	assert.Nil(t, c.Args)
+	env := map[string]string{}
+	for _, v := range c.Env {
+		env[v.Name] = v.Value
+		if v.ValueFrom != nil {
+			env[v.Name] = v.ValueFrom.FieldRef.FieldPath
+		}
+	}
+	assert.Equal(t, "wide-and-deep", env["ELASTIC_JOB_ID"])
+	assert.Equal(t, "https://etcd:2379", env["ELASTIC_ETCD_ENDPOINTS"])
+	assert.Equal(t, "/p/", env["ELASTIC_PREFIX"])
+	assert.Equal(t, "/etc/elastic/etcd/tls.crt", env["ELASTIC_ETCD_CERT"])
+	assert.Equal(t, "status.podIP", env["POD_IP"])
+	assert.Equal(t, "metadata.uid", env["POD_UID"])
+	assert.Equal(t, "elastic-etcd-tls", c.VolumeMounts[len(c.VolumeMounts)-1].Name)
+
+	j.Intranet = IntranetHost
+	tmpl, err := inject(j, j.Roles[0], sc, image)
+	require.NoError(t, err)
+	assert.True(t, tmpl.Spec.HostNetwork)
+	j.Intranet = IntranetService
+	tmpl, err = inject(j, j.Roles[0], sc, image)
+	require.NoError(t, err)
+	assert.Equal(t, "Service", tmpl.Annotations["elastic.intranet"])
+
+	_, err = inject(j, j.Roles[0], sc, func(*corev1.Container) ([]string, error) { return nil, errors.New("registry down") })
+	var bad templateError
+	require.ErrorAs(t, err, &bad)
+	assert.Contains(t, err.Error(), "container paddle has no command, and its image's is unknown (registry down)")
+}
+
+func TestAContainerRunsItsImagesCommand(t *testing.T) {
+	e := &Entrypoints{known: map[string]imageCommand{"img": {entrypoint: []string{"python"}, cmd: []string{"train.py"}}}}
+	tm := &term{Controller: &Controller{cfg: Config{Entrypoints: e}}}
+	for _, tc := range []struct {
+		c    corev1.Container
+		want []string
+	}{
+		{corev1.Container{Image: "img"}, []string{"python", "train.py"}},
+		{corev1.Container{Image: "img", Args: []string{"other.py"}}, []string{"python", "other.py"}},
+		{corev1.Container{Image: "img", Command: []string{"bash"}, Args: []string{"-c", "x"}}, []string{"bash", "-c", "x"}},
+	} {
+		got, err := tm.command(context.Background(), &tc.c)
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, got)
+	}
+	assert.Equal(t, "mirror:5000/paddle/demo:v1", (&Entrypoints{Mirrors: map[string]string{"registry.example.com": "mirror:5000"}}).mirrored("registry.example.com/paddle/demo:v1"))
+}
+
+// FuzzJobDecoders feeds every kind's reader arbitrary objects: none may
+// panic, and a job read has a valid spec.
+func FuzzJobDecoders(f *testing.F) {
+	for _, file := range []string{"paddlejob-wide-and-deep.yaml", "paddlejob-resnet.yaml", "msjob-widedeep-dataparallel.yaml"} {
+		data, err := os.ReadFile(filepath.Join("..", "testdata", "kubernetes", "examples", file))
+		require.NoError(f, err)
+		js, err := yaml.YAMLToJSON(data)
+		require.NoError(f, err)
+		f.Add(js)
+	}
+	f.Add([]byte(`{"metadata":{"name":"a"},"spec":{"worker":{"replicas":-3,"minReplicas":9}}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(data); err != nil {
+			return
+		}
+		for _, k := range AllKinds {
+			j, err := k.job(u)
+			if err == nil {
+				require.NoError(t, j.Spec.Validate(), "%s read into an invalid spec", k.Name)
+			}
+		}
+	})
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
