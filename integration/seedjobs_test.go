@@ -17,7 +17,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -143,5 +142,28 @@ func TestTheSeedsPaddleJobsAndMSJobRunUnchanged(t *testing.T) {
 	}
 	assert.Equal(t, "MS_SCHED", e.podEnv("ms-widedeep-dataparallel", "ms-widedeep-dataparallel-scheduler-0")["MS_ROLE"])
 	assert.Equal(t, 5, kubetest.RunningPods(t.Context(), e.c.Client, e.ns, "elastic.job=ms-widedeep-dataparallel"))
-	_ = corev1.PodRunning
+
+}
+
+// TestAKindTheRoleDeniesStopsNoOther takes the ElasticJob rules out of
+// the coordinator's Role: a PaddleJob still runs, and the denial is logged.
+func TestAKindTheRoleDeniesStopsNoOther(t *testing.T) {
+	t.Parallel()
+	rules := rbacRules(t)
+	start := strings.Index(rules, "  - apiGroups: [\"elastictraining.io\"]")
+	end := strings.Index(rules, "  - apiGroups: [\"batch.paddlepaddle.org\"]")
+	require.True(t, start > 0 && end > start, "deploy/rbac.yaml changed its layout")
+	e := newKubeEnv(t, kubeOptions{injected: true, role: rules[:start] + rules[end:], toyEnv: []string{"TOY_STEPS=100000", "TOY_INTERVAL=0.05"}})
+	applyCRDs(t, e.c, e.dyn)
+	e.apply(mustRead(t, filepath.Join(repoRoot, "testdata", "kubernetes", "examples", "paddlejob-resnet.yaml")), e.ns)
+	require.Eventually(t, func() bool {
+		u, err := e.dyn.Resource(paddleJobs).Namespace(e.ns).Get(t.Context(), "resnet", metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+		return phase == "Running"
+	}, 90*time.Second, 50*time.Millisecond, "the PaddleJob never ran\ncoordinator:\n%s", e.bridge.out)
+	assert.Contains(t, e.bridge.out.String(), "kubernetes watch failed; jobs of other kinds go on")
+	assert.Contains(t, e.bridge.out.String(), "elasticjobs.elastictraining.io is forbidden")
 }
