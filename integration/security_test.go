@@ -1,15 +1,8 @@
 package integration
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -28,6 +21,7 @@ import (
 
 	"github.com/elastictraining/coordinator/internal/embedetcd"
 	"github.com/elastictraining/coordinator/internal/etcdtest"
+	"github.com/elastictraining/coordinator/internal/pki"
 	"github.com/elastictraining/coordinator/internal/proctest"
 )
 
@@ -37,46 +31,22 @@ type certs struct{ ca, serverCert, serverKey, clientCert, clientKey, peerCert, p
 
 func makeCerts(t *testing.T, dir string) certs {
 	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := pki.NewCA("test ca", time.Hour)
 	require.NoError(t, err)
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	require.NoError(t, err)
-	caCert, err := x509.ParseCertificate(caDER)
-	require.NoError(t, err)
-
-	issue := func(name string, serial int64, usage ...x509.ExtKeyUsage) (string, string) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		require.NoError(t, err)
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: usage,
-			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-		require.NoError(t, err)
-		keyDER, err := x509.MarshalECPrivateKey(key)
+	issue := func(name string, server, client bool) (string, string) {
+		p, err := ca.Issue(pki.Request{CommonName: name, IPs: []net.IP{net.ParseIP("127.0.0.1")}, Server: server, Client: client}, time.Hour)
 		require.NoError(t, err)
 		certFile, keyFile := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-		writePEM(t, certFile, "CERTIFICATE", der)
-		writePEM(t, keyFile, "EC PRIVATE KEY", keyDER)
+		require.NoError(t, os.WriteFile(certFile, p.CertPEM, 0o600))
+		require.NoError(t, os.WriteFile(keyFile, p.KeyPEM, 0o600))
 		return certFile, keyFile
 	}
 	c := certs{ca: filepath.Join(dir, "ca.crt")}
-	writePEM(t, c.ca, "CERTIFICATE", caDER)
-	c.serverCert, c.serverKey = issue("server", 2, x509.ExtKeyUsageServerAuth)
-	c.clientCert, c.clientKey = issue("client", 3, x509.ExtKeyUsageClientAuth)
-	c.peerCert, c.peerKey = issue("peer", 4, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+	require.NoError(t, os.WriteFile(c.ca, ca.CertPEM, 0o600))
+	c.serverCert, c.serverKey = issue("server", true, false)
+	c.clientCert, c.clientKey = issue("client", false, true)
+	c.peerCert, c.peerKey = issue("peer", true, true)
 	return c
-}
-
-func writePEM(t *testing.T, file, kind string, der []byte) {
-	require.NoError(t, os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600))
 }
 
 // bgProcess is a process of the binary that runs until the test ends.

@@ -113,6 +113,7 @@ training code resumes from its own checkpoint.`,
 	root.AddCommand(
 		newRunCommand(env),
 		newEtcdCommand(env),
+		newCertsCommand(env),
 		newServeCommand(env),
 		newSidecarCommand(env),
 		newScaleCommand(env),
