@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -102,6 +103,9 @@ type kubeOptions struct {
 	// into it, with its environment, in place of a sidecar started here:
 	// for jobs written as ElasticJob, PaddleJob or MSJob.
 	injected bool
+	// etcdFlags, if set, are serve's flags to reach etcd in place of the
+	// test's plain etcd.
+	etcdFlags []string
 }
 
 // toyTrainer is testdata/toytrainer.sh.
@@ -128,9 +132,13 @@ func newKubeEnv(t *testing.T, o kubeOptions) *kubeEnv {
 	e.kubeconfig = filepath.Join(t.TempDir(), "bridge.kubeconfig")
 	require.NoError(t, kubetest.WriteKubeconfig(e.kubeconfig, c.Server, tok.Status.Token))
 
-	args := []string{"serve", "--etcd-endpoints", e.etcd.Endpoint(), "--listen-metrics", "127.0.0.1:0",
+	etcdFlags := o.etcdFlags
+	if etcdFlags == nil {
+		etcdFlags = []string{"--etcd-endpoints", e.etcd.Endpoint()}
+	}
+	args := []string{"serve", "--listen-metrics", "127.0.0.1:0",
 		"--kubernetes", "--kubeconfig", e.kubeconfig, "--namespace", e.ns, "--session-ttl", "2s", "--sidecar-image", sidecarImage}
-	e.bridge = background(t, nil, append(args, o.bridgeArgs...)...)
+	e.bridge = background(t, nil, append(append(args, etcdFlags...), o.bridgeArgs...)...)
 	ttl := o.sidecarTTL
 	if ttl == 0 {
 		ttl = 5 * time.Second
@@ -307,8 +315,21 @@ func startInjectedPodRunner(t *testing.T, kube kubernetes.Interface, ns, checkpo
 				continue
 			}
 			env := append([]string{"TOY_DIR=" + filepath.Join(checkpoints, pod.Labels["elastic.job"])}, toyEnv...)
+			mounts, err := secretMounts(t, kube, pod, c)
+			if err != nil {
+				return nil, err
+			}
 			for _, v := range c.Env {
-				env = append(env, v.Name+"="+envValue(pod, v))
+				value, err := envValue(t, kube, pod, v)
+				if err != nil {
+					return nil, err
+				}
+				for at, local := range mounts {
+					if strings.HasPrefix(value, at+"/") {
+						value = local + strings.TrimPrefix(value, at)
+					}
+				}
+				env = append(env, v.Name+"="+value)
 			}
 			// The training command (python, which this machine cannot run
 			// as the images would) becomes the toy trainer, which first
@@ -330,22 +351,58 @@ func startInjectedPodRunner(t *testing.T, kube kubernetes.Interface, ns, checkpo
 	return r
 }
 
-// envValue is a variable's value in a pod, as the kubelet fills it in.
-func envValue(pod *corev1.Pod, v corev1.EnvVar) string {
-	if v.ValueFrom == nil || v.ValueFrom.FieldRef == nil {
-		return v.Value
+// envValue is a variable's value in a pod, as the kubelet fills it in:
+// from the pod's fields or from a Secret.
+func envValue(t *testing.T, kube kubernetes.Interface, pod *corev1.Pod, v corev1.EnvVar) (string, error) {
+	switch {
+	case v.ValueFrom == nil:
+		return v.Value, nil
+	case v.ValueFrom.SecretKeyRef != nil:
+		ref := v.ValueFrom.SecretKeyRef
+		s, err := kube.CoreV1().Secrets(pod.Namespace).Get(t.Context(), ref.Name, metav1.GetOptions{})
+		if err != nil {
+			return "", fmt.Errorf("variable %s: %w", v.Name, err)
+		}
+		return string(s.Data[ref.Key]), nil
+	case v.ValueFrom.FieldRef == nil:
+		return "", nil
 	}
 	switch v.ValueFrom.FieldRef.FieldPath {
 	case "metadata.name":
-		return pod.Name
+		return pod.Name, nil
 	case "metadata.namespace":
-		return pod.Namespace
+		return pod.Namespace, nil
 	case "metadata.uid":
-		return string(pod.UID)
+		return string(pod.UID), nil
 	case "status.podIP":
-		return pod.Status.PodIP
+		return pod.Status.PodIP, nil
 	}
-	return ""
+	return "", nil
+}
+
+// secretMounts writes the Secret volumes a container mounts to
+// directories on the host, and returns them by mount path.
+func secretMounts(t *testing.T, kube kubernetes.Interface, pod *corev1.Pod, c corev1.Container) (map[string]string, error) {
+	mounts := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		for _, v := range pod.Spec.Volumes {
+			if v.Name != m.Name || v.Secret == nil {
+				continue
+			}
+			s, err := kube.CoreV1().Secrets(pod.Namespace).Get(t.Context(), v.Secret.SecretName, metav1.GetOptions{})
+			if err != nil {
+				return nil, fmt.Errorf("volume %s: %w", v.Name, err)
+			}
+			dir := t.TempDir()
+			for k, data := range s.Data {
+				if err := os.WriteFile(filepath.Join(dir, k), data, 0o600); err != nil {
+					return nil, err
+				}
+			}
+			mounts[m.MountPath] = dir
+		}
+	}
+	return mounts, nil
 }
 
 // freeze stops a pod's sidecar in its tracks (SIGSTOP), as a machine that

@@ -112,6 +112,8 @@ type term struct {
 	warned map[string]map[string]string
 	// reports are the last report of each job, by key.
 	reports map[string]jobv1.ElasticJobStatus
+	// users are the etcd passwords set this term, by job.
+	users map[string]string
 }
 
 // etcdRecords are what the coordinator and the bridge wrote of a job.
@@ -136,6 +138,7 @@ func (c *Controller) Lead(ctx context.Context) error {
 		watchErr: map[string]string{},
 		warned:   map[string]map[string]string{},
 		reports:  map[string]jobv1.ElasticJobStatus{},
+		users:    map[string]string{},
 	}
 	defer t.queue.ShutDown()
 	stop, err := t.startInformers()

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/elastictraining/coordinator/internal/etcdauth"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/operatorbridge"
 )
@@ -27,7 +28,13 @@ type Sidecar struct {
 	// EtcdSecret, if set, is a Secret with the sidecars' etcd client
 	// certificate: ca.crt, tls.crt and tls.key.
 	EtcdSecret string
+	// Auth gives each job's sidecars an etcd user confined to the job's
+	// keys, its password in the Secret <job>-etcd.
+	Auth bool
 }
+
+// AuthSecretName names the Secret with the password of a job's etcd user.
+func AuthSecretName(job string) string { return job + "-etcd" }
 
 // Paths inside the pod.
 const (
@@ -163,6 +170,11 @@ func sidecarEnv(j Job, sc Sidecar) []corev1.EnvVar {
 	}
 	if sc.Prefix != "" {
 		env = append(env, corev1.EnvVar{Name: "ELASTIC_PREFIX", Value: sc.Prefix})
+	}
+	if sc.Auth {
+		env = append(env, corev1.EnvVar{Name: "ELASTIC_ETCD_USER", Value: etcdauth.JobUser(j.ID)},
+			corev1.EnvVar{Name: "ELASTIC_ETCD_PASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: AuthSecretName(j.ID)}, Key: "password"}}})
 	}
 	if sc.EtcdSecret != "" {
 		env = append(env,

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/elastictraining/coordinator/internal/etcdauth"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/operatorbridge"
 )
@@ -51,6 +52,9 @@ func (t *term) reconcile(ctx context.Context, k *servedKind, name string) error 
 	} else if taken != "" {
 		t.warnOnce(u, "JobIDTaken", taken)
 		return t.writeStatus(ctx, k, u, &job, []string{taken})
+	}
+	if err := t.ensureJobUser(ctx, u, job); err != nil {
+		return errors.Join(err, t.writeStatus(ctx, k, u, &job, []string{err.Error()}))
 	}
 	if err := t.ensureService(ctx, u, job); err != nil {
 		fail(err)
@@ -158,7 +162,59 @@ func (t *term) forget(ctx context.Context, k *servedKind, name string) error {
 	if rec.spec == nil || !strings.HasPrefix(rec.spec.Owner, k.Name+"/"+t.cfg.Namespace+"/"+name+"/") {
 		return nil
 	}
-	return t.deleteRecords(ctx, name, rec.spec.Owner)
+	if err := t.deleteRecords(ctx, name, rec.spec.Owner); err != nil {
+		return err
+	}
+	if t.cfg.Sidecar.Auth {
+		delete(t.users, name)
+		return etcdauth.DeleteJobUser(ctx, t.cfg.Etcd, name)
+	}
+	return nil
+}
+
+// ensureJobUser gives the job's sidecars their etcd user, its password in
+// a Secret owned by the job, when auth is asked for.
+func (t *term) ensureJobUser(ctx context.Context, u *unstructured.Unstructured, j Job) error {
+	if !t.cfg.Sidecar.Auth {
+		return nil
+	}
+	secrets := t.cfg.Kube.CoreV1().Secrets(j.Namespace)
+	name := AuthSecretName(j.ID)
+	have, err := secrets.Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case err == nil && !owns(have.OwnerReferences, j.Owner.UID):
+		return fmt.Errorf("Secret %s exists and is not this job's", name)
+	case err == nil:
+		password := string(have.Data["password"])
+		if t.users[j.ID] == password {
+			return nil
+		}
+		if err := etcdauth.EnsureJobUser(ctx, t.cfg.Etcd, t.cfg.Keys, j.ID, password); err != nil {
+			return err
+		}
+		t.users[j.ID] = password
+		return nil
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("get Secret %s: %w", name, err)
+	}
+	password, err := etcdauth.NewPassword()
+	if err != nil {
+		return err
+	}
+	if err := etcdauth.EnsureJobUser(ctx, t.cfg.Etcd, t.cfg.Keys, j.ID, password); err != nil {
+		return err
+	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: j.Namespace, Labels: map[string]string{operatorbridge.LabelJob: j.ID},
+			OwnerReferences: []metav1.OwnerReference{j.Owner}},
+		Data: map[string][]byte{"user": []byte(etcdauth.JobUser(j.ID)), "password": []byte(password)},
+	}
+	if _, err := secrets.Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create Secret %s: %w", name, err)
+	}
+	t.users[j.ID] = password
+	t.logger.Info("etcd user made for the job's sidecars", "job", j.ID, "user", etcdauth.JobUser(j.ID))
+	return nil
 }
 
 // deleteRecords removes every key of a job — spec, plan, status, events,

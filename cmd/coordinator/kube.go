@@ -33,6 +33,7 @@ type kubeOptions struct {
 	sidecarImage     string
 	sidecarEndpoints string
 	sidecarSecret    string
+	sidecarAuth      bool
 	mirrors          []string
 	kinds            []string
 }
@@ -49,6 +50,8 @@ func (o *kubeOptions) register(fs *pflag.FlagSet, env lookupEnv) {
 		"etcd endpoints the injected sidecars use; --etcd-endpoints if empty"+envNote("ELASTIC_SIDECAR_ETCD_ENDPOINTS"))
 	fs.StringVar(&o.sidecarSecret, "sidecar-etcd-secret", fromEnv(env, "", "ELASTIC_SIDECAR_ETCD_SECRET"),
 		"Secret (ca.crt, tls.crt, tls.key) with the injected sidecars' etcd client certificate"+envNote("ELASTIC_SIDECAR_ETCD_SECRET"))
+	fs.BoolVar(&o.sidecarAuth, "sidecar-etcd-auth", false,
+		"give each job's sidecars an etcd user confined to the job's keys, its password in the Secret JOB-etcd (etcd auth on: see --etcd-enable-auth)")
 	fs.StringArrayVar(&o.mirrors, "registry-mirror", nil,
 		"REGISTRY=MIRROR: read the entrypoint of REGISTRY's images from MIRROR, for containers given without a command (repeatable)")
 	fs.StringSliceVar(&o.kinds, "job-kinds", []string{"ElasticJob", "PaddleJob", "MSJob"}, "kinds of job resources to run")
@@ -132,7 +135,7 @@ func (o *kubeOptions) leaderTasks(ctx context.Context, cli *clientv3.Client, key
 		logger.Error("ElasticJobs not served", "error", err)
 		return tasks, nil
 	}
-	sidecar := jobcontroller.Sidecar{Image: image, EtcdEndpoints: or(o.sidecarEndpoints, etcdEndpoints), EtcdSecret: o.sidecarSecret}
+	sidecar := jobcontroller.Sidecar{Image: image, EtcdEndpoints: or(o.sidecarEndpoints, etcdEndpoints), EtcdSecret: o.sidecarSecret, Auth: o.sidecarAuth}
 	if keys.Prefix() != membership.DefaultPrefix {
 		sidecar.Prefix = keys.Prefix()
 	}

@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/elastictraining/coordinator/coordinator"
+	"github.com/elastictraining/coordinator/internal/etcdauth"
 )
 
 type serveOptions struct {
@@ -28,6 +29,7 @@ type serveOptions struct {
 	stopTimeout    time.Duration
 	eventRetention time.Duration
 	logLevel       string
+	enableAuth     bool
 	kube           kubeOptions
 }
 
@@ -67,6 +69,8 @@ says so and runs without the bridge.`,
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", coordinator.DefaultStopTimeout, "how long a node may take to ack a stop before it is evicted")
 	fs.DurationVar(&o.eventRetention, "event-retention", coordinator.DefaultEventRetention, "how long job events are kept")
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	fs.BoolVar(&o.enableAuth, "etcd-enable-auth", false,
+		"turn etcd's auth on if it is off, with a user root reached by client certificate: connect with one whose CN is root (coordinator certs makes it)")
 	o.kube.register(fs, env)
 	return cmd
 }
@@ -83,6 +87,11 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 		return err
 	}
 	defer cli.Close()
+	if o.enableAuth {
+		if err := etcdauth.Enable(ctx, cli); err != nil {
+			return err
+		}
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
