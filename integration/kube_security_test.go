@@ -32,7 +32,7 @@ func TestElasticJobOverMutualTLSWithAUserPerJob(t *testing.T) {
 		30*time.Second, 10*time.Millisecond, "etcd never served:\n%s", etcdProc.out)
 
 	e := newKubeEnv(t, kubeOptions{injected: true, toyEnv: []string{"TOY_STEPS=100000", "TOY_INTERVAL=0.05"},
-		etcdFlags: []string{"--etcd-endpoints", endpoint, "--cacert", file("ca.crt"), "--cert", file("coordinator.crt"), "--key", file("coordinator.key")},
+		etcdFlags:  []string{"--etcd-endpoints", endpoint, "--cacert", file("ca.crt"), "--cert", file("coordinator.crt"), "--key", file("coordinator.key")},
 		bridgeArgs: []string{"--etcd-enable-auth", "--sidecar-etcd-auth", "--sidecar-etcd-secret", "elastic-sidecar-etcd"}})
 	e.apply(mustRead(t, file("secrets.yaml")), e.ns)
 	applyCRDs(t, e.c, e.dyn)
