@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/internal/kubetest"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/operatorbridge"
@@ -44,15 +45,30 @@ func TestDeployManifestsApplyServerSide(t *testing.T) {
 	probe := deploy.Spec.Template.Spec.Containers[0].LivenessProbe
 	require.NotNil(t, probe)
 	assert.Equal(t, "/healthz", probe.HTTPGet.Path)
-	for _, name := range []string{"resnet-worker", "wide-and-deep-ps", "wide-and-deep-worker", "elastic-etcd"} {
-		_, err := c.Client.AppsV1().StatefulSets("elastic-system").Get(t.Context(), name, metav1.GetOptions{})
-		assert.NoError(t, err, name)
+	_, err = c.Client.AppsV1().StatefulSets("elastic-system").Get(t.Context(), "elastic-etcd", metav1.GetOptions{})
+	assert.NoError(t, err)
+	for _, gvr := range []schema.GroupVersionResource{jobv1.GroupVersionResource, paddleJobs} {
+		list, err := dyn.Resource(gvr).Namespace("elastic-system").List(t.Context(), metav1.ListOptions{})
+		require.NoError(t, err)
+		assert.Len(t, list.Items, 1, "the sample %s", gvr.Resource)
+	}
+	for _, name := range []string{"elastic-etcd", "elastic-coordinator"} {
+		_, err := c.Client.NetworkingV1().NetworkPolicies("elastic-system").Get(t.Context(), name, metav1.GetOptions{})
+		assert.NoError(t, err, "NetworkPolicy %s", name)
 	}
 	etcd, err := c.Client.AppsV1().StatefulSets("elastic-system").Get(t.Context(), "elastic-etcd", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, int32(3), *etcd.Spec.Replicas, "three etcd members survive the loss of one")
-	assert.Contains(t, strings.Join(etcd.Spec.Template.Spec.Containers[0].Args, " "),
-		"elastic-etcd-0=http://elastic-etcd-0.elastic-etcd:2380,elastic-etcd-1=http://elastic-etcd-1.elastic-etcd:2380,elastic-etcd-2=")
+	args := strings.Join(etcd.Spec.Template.Spec.Containers[0].Args, " ")
+	assert.Contains(t, args, "elastic-etcd-0=https://elastic-etcd-0.elastic-etcd:2380,elastic-etcd-1=https://elastic-etcd-1.elastic-etcd:2380,elastic-etcd-2=")
+	for _, flag := range []string{"--client-cert-auth", "--peer-client-cert-auth", "--listen-client-urls=https://"} {
+		assert.Contains(t, args, flag, "etcd speaks mutual TLS only")
+	}
+	assert.Equal(t, "/readyz", etcd.Spec.Template.Spec.Containers[0].ReadinessProbe.HTTPGet.Path)
+	coordinatorArgs := strings.Join(deploy.Spec.Template.Spec.Containers[0].Args, " ")
+	for _, flag := range []string{"--cert=", "--etcd-endpoints=https://", "--etcd-enable-auth", "--sidecar-etcd-auth", "--sidecar-etcd-secret=elastic-sidecar-etcd"} {
+		assert.Contains(t, coordinatorArgs, flag)
+	}
 }
 
 func mustRead(t *testing.T, file string) string {

@@ -74,6 +74,7 @@ and a member restarted on its data rejoins its cluster whatever
 	fs.StringVar(&cfg.PeerURL, "listen-peer-urls", "http://127.0.0.1:2380", "URL of the member's peer port; https needs --peer-cert-file and --peer-key-file")
 	fs.StringVar(&cfg.AdvertisePeerURL, "initial-advertise-peer-urls", "", "peer URL the other members reach this one at; --listen-peer-urls if empty")
 	fs.StringVar(&cfg.Name, "name", "default", "member name")
+	fs.StringVar(&cfg.MetricsURL, "listen-metrics-urls", "", "plain http URL for /metrics, /health and /readyz, for probes (e.g. http://0.0.0.0:2381)")
 	fs.StringVar(&cfg.LogLevel, "log-level", "warn", "etcd's own log level: debug, info, warn or error")
 	fs.StringVar(&cfg.InitialCluster, "initial-cluster", "", "every member of a new cluster as NAME=PEER_URL,...; this member alone if empty")
 	fs.StringVar(&cfg.ClusterState, "initial-cluster-state", "new", "new to form the cluster, existing to join one that runs (after `etcdctl member add`)")

@@ -36,6 +36,9 @@ type Config struct {
 	// AdvertisePeerURL is the peer URL the other members reach this one
 	// at; the PeerURL if empty.
 	AdvertisePeerURL string
+	// MetricsURL, if set, serves /metrics, /health and /readyz over plain
+	// http: probes that cannot present a client certificate reach it.
+	MetricsURL string
 	// InitialCluster lists every member of a new cluster as
 	// name=peerURL,...; this member alone if empty. ClusterState is "new"
 	// when the cluster is being formed and "existing" when this member
@@ -116,6 +119,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if err := peerConfig(ec, cfg, peerURL); err != nil {
 		return nil, err
+	}
+	if cfg.MetricsURL != "" {
+		u, err := url.Parse(cfg.MetricsURL)
+		if err != nil || u.Scheme != "http" || u.Host == "" {
+			return nil, fmt.Errorf("embedded etcd: metrics url %q: want http://host:port", cfg.MetricsURL)
+		}
+		ec.ListenMetricsUrls = []url.URL{*u}
 	}
 	ec.LogLevel = cfg.LogLevel
 	if cfg.LogFile != "" {
