@@ -132,7 +132,7 @@ func (o *kubeOptions) leaderTasks(ctx context.Context, cli *clientv3.Client, key
 
 	image, err := o.image(ctx, c.kube)
 	if err != nil {
-		logger.Error("ElasticJobs not served", "error", err)
+		logger.Error("job resources (ElasticJob, PaddleJob, MSJob) not served", "error", err)
 		return tasks, nil
 	}
 	sidecar := jobcontroller.Sidecar{Image: image, EtcdEndpoints: or(o.sidecarEndpoints, etcdEndpoints), EtcdSecret: o.sidecarSecret, Auth: o.sidecarAuth}

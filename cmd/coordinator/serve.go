@@ -53,10 +53,16 @@ endpoints of every generation, keeps a headless Service per pod that asks for
 one (annotation elastic.intranet: Service), evicts the node of a deleted or
 failed pod at once, and applies the job's cleanPodPolicy when it ends. It needs
 only a Role in that namespace (see deploy/). Without a usable kubeconfig it
-says so and runs without the bridge.`,
+says so and runs without the bridge.
+
+It also runs the namespace's ElasticJob, PaddleJob and MSJob resources: a
+StatefulSet per role with the sidecar injected (its binary copied from
+--sidecar-image by an init container), a governing Service, the job's etcd
+spec, and the resource's status and Events. A kind whose CRD is missing, or
+that the Role does not allow, stops no other kind.`,
 		Example: `  coordinator serve --etcd-endpoints https://etcd:2379 --cacert ca.crt --cert client.crt --key client.key
-  coordinator serve --etcd-endpoints http://etcd:2379 --kubernetes --namespace training \
-      --workload-resource statefulsets.v1.apps --workload-resource paddlejobs.v1.batch.paddlepaddle.org`,
+  coordinator serve --etcd-endpoints https://etcd:2379 --cacert ca.crt --cert coordinator.crt --key coordinator.key \
+      --etcd-enable-auth --kubernetes --namespace training --sidecar-etcd-secret elastic-sidecar-etcd --sidecar-etcd-auth`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
