@@ -61,6 +61,9 @@ func assignRanks(spec membership.Spec, live []membership.LiveNode, prev []member
 	if s := byRole[membership.RoleScheduler]; len(s) < spec.Schedulers {
 		return table{}, &shortage{role: membership.RoleScheduler, have: len(s), need: spec.Schedulers, available: len(s)}
 	}
+	if h := byRole[membership.RoleHeter]; len(h) < spec.Heter {
+		return table{}, &shortage{role: membership.RoleHeter, have: len(h), need: spec.Heter, available: len(h)}
+	}
 
 	var t table
 	t.workers = min(len(workers), spec.NP.Max)
@@ -71,6 +74,7 @@ func assignRanks(spec membership.Spec, live []membership.LiveNode, prev []member
 		{membership.RoleWorker, t.workers},
 		{membership.RolePS, spec.PS},
 		{membership.RoleScheduler, spec.Schedulers},
+		{membership.RoleHeter, spec.Heter},
 	} {
 		ranked := rankRole(byRole[rc.role], rc.n, func(id string) (int, bool) {
 			r, ok := prevRank[string(rc.role)+"/"+id]

@@ -23,6 +23,8 @@ func live(names ...string) []membership.LiveNode {
 			name, role = name[:len(name)-3], membership.RolePS
 		case len(name) > 6 && name[len(name)-6:] == ":sched":
 			name, role = name[:len(name)-6], membership.RoleScheduler
+		case len(name) > 6 && name[len(name)-6:] == ":heter":
+			name, role = name[:len(name)-6], membership.RoleHeter
 		}
 		out[i] = membership.LiveNode{
 			Node: membership.Node{ID: name, Role: role, Host: "h-" + name, Ports: []int{7000}, NProc: 1, MasterPort: 6000,
@@ -179,6 +181,18 @@ func TestAssignRanksRolesAndGlobalRanks(t *testing.T) {
 	assert.Equal(t, 0, got.members[2].Rank)
 	assert.Equal(t, 5, got.worldSize, "world size counts worker processes")
 	assert.Equal(t, "h-a:6000", got.master)
+
+	// PaddlePaddle's heterogeneous trainers: an exact count, waited for,
+	// ranked after the others and outside the world size.
+	s.Heter = 1
+	_, short = assignRanks(s, nodes, nil, nil)
+	require.NotNil(t, short)
+	assert.Equal(t, "waiting for nodes: 0 of 1 heter nodes", short.String())
+	got, short = assignRanks(s, append(nodes, live("h:heter")...), nil, nil)
+	require.Nil(t, short)
+	require.Len(t, got.members, 4)
+	assert.Equal(t, membership.RoleHeter, got.members[3].Role)
+	assert.Equal(t, 5, got.worldSize)
 }
 
 // TestAssignRanksInvariants checks random inputs for the properties every

@@ -240,6 +240,12 @@ func TestElasticJobCleanPodPolicyAndProblems(t *testing.T) {
 		require.NoError(t, e.createJob(elasticJobYAML(name, 2, "cleanPodPolicy: "+policy)))
 	}
 	require.NoError(t, e.createJob(strings.Replace(elasticJobYAML("nocmd", 1, ""), "command:", "args:", 1)))
+	// PaddlePaddle's heter parameter-server mode: a PS and a heterogeneous
+	// trainer beside the worker.
+	role := func(name string) string {
+		return fmt.Sprintf("\n  %s: {replicas: 1, template: {spec: {containers: [{name: paddle, image: p, command: [%s]}]}}}", name, toyTrainer)
+	}
+	require.NoError(t, e.createJob(elasticJobYAML("hetero", 1, "withGloo: 0"+role("ps")+role("heter"))))
 
 	for _, policy := range []string{"OnCompletion", "Never", "Always", "OnFailure"} {
 		name := "done-" + strings.ToLower(policy)
@@ -255,6 +261,14 @@ func TestElasticJobCleanPodPolicyAndProblems(t *testing.T) {
 	for _, name := range []string{"done-never", "done-onfailure"} {
 		assert.Equal(t, 2, kubetest.RunningPods(t.Context(), e.c.Client, e.ns, "elastic.job="+name), name)
 	}
+	e.jobStatus("hetero", "Succeeded", func(s jobv1.ElasticJobStatus) bool { return s.Phase == jobv1.PhaseSucceeded })
+	heter := e.podEnv("hetero", "hetero-heter-0")
+	assert.Equal(t, "HETER_TRAINER", heter["TRAINING_ROLE"])
+	worker := e.podEnv("hetero", "hetero-worker-0")
+	assert.Equal(t, heter["PADDLE_CURRENT_ENDPOINT"], worker["PADDLE_HETER_ENDPOINTS"])
+	assert.Equal(t, heter["PADDLE_PSERVERS_IP_PORT_LIST"], worker["PADDLE_PSERVERS_IP_PORT_LIST"])
+	assert.NotEmpty(t, worker["PADDLE_PSERVERS_IP_PORT_LIST"])
+
 	st := e.jobStatus("nocmd", "reported its template", func(s jobv1.ElasticJobStatus) bool { return s.Problem != "" })
 	assert.Contains(t, st.Problem, "container trainer has no command")
 	assert.Eventually(t, func() bool { return hasEvent(e.events("nocmd"), "InvalidTemplate", "no command") }, 10*time.Second, 50*time.Millisecond)

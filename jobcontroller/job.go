@@ -71,9 +71,6 @@ func fromElasticJob(u *unstructured.Unstructured) (Job, error) {
 	if s.Worker == nil {
 		return Job{}, fmt.Errorf("spec.worker: required")
 	}
-	if s.Heter != nil {
-		return Job{}, fmt.Errorf("spec.heter: heterogeneous trainers are not supported yet")
-	}
 	workers := int(deref(s.Worker.Replicas, 1))
 	// Scaled below its minimum, a job runs at exactly its replicas.
 	least := min(int(deref(s.Worker.MinReplicas, int32(workers))), workers)
@@ -90,6 +87,10 @@ func fromElasticJob(u *unstructured.Unstructured) (Job, error) {
 	if s.Scheduler != nil {
 		spec.Schedulers = int(deref(s.Scheduler.Replicas, 1))
 		roles = append(roles, Role{Name: membership.RoleScheduler, Replicas: spec.Schedulers, Template: s.Scheduler.Template})
+	}
+	if s.Heter != nil {
+		spec.Heter = int(deref(s.Heter.Replicas, 1))
+		roles = append(roles, Role{Name: membership.RoleHeter, Replicas: spec.Heter, Template: s.Heter.Template})
 	}
 	return newJob(u, spec, roles, or(s.Intranet, IntranetPodIP), deref(s.WithGloo, 0))
 }

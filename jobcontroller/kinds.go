@@ -89,8 +89,6 @@ func fromPaddleJob(u *unstructured.Unstructured) (Job, error) {
 	switch {
 	case s.Worker == nil || s.Worker.Replicas < 1:
 		return Job{}, fmt.Errorf("spec.worker.replicas: a PaddleJob needs a worker")
-	case s.Heter != nil && s.Heter.Replicas > 0:
-		return Job{}, fmt.Errorf("spec.heter: heterogeneous trainers are not supported yet")
 	}
 	np := membership.NP{Min: s.Worker.Replicas, Max: s.Worker.Replicas}
 	if limit := deref(s.Worker.Limits, 0); limit > 0 {
@@ -106,6 +104,10 @@ func fromPaddleJob(u *unstructured.Unstructured) (Job, error) {
 	if s.PS != nil && s.PS.Replicas > 0 {
 		spec.PS = s.PS.Replicas
 		roles = append(roles, Role{Name: membership.RolePS, Replicas: s.PS.Replicas, Template: s.PS.Template})
+	}
+	if s.Heter != nil && s.Heter.Replicas > 0 {
+		spec.Heter = s.Heter.Replicas
+		roles = append(roles, Role{Name: membership.RoleHeter, Replicas: s.Heter.Replicas, Template: s.Heter.Template})
 	}
 	return newJob(u, spec, roles, or(s.Intranet, IntranetPodIP), deref(s.WithGloo, 1))
 }

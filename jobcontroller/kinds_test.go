@@ -68,15 +68,30 @@ func TestPaddleJobElasticAndRefused(t *testing.T) {
 	assert.Equal(t, membership.NP{Min: 2, Max: 2}, elastic(1, 2, 4), "replicas kept within the requests")
 
 	for doc, want := range map[string]string{
-		"apiVersion: batch.paddlepaddle.org/v1\nkind: PaddleJob\nmetadata: {name: a}\nspec: {ps: {replicas: 1}}":                           "spec.worker.replicas",
-		"apiVersion: batch.paddlepaddle.org/v1\nkind: PaddleJob\nmetadata: {name: a}\nspec: {worker: {replicas: 1}, heter: {replicas: 1}}": "spec.heter",
-		"apiVersion: batch.paddlepaddle.org/v1\nkind: PaddleJob\nmetadata: {name: a}\nspec: {worker: {replicas: 1}, intranet: Wire}":       "spec.intranet",
-		"apiVersion: batch.paddlepaddle.org/v1\nkind: PaddleJob\nmetadata: {name: A_b}\nspec: {worker: {replicas: 1}}":                     "metadata.name",
+		"apiVersion: batch.paddlepaddle.org/v1\nkind: PaddleJob\nmetadata: {name: a}\nspec: {ps: {replicas: 1}}":                     "spec.worker.replicas",
+		"apiVersion: batch.paddlepaddle.org/v1\nkind: PaddleJob\nmetadata: {name: a}\nspec: {worker: {replicas: 1}, intranet: Wire}": "spec.intranet",
+		"apiVersion: batch.paddlepaddle.org/v1\nkind: PaddleJob\nmetadata: {name: A_b}\nspec: {worker: {replicas: 1}}":               "metadata.name",
 	} {
 		_, err := fromPaddleJob(fromYAML(t, doc))
 		require.Error(t, err, doc)
 		assert.Contains(t, err.Error(), want)
 	}
+}
+
+func TestPaddleJobHeterTrainers(t *testing.T) {
+	j, err := fromPaddleJob(fromYAML(t, `
+apiVersion: batch.paddlepaddle.org/v1
+kind: PaddleJob
+metadata: {name: heter}
+spec:
+  worker: {replicas: 2, template: {spec: {containers: [{name: paddle, image: p}]}}}
+  ps: {replicas: 1, template: {spec: {containers: [{name: paddle, image: p}]}}}
+  heter: {replicas: 1, template: {spec: {containers: [{name: paddle, image: p}]}}}
+`))
+	require.NoError(t, err)
+	assert.Equal(t, 1, j.Spec.Heter)
+	require.Len(t, j.Roles, 3)
+	assert.Equal(t, membership.RoleHeter, j.Roles[2].Name)
 }
 
 func TestMSJobExampleRead(t *testing.T) {

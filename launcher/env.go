@@ -40,6 +40,8 @@ type Topology struct {
 	TrainerHosts     []string
 	// PServerEndpoints are the PS nodes' host:port in rank order.
 	PServerEndpoints []string
+	// HeterEndpoints are the heterogeneous trainers' host:port.
+	HeterEndpoints []string
 	// SchedulerHost and SchedulerPort are the MindSpore scheduler's address:
 	// the scheduler node's if there is one, else the master's.
 	SchedulerHost string
@@ -86,15 +88,18 @@ func (t Topology) Env(local int) []string {
 		"PADDLE_CURRENT_ENDPOINT":      endpoint,
 		"PADDLE_TRAINERS":              strings.Join(t.TrainerHosts, ","),
 		"PADDLE_PSERVERS_IP_PORT_LIST": strings.Join(t.PServerEndpoints, ","),
-		"PADDLE_PORT":                  itoa(t.Ports[local]),
-		"POD_IP":                       t.Host,
-		"PADDLE_RANK_IN_NODE":          itoa(local),
-		"PADDLE_LOCAL_RANK":            itoa(local),
-		"PADDLE_LOCAL_SIZE":            itoa(nproc),
-		"PADDLE_GLOBAL_RANK":           itoa(global),
-		"PADDLE_GLOBAL_SIZE":           itoa(t.WorldSize),
-		"PADDLE_NNODES":                itoa(t.NNodes),
-		"PADDLE_MASTER":                master,
+		// paddle-operator's name, and PaddlePaddle's.
+		"PADDLE_HETER_ENDPOINTS":                strings.Join(t.HeterEndpoints, ","),
+		"PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST": strings.Join(t.HeterEndpoints, ","),
+		"PADDLE_PORT":                           itoa(t.Ports[local]),
+		"POD_IP":                                t.Host,
+		"PADDLE_RANK_IN_NODE":                   itoa(local),
+		"PADDLE_LOCAL_RANK":                     itoa(local),
+		"PADDLE_LOCAL_SIZE":                     itoa(nproc),
+		"PADDLE_GLOBAL_RANK":                    itoa(global),
+		"PADDLE_GLOBAL_SIZE":                    itoa(t.WorldSize),
+		"PADDLE_NNODES":                         itoa(t.NNodes),
+		"PADDLE_MASTER":                         master,
 		// MindSpore.
 		"MS_SCHED_HOST": t.SchedulerHost,
 		"MS_SCHED_PORT": itoa(t.SchedulerPort),
@@ -134,8 +139,11 @@ func msRole(role string) string {
 }
 
 func paddleRole(role string) string {
-	if role == "ps" {
+	switch role {
+	case "ps":
 		return "PSERVER"
+	case "heter":
+		return "HETER_TRAINER"
 	}
 	return "TRAINER"
 }

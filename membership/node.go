@@ -15,15 +15,17 @@ const (
 	RoleWorker    Role = "worker"
 	RolePS        Role = "ps"
 	RoleScheduler Role = "scheduler"
+	// RoleHeter is PaddlePaddle's heterogeneous parameter-server trainer.
+	RoleHeter Role = "heter"
 )
 
 // ParseRole checks that s names a role.
 func ParseRole(s string) (Role, error) {
 	switch r := Role(s); r {
-	case RoleWorker, RolePS, RoleScheduler:
+	case RoleWorker, RolePS, RoleScheduler, RoleHeter:
 		return r, nil
 	}
-	return "", fmt.Errorf("role %q: want worker, ps or scheduler", s)
+	return "", fmt.Errorf("role %q: want worker, ps, scheduler or heter", s)
 }
 
 // NodeState is what a node's sidecar last reported about its processes.

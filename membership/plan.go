@@ -182,6 +182,9 @@ type Endpoints struct {
 	TrainerHosts []string
 	// PServers are the PS nodes' first host:port in rank order.
 	PServers []string
+	// Heters are the heterogeneous trainers' host:port, every process's,
+	// in rank order.
+	Heters []string
 	// MasterAddr and MasterPort serve the rank-0 rendezvous store.
 	MasterAddr string
 	MasterPort int
@@ -211,6 +214,8 @@ func (p Plan) Endpoints() Endpoints {
 			e.TrainerHosts = append(e.TrainerHosts, m.Host)
 		case RolePS:
 			e.PServers = append(e.PServers, m.Endpoints()[0])
+		case RoleHeter:
+			e.Heters = append(e.Heters, m.Endpoints()...)
 		case RoleScheduler:
 			e.SchedulerAddr, e.SchedulerPort = m.Host, m.Ports[0]
 		}

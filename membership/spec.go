@@ -57,6 +57,9 @@ type Spec struct {
 	PS int `json:"ps"`
 	// Schedulers is the number of scheduler nodes (MindSpore), 0 or 1.
 	Schedulers int `json:"schedulers"`
+	// Heter is the exact number of heterogeneous trainer nodes
+	// (PaddlePaddle's heter parameter-server mode).
+	Heter int `json:"heter,omitempty"`
 	// FaultTolerance is one of the FaultTolerance* levels.
 	FaultTolerance int `json:"faultTolerance"`
 	// MaxRestarts is the job-wide budget of restarts caused by failed
@@ -97,6 +100,8 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("ps %d: want 0..%d", s.PS, MaxNP)
 	case s.Schedulers < 0 || s.Schedulers > 1:
 		return fmt.Errorf("schedulers %d: want 0 or 1", s.Schedulers)
+	case s.Heter < 0 || s.Heter > MaxNP:
+		return fmt.Errorf("heter %d: want 0..%d", s.Heter, MaxNP)
 	case s.FaultTolerance < FaultToleranceNone || s.FaultTolerance > FaultToleranceReplace:
 		return fmt.Errorf("faultTolerance %d: want 0, 1 or 2", s.FaultTolerance)
 	case s.MaxRestarts < 0:

@@ -53,7 +53,7 @@ func (r *run) reconcile(ctx context.Context, job string) error {
 	}
 	ns := r.cfg.Namespace
 	byRole := map[membership.Role][]workload{}
-	for _, role := range []membership.Role{membership.RoleWorker, membership.RolePS, membership.RoleScheduler} {
+	for _, role := range []membership.Role{membership.RoleWorker, membership.RolePS, membership.RoleScheduler, membership.RoleHeter} {
 		byRole[role] = r.cache.workloadsOf(ns, job, role)
 	}
 	var problems []string
@@ -133,12 +133,13 @@ func desiredReplicas(rec jobRecords) map[membership.Role]int {
 		if !remove {
 			return nil
 		}
-		return map[membership.Role]int{membership.RoleWorker: 0, membership.RolePS: 0, membership.RoleScheduler: 0}
+		return map[membership.Role]int{membership.RoleWorker: 0, membership.RolePS: 0, membership.RoleScheduler: 0, membership.RoleHeter: 0}
 	}
 	return map[membership.Role]int{
 		membership.RoleWorker:    spec.NP.Max,
 		membership.RolePS:        spec.PS,
 		membership.RoleScheduler: spec.Schedulers,
+		membership.RoleHeter:     spec.Heter,
 	}
 }
 
@@ -206,6 +207,7 @@ func configMapData(job string, p membership.Plan) map[string]string {
 		"PADDLE_TRAINERS_NUM":          itoa(e.Processes[membership.RoleWorker]),
 		"PADDLE_PSERVERS_IP_PORT_LIST": strings.Join(e.PServers, ","),
 		"PADDLE_PSERVER_NUM":           itoa(e.Nodes[membership.RolePS]),
+		"PADDLE_HETER_ENDPOINTS":       strings.Join(e.Heters, ","),
 		"PADDLE_NNODES":                itoa(e.Nodes[membership.RoleWorker]),
 		"PADDLE_MASTER":                fmt.Sprintf("%s:%d", e.MasterAddr, e.MasterPort),
 		"MASTER_ADDR":                  e.MasterAddr,

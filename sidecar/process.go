@@ -56,7 +56,7 @@ func TopologyOf(a Assignment, withGloo bool) launcher.Topology {
 		Role: string(m.Role), NodeRank: m.Rank, NNodes: e.Nodes[m.Role], GlobalRankBase: m.GlobalRank,
 		WorldSize: e.Processes[m.Role], Host: m.Host, Ports: m.Ports,
 		MasterAddr: e.MasterAddr, MasterPort: e.MasterPort,
-		TrainerEndpoints: e.Trainers, TrainerHosts: e.TrainerHosts, PServerEndpoints: e.PServers,
+		TrainerEndpoints: e.Trainers, TrainerHosts: e.TrainerHosts, PServerEndpoints: e.PServers, HeterEndpoints: e.Heters,
 		SchedulerHost: e.SchedulerAddr, SchedulerPort: e.SchedulerPort, WithGloo: withGloo,
 	}
 }

@@ -38,6 +38,7 @@ type sidecarOptions struct {
 	maxRestarts    int
 	ps             int
 	schedulers     int
+	heter          int
 	successPolicy  string
 	cleanPodPolicy string
 	withGloo       bool
@@ -83,7 +84,7 @@ written for paddle.distributed.launch works unchanged.`,
 	o.etcd.register(fs, env)
 	fs.StringVar(&o.job, "job", fromEnv(env, "", "ELASTIC_JOB_ID", "PADDLE_ELASTIC_JOB_ID"), "job id, a DNS-1123 label"+envNote("ELASTIC_JOB_ID", "PADDLE_ELASTIC_JOB_ID"))
 	fs.StringVar(&o.np, "np", fromEnv(env, "", "ELASTIC_NP", "PADDLE_ELASTIC_NP"), "target worker nodes, N or MIN:MAX; sets the job's spec if it has none"+envNote("ELASTIC_NP", "PADDLE_ELASTIC_NP"))
-	fs.StringVar(&o.role, "role", fromEnv(env, "worker", "ELASTIC_ROLE"), "this node's role: worker, ps or scheduler"+envNote("ELASTIC_ROLE"))
+	fs.StringVar(&o.role, "role", fromEnv(env, "worker", "ELASTIC_ROLE"), "this node's role: worker, ps, scheduler (MindSpore) or heter (PaddlePaddle)"+envNote("ELASTIC_ROLE"))
 	fs.StringVar(&o.nodeID, "node-id", fromEnv(env, "", "ELASTIC_NODE_ID", "POD_NAME"), "stable id of this node; the host name if empty"+envNote("ELASTIC_NODE_ID", "POD_NAME"))
 	fs.IntVar(&o.ordinal, "ordinal", -1,
 		"the node's place in its workload (a StatefulSet pod's ordinal); a shrinking job keeps the lowest. -1: the number that ends the node id, if any")
@@ -100,6 +101,7 @@ written for paddle.distributed.launch works unchanged.`,
 		"0: a failure ends the job; 1: restart; 2: restart and replace the failing node"+envNote("PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL"))
 	fs.IntVar(&o.maxRestarts, "max-restarts", membership.DefaultMaxRestarts, "restarts a job may spend on failures")
 	fs.IntVar(&o.ps, "ps", 0, "parameter-server nodes of the job")
+	fs.IntVar(&o.heter, "heter", 0, "heterogeneous trainer nodes of the job (PaddlePaddle's heter parameter servers)")
 	fs.IntVar(&o.schedulers, "schedulers", 0, "scheduler nodes of the job (MindSpore), 0 or 1; 1 for a node of --role scheduler")
 	fs.StringVar(&o.successPolicy, "success-policy", string(membership.SuccessAllWorkers), "AllWorkers or Rank0")
 	fs.StringVar(&o.cleanPodPolicy, "clean-pod-policy", string(membership.CleanPodNever), "Always, Never, OnFailure or OnCompletion (for the Kubernetes bridge)")
@@ -188,7 +190,7 @@ func (o *sidecarOptions) spec() (*membership.Spec, error) {
 		return nil, err
 	}
 	s := membership.DefaultSpec(np)
-	s.PS, s.Schedulers, s.FaultTolerance, s.MaxRestarts = o.ps, o.schedulers, o.faultTolerance, o.maxRestarts
+	s.PS, s.Schedulers, s.Heter, s.FaultTolerance, s.MaxRestarts = o.ps, o.schedulers, o.heter, o.faultTolerance, o.maxRestarts
 	if o.role == string(membership.RoleScheduler) {
 		s.Schedulers = 1
 	}
