@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -278,4 +279,33 @@ func TestElasticJobCleanPodPolicyAndProblems(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return kubetest.RunningPods(t.Context(), e.c.Client, e.ns, "elastic.job=done-never") == 0
 	}, 60*time.Second, 50*time.Millisecond, "the pods outlived their job")
+}
+
+// TestAllNamespacesRunsTheJobsOfEveryNamespace runs the coordinator with
+// deploy/all-namespaces' ClusterRole and --all-namespaces: an ElasticJob in
+// another namespace than the coordinator's runs, with its Secret-free
+// sidecars, its ConfigMap and its status.
+func TestAllNamespacesRunsTheJobsOfEveryNamespace(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t, kubeOptions{injected: true, allNamespaces: true, toyEnv: []string{"TOY_STEPS=100000", "TOY_INTERVAL=0.05"}})
+	role, cluster := rbacRules(t), mustRead(t, filepath.Join(repoRoot, "deploy", "all-namespaces", "clusterrole.yaml"))
+	assert.Contains(t, cluster, role, "the ClusterRole has the Role's rules, no more and no fewer")
+	applyCRDs(t, e.c, e.dyn)
+
+	far := *e
+	far.ns = e.ns + "-far"
+	_, err := e.c.Client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: far.ns}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	startInjectedPodRunner(t, e.c.Client, far.ns, e.toyDir, []string{"TOY_STEPS=100000", "TOY_INTERVAL=0.05"})
+	require.NoError(t, far.createJob(elasticJobYAML("far", 2, "")))
+	far.jobStatus("far", "Running at 2", runningAt(2))
+	require.Eventually(t, func() bool {
+		_, err := e.c.Client.CoreV1().ConfigMaps(far.ns).Get(t.Context(), operatorbridge.ConfigMapName("far"), metav1.GetOptions{})
+		return err == nil
+	}, 30*time.Second, 50*time.Millisecond, "the bridge wrote no ConfigMap in the job's namespace")
+
+	// The same name in the coordinator's namespace: the id is taken.
+	require.NoError(t, e.createJob(elasticJobYAML("far", 1, "")))
+	st := e.jobStatus("far", "told its id is taken", func(s jobv1.ElasticJobStatus) bool { return s.Problem != "" })
+	assert.Contains(t, st.Problem, "job id far is in use in etcd by ElasticJob/"+far.ns+"/far/")
 }

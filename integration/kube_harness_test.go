@@ -106,6 +106,9 @@ type kubeOptions struct {
 	// etcdFlags, if set, are serve's flags to reach etcd in place of the
 	// test's plain etcd.
 	etcdFlags []string
+	// allNamespaces binds deploy/all-namespaces' ClusterRole to the
+	// test's ServiceAccount and runs serve with --all-namespaces.
+	allNamespaces bool
 }
 
 // toyTrainer is testdata/toytrainer.sh.
@@ -126,6 +129,13 @@ func newKubeEnv(t *testing.T, o kubeOptions) *kubeEnv {
 	require.NoError(t, err)
 
 	e.setRole(o.role)
+	if o.allNamespaces {
+		manifest := strings.ReplaceAll(mustRead(t, filepath.Join(repoRoot, "deploy", "all-namespaces", "clusterrole.yaml")), "namespace: elastic-system", "namespace: "+e.ns)
+		// A binding of the test's own; the ClusterRole is the same for all.
+		manifest = strings.Replace(manifest, "kind: ClusterRoleBinding\nmetadata:\n  name: elastic-coordinator", "kind: ClusterRoleBinding\nmetadata:\n  name: elastic-coordinator-"+e.ns, 1)
+		e.apply(manifest, "")
+		o.bridgeArgs = append(o.bridgeArgs, "--all-namespaces")
+	}
 	tok, err := c.Client.CoreV1().ServiceAccounts(e.ns).CreateToken(t.Context(), "elastic-coordinator",
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{}}, metav1.CreateOptions{})
 	require.NoError(t, err)

@@ -26,6 +26,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -48,7 +49,8 @@ type Config struct {
 	Dynamic dynamic.Interface
 	Etcd    *clientv3.Client
 	Keys    membership.Keys
-	// Namespace is where the jobs live.
+	// Namespace is where the jobs live; "" (metav1.NamespaceAll) is every
+	// namespace, with a ClusterRole.
 	Namespace string
 	Sidecar   Sidecar
 	// Kinds are the kinds served; AllKinds if empty.
@@ -70,8 +72,6 @@ func New(cfg Config) (*Controller, error) {
 	switch {
 	case cfg.Kube == nil || cfg.Dynamic == nil || cfg.Etcd == nil:
 		return nil, errors.New("jobcontroller: kubernetes, dynamic and etcd clients are required")
-	case cfg.Namespace == "":
-		return nil, errors.New("jobcontroller: no namespace")
 	case cfg.Sidecar.Image == "":
 		return nil, errors.New("jobcontroller: no sidecar image")
 	case cfg.Sidecar.EtcdEndpoints == "":
@@ -89,7 +89,11 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Entrypoints == nil {
 		cfg.Entrypoints = &Entrypoints{}
 	}
-	return &Controller{cfg: cfg, logger: cfg.Logger.Named("jobs").With("namespace", cfg.Namespace)}, nil
+	ns := cfg.Namespace
+	if ns == "" {
+		ns = "(all)"
+	}
+	return &Controller{cfg: cfg, logger: cfg.Logger.Named("jobs").With("namespace", ns)}, nil
 }
 
 // term is one leadership term of the controller.
@@ -191,7 +195,7 @@ func (t *term) startInformers() (stop func(), err error) {
 				obj = tomb.Obj
 			}
 			if m, ok := obj.(metav1.Object); ok {
-				t.queue.Add(key(k.Name, m.GetName()))
+				t.queue.Add(key(k.Name, m.GetNamespace(), m.GetName()))
 			}
 		}
 		if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -208,7 +212,7 @@ func (t *term) startInformers() (stop func(), err error) {
 		}
 		if m, ok := obj.(metav1.Object); ok {
 			if ref := metav1.GetControllerOf(m); ref != nil && t.kinds[ref.Kind] != nil {
-				t.queue.Add(key(ref.Kind, ref.Name))
+				t.queue.Add(key(ref.Kind, m.GetNamespace(), ref.Name))
 			}
 		}
 	}
@@ -227,12 +231,29 @@ func (t *term) startInformers() (stop func(), err error) {
 	}, nil
 }
 
-// key is the queue's key of a job: KIND/NAME.
-func key(kind, name string) string { return kind + "/" + name }
+// key is the queue's key of a job: KIND/NAMESPACE/NAME.
+func key(kind, namespace, name string) string { return kind + "/" + namespace + "/" + name }
+
+// keyOf is the key of a resource.
+func keyOf(u *unstructured.Unstructured) string {
+	return key(u.GetKind(), u.GetNamespace(), u.GetName())
+}
+
+// ownerKey is the key of the resource a spec's owner names, if any.
+func ownerKey(s *membership.Spec) (string, bool) {
+	if s == nil {
+		return "", false
+	}
+	parts := strings.Split(s.Owner, "/") // Kind/namespace/name/uid
+	if len(parts) != 4 {
+		return "", false
+	}
+	return key(parts[0], parts[1], parts[2]), true
+}
 
 func (t *term) watchError(resource string) cache.WatchErrorHandlerWithContext {
 	return func(_ context.Context, _ *cache.Reflector, err error) {
-		msg := fmt.Sprintf("cannot list or watch %s in namespace %s: %v", resource, t.cfg.Namespace, err)
+		msg := fmt.Sprintf("cannot list or watch %s in namespace %q: %v", resource, t.cfg.Namespace, err)
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		switch {
@@ -253,9 +274,9 @@ func (t *term) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer t.queue.Done(item)
-	kindName, name, _ := strings.Cut(item, "/")
-	k := t.kinds[kindName]
-	if k == nil {
+	parts := strings.SplitN(item, "/", 3)
+	k := t.kinds[parts[0]]
+	if k == nil || len(parts) != 3 {
 		t.queue.Forget(item)
 		return true
 	}
@@ -265,7 +286,8 @@ func (t *term) processNext(ctx context.Context) bool {
 	}
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := t.reconcile(rctx, k, name); err != nil && ctx.Err() == nil {
+	ns, name := parts[1], parts[2]
+	if err := t.reconcile(rctx, k, ns, name); err != nil && ctx.Err() == nil {
 		if apierrors.IsConflict(err) {
 			// The cache had an older version: the watch brings the new.
 			t.logger.Debug("reconcile raced a change; retrying", "kind", k.Name, "job", name, "error", err)
@@ -283,11 +305,21 @@ func (t *term) processNext(ctx context.Context) bool {
 func (t *term) followEtcd(ctx context.Context) {
 	_ = membership.Follow(ctx, t.cfg.Etcd, membership.Range{Key: t.cfg.Keys.Jobs(), Prefix: true}, t.logger,
 		func(u membership.Update) error {
-			touched := map[string]bool{}
+			// The resource of a record is its spec's owner, before the
+			// change or after it; a job of no resource's may have held the
+			// id of one waiting for it.
+			keys, ids := map[string]bool{}, map[string]bool{}
+			touch := func(job string, r *etcdRecords) {
+				if k, ok := ownerKey(r.spec); ok {
+					keys[k] = true
+				} else {
+					ids[job] = true
+				}
+			}
 			t.mu.Lock()
 			if u.Reset {
-				for job := range t.records {
-					touched[job] = true
+				for job, r := range t.records {
+					touch(job, r)
 				}
 				clear(t.records)
 			}
@@ -301,15 +333,16 @@ func (t *term) followEtcd(ctx context.Context) {
 					r = &etcdRecords{}
 					t.records[jk.Job] = r
 				}
+				touch(jk.Job, r)
 				r.apply(jk.Kind, kv)
-				touched[jk.Job] = true
+				touch(jk.Job, r)
 			}
 			t.mu.Unlock()
-			// The kind is not known from etcd: each looks.
-			for job := range touched {
-				for kind := range t.kinds {
-					t.queue.Add(key(kind, job))
-				}
+			for k := range keys {
+				t.queue.Add(k)
+			}
+			for job := range ids {
+				t.queueNamed(job)
 			}
 			return nil
 		})
@@ -345,9 +378,24 @@ func (t *term) recordsOf(job string) etcdRecords {
 	return etcdRecords{}
 }
 
+// queueNamed queues every resource of a name, of any kind and namespace.
+func (t *term) queueNamed(name string) {
+	for _, k := range t.kinds {
+		objs, err := k.lister.List(labels.Everything())
+		if err != nil {
+			continue
+		}
+		for _, o := range objs {
+			if m, ok := o.(metav1.Object); ok && m.GetName() == name {
+				t.queue.Add(key(k.Name, m.GetNamespace(), name))
+			}
+		}
+	}
+}
+
 // object returns a job's resource from the cache, or nil.
-func (t *term) object(k *servedKind, name string) *unstructured.Unstructured {
-	obj, err := k.lister.ByNamespace(t.cfg.Namespace).Get(name)
+func (t *term) object(k *servedKind, ns, name string) *unstructured.Unstructured {
+	obj, err := k.lister.ByNamespace(ns).Get(name)
 	if err != nil {
 		return nil
 	}

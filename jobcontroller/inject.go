@@ -26,15 +26,21 @@ type Sidecar struct {
 	// Prefix is the root of the keys in etcd.
 	Prefix string
 	// EtcdSecret, if set, is a Secret with the sidecars' etcd client
-	// certificate: ca.crt, tls.crt and tls.key.
-	EtcdSecret string
+	// certificate: ca.crt, tls.crt and tls.key, in SecretNamespace. Each
+	// job gets a copy in its own Secret, in its own namespace.
+	EtcdSecret      string
+	SecretNamespace string
 	// Auth gives each job's sidecars an etcd user confined to the job's
 	// keys, its password in the Secret <job>-etcd.
 	Auth bool
 }
 
-// AuthSecretName names the Secret with the password of a job's etcd user.
-func AuthSecretName(job string) string { return job + "-etcd" }
+// JobSecretName names a job's Secret: its sidecars' etcd client
+// certificate and its etcd user's password.
+func JobSecretName(job string) string { return job + "-etcd" }
+
+// jobSecret reports whether the job's pods need their Secret.
+func (sc Sidecar) jobSecret() bool { return sc.EtcdSecret != "" || sc.Auth }
 
 // Paths inside the pod.
 const (
@@ -143,7 +149,8 @@ func inject(j Job, r Role, sc Sidecar, command commandOf) (corev1.PodTemplateSpe
 	c.Env = append(c.Env, sidecarEnv(j, sc)...)
 	if sc.EtcdSecret != "" {
 		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: tlsVolume, VolumeSource: corev1.VolumeSource{
-			Secret: &corev1.SecretVolumeSource{SecretName: sc.EtcdSecret, DefaultMode: ptr(int32(0o440))}}})
+			Secret: &corev1.SecretVolumeSource{SecretName: JobSecretName(j.ID), DefaultMode: ptr(int32(0o440)),
+				Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}, {Key: "tls.crt", Path: "tls.crt"}, {Key: "tls.key", Path: "tls.key"}}}}})
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: tlsVolume, MountPath: tlsDir, ReadOnly: true})
 	}
 	return t, nil
@@ -174,7 +181,7 @@ func sidecarEnv(j Job, sc Sidecar) []corev1.EnvVar {
 	if sc.Auth {
 		env = append(env, corev1.EnvVar{Name: "ELASTIC_ETCD_USER", Value: etcdauth.JobUser(j.ID)},
 			corev1.EnvVar{Name: "ELASTIC_ETCD_PASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-				LocalObjectReference: corev1.LocalObjectReference{Name: AuthSecretName(j.ID)}, Key: "password"}}})
+				LocalObjectReference: corev1.LocalObjectReference{Name: JobSecretName(j.ID)}, Key: "password"}}})
 	}
 	if sc.EtcdSecret != "" {
 		env = append(env,

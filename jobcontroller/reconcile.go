@@ -26,10 +26,10 @@ import (
 // reports. A write that fails returns an error: the job is queued again
 // with backoff. A spec the controller cannot run is reported and waits for
 // the next change of the resource.
-func (t *term) reconcile(ctx context.Context, k *servedKind, name string) error {
-	u := t.object(k, name)
+func (t *term) reconcile(ctx context.Context, k *servedKind, ns, name string) error {
+	u := t.object(k, ns, name)
 	if u == nil {
-		return t.forget(ctx, k, name)
+		return t.forget(ctx, k, ns, name)
 	}
 	if u.GetDeletionTimestamp() != nil {
 		return nil // the garbage collector removes what the job owns
@@ -53,7 +53,7 @@ func (t *term) reconcile(ctx context.Context, k *servedKind, name string) error 
 		t.warnOnce(u, "JobIDTaken", taken)
 		return t.writeStatus(ctx, k, u, &job, []string{taken})
 	}
-	if err := t.ensureJobUser(ctx, u, job); err != nil {
+	if err := t.ensureJobSecret(ctx, job); err != nil {
 		return errors.Join(err, t.writeStatus(ctx, k, u, &job, []string{err.Error()}))
 	}
 	if err := t.ensureService(ctx, u, job); err != nil {
@@ -155,11 +155,11 @@ func sameResource(a, b string) bool {
 }
 
 // forget removes the etcd records of a job whose resource is gone.
-func (t *term) forget(ctx context.Context, k *servedKind, name string) error {
+func (t *term) forget(ctx context.Context, k *servedKind, ns, name string) error {
 	rec := t.recordsOf(name)
-	delete(t.warned, key(k.Name, name))
-	delete(t.reports, key(k.Name, name))
-	if rec.spec == nil || !strings.HasPrefix(rec.spec.Owner, k.Name+"/"+t.cfg.Namespace+"/"+name+"/") {
+	delete(t.warned, key(k.Name, ns, name))
+	delete(t.reports, key(k.Name, ns, name))
+	if rec.spec == nil || !strings.HasPrefix(rec.spec.Owner, k.Name+"/"+ns+"/"+name+"/") {
 		return nil
 	}
 	if err := t.deleteRecords(ctx, name, rec.spec.Owner); err != nil {
@@ -169,51 +169,6 @@ func (t *term) forget(ctx context.Context, k *servedKind, name string) error {
 		delete(t.users, name)
 		return etcdauth.DeleteJobUser(ctx, t.cfg.Etcd, name)
 	}
-	return nil
-}
-
-// ensureJobUser gives the job's sidecars their etcd user, its password in
-// a Secret owned by the job, when auth is asked for.
-func (t *term) ensureJobUser(ctx context.Context, u *unstructured.Unstructured, j Job) error {
-	if !t.cfg.Sidecar.Auth {
-		return nil
-	}
-	secrets := t.cfg.Kube.CoreV1().Secrets(j.Namespace)
-	name := AuthSecretName(j.ID)
-	have, err := secrets.Get(ctx, name, metav1.GetOptions{})
-	switch {
-	case err == nil && !owns(have.OwnerReferences, j.Owner.UID):
-		return fmt.Errorf("Secret %s exists and is not this job's", name)
-	case err == nil:
-		password := string(have.Data["password"])
-		if t.users[j.ID] == password {
-			return nil
-		}
-		if err := etcdauth.EnsureJobUser(ctx, t.cfg.Etcd, t.cfg.Keys, j.ID, password); err != nil {
-			return err
-		}
-		t.users[j.ID] = password
-		return nil
-	case !apierrors.IsNotFound(err):
-		return fmt.Errorf("get Secret %s: %w", name, err)
-	}
-	password, err := etcdauth.NewPassword()
-	if err != nil {
-		return err
-	}
-	if err := etcdauth.EnsureJobUser(ctx, t.cfg.Etcd, t.cfg.Keys, j.ID, password); err != nil {
-		return err
-	}
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: j.Namespace, Labels: map[string]string{operatorbridge.LabelJob: j.ID},
-			OwnerReferences: []metav1.OwnerReference{j.Owner}},
-		Data: map[string][]byte{"user": []byte(etcdauth.JobUser(j.ID)), "password": []byte(password)},
-	}
-	if _, err := secrets.Create(ctx, secret, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create Secret %s: %w", name, err)
-	}
-	t.users[j.ID] = password
-	t.logger.Info("etcd user made for the job's sidecars", "job", j.ID, "user", etcdauth.JobUser(j.ID))
 	return nil
 }
 

@@ -27,7 +27,7 @@ func (t *term) writeStatus(ctx context.Context, k *servedKind, u *unstructured.U
 	oldRaw = runtime.DeepCopyJSON(orEmpty(oldRaw))
 	// The last report, from the status if the kind's is the report, or
 	// else from this term's memory.
-	old, said := t.reports[key(k.Name, u.GetName())]
+	old, said := t.reports[keyOf(u)]
 	if k.Name == jobv1.Kind {
 		old, said = jobv1.ElasticJobStatus{}, true
 		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(oldRaw, &old)
@@ -38,7 +38,7 @@ func (t *term) writeStatus(ctx context.Context, k *servedKind, u *unstructured.U
 		return err
 	}
 	if equalJSON(oldRaw, raw) {
-		t.reports[key(k.Name, u.GetName())] = next
+		t.reports[keyOf(u)] = next
 		return nil
 	}
 	obj := u.DeepCopy()
@@ -47,7 +47,7 @@ func (t *term) writeStatus(ctx context.Context, k *servedKind, u *unstructured.U
 		UpdateStatus(ctx, obj, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("update the status of %s %s: %w", u.GetKind(), u.GetName(), err)
 	}
-	t.reports[key(k.Name, u.GetName())] = next
+	t.reports[keyOf(u)] = next
 	if said {
 		t.sayChanges(u, old, next)
 	}
@@ -135,10 +135,10 @@ func (t *term) sayChanges(u *unstructured.Unstructured, old, next jobv1.ElasticJ
 
 // warnOnce records a Warning Event on the job unless the same was said.
 func (t *term) warnOnce(u *unstructured.Unstructured, reason, message string) {
-	said := t.warned[key(u.GetKind(), u.GetName())]
+	said := t.warned[keyOf(u)]
 	if said == nil {
 		said = map[string]string{}
-		t.warned[key(u.GetKind(), u.GetName())] = said
+		t.warned[keyOf(u)] = said
 	}
 	if said[reason] == message {
 		return

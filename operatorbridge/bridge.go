@@ -59,7 +59,8 @@ type Config struct {
 	Etcd    *clientv3.Client
 	Keys    membership.Keys
 	// Namespace is where the jobs' workloads and pods live; the bridge
-	// needs only a Role there.
+	// needs only a Role there. "" (metav1.NamespaceAll) is every namespace,
+	// with a ClusterRole: a job is where its worker workload is.
 	Namespace string
 	// Workloads are the resources a job's workloads can be: anything with a
 	// scale subresource. StatefulSets if empty.
@@ -79,9 +80,6 @@ func New(cfg Config) (*Bridge, error) {
 	if cfg.Kube == nil || cfg.Dynamic == nil || cfg.Etcd == nil {
 		return nil, errors.New("operatorbridge: kubernetes, dynamic and etcd clients are required")
 	}
-	if cfg.Namespace == "" {
-		return nil, errors.New("operatorbridge: no namespace")
-	}
 	if cfg.Keys == (membership.Keys{}) {
 		cfg.Keys = membership.DefaultKeys()
 	}
@@ -91,7 +89,15 @@ func New(cfg Config) (*Bridge, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	return &Bridge{cfg: cfg, logger: cfg.Logger.Named("bridge").With("namespace", cfg.Namespace)}, nil
+	return &Bridge{cfg: cfg, logger: cfg.Logger.Named("bridge").With("namespace", namespaceName(cfg.Namespace))}, nil
+}
+
+// namespaceName is a namespace for people: "" is every namespace.
+func namespaceName(ns string) string {
+	if ns == "" {
+		return "(all)"
+	}
+	return ns
 }
 
 // Lead runs the bridge until ctx ends.

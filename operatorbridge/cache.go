@@ -110,7 +110,7 @@ func (c *kubeCache) errorHandler(b *Bridge, resource string) cache.WatchErrorHan
 	return func(_ context.Context, _ *cache.Reflector, err error) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		msg := fmt.Sprintf("cannot list or watch %s in namespace %s: %v", resource, b.cfg.Namespace, err)
+		msg := fmt.Sprintf("cannot list or watch %s in namespace %s: %v", resource, namespaceName(b.cfg.Namespace), err)
 		if c.lastError[resource] != msg {
 			b.logger.Error("kubernetes watch failed", "resource", resource, "error", err)
 		}
@@ -138,12 +138,13 @@ func (c *kubeCache) problem() string {
 	return ""
 }
 
-// workloadsOf returns the job's workloads of a role, oldest first.
-func (c *kubeCache) workloadsOf(namespace, job string, role membership.Role) []workload {
+// workloadsOf returns the job's workloads of a role in the cache's
+// namespaces, oldest first.
+func (c *kubeCache) workloadsOf(job string, role membership.Role) []workload {
 	sel := labels.SelectorFromSet(labels.Set{LabelJob: job, LabelRole: string(role)})
 	var out []workload
 	for gvr, lister := range c.workloads {
-		objs, err := lister.ByNamespace(namespace).List(sel)
+		objs, err := lister.List(sel)
 		if err != nil {
 			continue
 		}

@@ -122,14 +122,14 @@ func (r *run) ensureService(ctx context.Context, pod *corev1.Pod) {
 			"pod", pod.Name, "label", statefulSetPodName)
 		return
 	}
-	services := r.cfg.Kube.CoreV1().Services(r.cfg.Namespace)
+	services := r.cfg.Kube.CoreV1().Services(pod.Namespace)
 	have, err := services.Get(ctx, pod.Name, metav1.GetOptions{})
 	if err == nil && ownedBy(have.OwnerReferences, pod.UID) {
 		return
 	}
 	want := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: pod.Name, Namespace: r.cfg.Namespace,
+			Name: pod.Name, Namespace: pod.Namespace,
 			Labels: map[string]string{LabelJob: pod.Labels[LabelJob]},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID,
@@ -165,7 +165,7 @@ func (r *run) deleteService(ctx context.Context, pod *corev1.Pod) {
 	if pod.Annotations[AnnotationIntranet] != "Service" {
 		return
 	}
-	services := r.cfg.Kube.CoreV1().Services(r.cfg.Namespace)
+	services := r.cfg.Kube.CoreV1().Services(pod.Namespace)
 	have, err := services.Get(ctx, pod.Name, metav1.GetOptions{})
 	if err != nil || !ownedBy(have.OwnerReferences, pod.UID) {
 		return

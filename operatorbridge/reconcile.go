@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -51,10 +52,9 @@ func (r *run) reconcile(ctx context.Context, job string) error {
 		r.report(ctx, job, nil, 0, problem)
 		return errCachesNotReady
 	}
-	ns := r.cfg.Namespace
 	byRole := map[membership.Role][]workload{}
 	for _, role := range []membership.Role{membership.RoleWorker, membership.RolePS, membership.RoleScheduler, membership.RoleHeter} {
-		byRole[role] = r.cache.workloadsOf(ns, job, role)
+		byRole[role] = r.cache.workloadsOf(job, role)
 	}
 	var problems []string
 	var failed []error
@@ -70,9 +70,16 @@ func (r *run) reconcile(ctx context.Context, job string) error {
 			kinds[i] = describe(gvr)
 		}
 		problems = append(problems, fmt.Sprintf("no workload labelled %s=%s,%s=worker in namespace %s among %s",
-			LabelJob, job, LabelRole, ns, strings.Join(kinds, ", ")))
+			LabelJob, job, LabelRole, namespaceName(r.cfg.Namespace), strings.Join(kinds, ", ")))
 	} else {
-		primary = &ws[0]
+		first := ws[0]
+		primary = &first
+		// The job is where its first worker workload is; a role's
+		// workloads elsewhere are another job's of the same id.
+		for role, ws := range byRole {
+			byRole[role] = slices.DeleteFunc(ws, func(w workload) bool { return w.obj.GetNamespace() != primary.obj.GetNamespace() })
+		}
+		ws = byRole[membership.RoleWorker]
 		if len(ws) > 1 {
 			problems = append(problems, fmt.Sprintf("%d worker workloads carry job %s's labels; following %s", len(ws), job, ws[0]))
 		}
@@ -152,7 +159,7 @@ func (r *run) scale(ctx context.Context, w workload, want int, rec jobRecords) e
 			return nil
 		}
 	}
-	res := r.cfg.Dynamic.Resource(w.gvr).Namespace(r.cfg.Namespace)
+	res := r.cfg.Dynamic.Resource(w.gvr).Namespace(w.obj.GetNamespace())
 	sc, err := res.Get(ctx, w.obj.GetName(), metav1.GetOptions{}, "scale")
 	if err != nil {
 		err = explain(err, "get the scale of", w)
@@ -242,7 +249,7 @@ func (r *run) writeConfigMap(ctx context.Context, job string, p membership.Plan,
 	}
 	want := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: ConfigMapName(job), Namespace: r.cfg.Namespace,
+			Name: ConfigMapName(job), Namespace: owner.obj.GetNamespace(),
 			Labels:          map[string]string{LabelJob: job},
 			Annotations:     map[string]string{AnnotationGeneration: strconv.FormatInt(p.Generation, 10)},
 			OwnerReferences: []metav1.OwnerReference{ownerRef(owner.obj)},
@@ -278,7 +285,7 @@ func (r *run) writeConfigMap(ctx context.Context, job string, p membership.Plan,
 // carries the resourceVersion read, so that it cannot replace a write made
 // since by someone else: that is a conflict, and the caller reads again.
 func (r *run) putConfigMap(ctx context.Context, want *corev1.ConfigMap, gen int64) (configWrite, int64, error) {
-	cms := r.cfg.Kube.CoreV1().ConfigMaps(r.cfg.Namespace)
+	cms := r.cfg.Kube.CoreV1().ConfigMaps(want.Namespace)
 	have, err := cms.Get(ctx, want.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):

@@ -15,7 +15,7 @@ func TestDesiredReplicas(t *testing.T) {
 		return &s
 	}
 	status := func(p membership.JobPhase) *membership.Status { return &membership.Status{Phase: p} }
-	none := map[membership.Role]int{membership.RoleWorker: 0, membership.RolePS: 0, membership.RoleScheduler: 0}
+	none := map[membership.Role]int{membership.RoleWorker: 0, membership.RolePS: 0, membership.RoleScheduler: 0, membership.RoleHeter: 0}
 	for _, tc := range []struct {
 		name string
 		rec  jobRecords
@@ -23,9 +23,9 @@ func TestDesiredReplicas(t *testing.T) {
 	}{
 		{"no spec: hands off", jobRecords{}, nil},
 		{"exact np", jobRecords{spec: spec(membership.NP{Min: 4, Max: 4}, 2, membership.CleanPodNever)},
-			map[membership.Role]int{membership.RoleWorker: 4, membership.RolePS: 2, membership.RoleScheduler: 0}},
+			map[membership.Role]int{membership.RoleWorker: 4, membership.RolePS: 2, membership.RoleScheduler: 0, membership.RoleHeter: 0}},
 		{"a range asks for its maximum", jobRecords{spec: spec(membership.NP{Min: 2, Max: 8}, 0, membership.CleanPodNever), status: status(membership.JobRunning)},
-			map[membership.Role]int{membership.RoleWorker: 8, membership.RolePS: 0, membership.RoleScheduler: 0}},
+			map[membership.Role]int{membership.RoleWorker: 8, membership.RolePS: 0, membership.RoleScheduler: 0, membership.RoleHeter: 0}},
 		{"Never keeps the pods", jobRecords{spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodNever), status: status(membership.JobSucceeded)}, nil},
 		{"Always removes them", jobRecords{spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodAlways), status: status(membership.JobFailed)}, none},
 		{"OnCompletion after success", jobRecords{spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodOnCompletion), status: status(membership.JobSucceeded)}, none},
@@ -59,6 +59,7 @@ func TestConfigMapData(t *testing.T) {
 		"PADDLE_PSERVERS_IP_PORT_LIST": "p0.ns.svc:36000,p1.ns.svc:36000",
 		"PADDLE_PSERVER_NUM":           "2",
 		"PADDLE_NNODES":                "2",
+		"PADDLE_HETER_ENDPOINTS":       "",
 		"PADDLE_MASTER":                "w0.ns.svc:29500",
 		"MASTER_ADDR":                  "w0.ns.svc",
 		"MASTER_PORT":                  "29500",

@@ -27,6 +27,7 @@ type kubeOptions struct {
 	enabled    bool
 	kubeconfig string
 	namespace  string
+	all        bool
 	pod        string // this replica's pod, from POD_NAME
 	workloads  []string
 
@@ -41,7 +42,9 @@ type kubeOptions struct {
 func (o *kubeOptions) register(fs *pflag.FlagSet, env lookupEnv) {
 	fs.BoolVar(&o.enabled, "kubernetes", false, "run the Kubernetes bridge and the ElasticJob controller on the leader")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", fromEnv(env, "", "KUBECONFIG"), "kubeconfig of the bridge; the in-cluster config if empty"+envNote("KUBECONFIG"))
-	fs.StringVar(&o.namespace, "namespace", fromEnv(env, "default", "POD_NAMESPACE"), "namespace of the jobs, their workloads and pods"+envNote("POD_NAMESPACE"))
+	fs.StringVar(&o.namespace, "namespace", fromEnv(env, "default", "POD_NAMESPACE"),
+		"namespace of the jobs, their workloads and pods, and of --sidecar-etcd-secret"+envNote("POD_NAMESPACE"))
+	fs.BoolVar(&o.all, "all-namespaces", false, "follow the jobs of every namespace (a ClusterRole: deploy/all-namespaces)")
 	fs.StringArrayVar(&o.workloads, "workload-resource", []string{"statefulsets.v1.apps"},
 		"resource a job's workloads can be, as RESOURCE.VERSION.GROUP; anything with a scale subresource (repeatable)")
 	fs.StringVar(&o.sidecarImage, "sidecar-image", fromEnv(env, "", "ELASTIC_SIDECAR_IMAGE"),
@@ -122,8 +125,12 @@ func (o *kubeOptions) leaderTasks(ctx context.Context, cli *clientv3.Client, key
 	if err != nil {
 		return nil, err
 	}
+	jobsNamespace := o.namespace
+	if o.all {
+		jobsNamespace = "" // every namespace
+	}
 	bridge, err := operatorbridge.New(operatorbridge.Config{
-		Kube: c.kube, Dynamic: c.dyn, Etcd: cli, Keys: keys, Namespace: o.namespace, Workloads: gvrs, Logger: logger,
+		Kube: c.kube, Dynamic: c.dyn, Etcd: cli, Keys: keys, Namespace: jobsNamespace, Workloads: gvrs, Logger: logger,
 	})
 	if err != nil {
 		return nil, err
@@ -135,12 +142,13 @@ func (o *kubeOptions) leaderTasks(ctx context.Context, cli *clientv3.Client, key
 		logger.Error("job resources (ElasticJob, PaddleJob, MSJob) not served", "error", err)
 		return tasks, nil
 	}
-	sidecar := jobcontroller.Sidecar{Image: image, EtcdEndpoints: or(o.sidecarEndpoints, etcdEndpoints), EtcdSecret: o.sidecarSecret, Auth: o.sidecarAuth}
+	sidecar := jobcontroller.Sidecar{Image: image, EtcdEndpoints: or(o.sidecarEndpoints, etcdEndpoints),
+		EtcdSecret: o.sidecarSecret, SecretNamespace: o.namespace, Auth: o.sidecarAuth}
 	if keys.Prefix() != membership.DefaultPrefix {
 		sidecar.Prefix = keys.Prefix()
 	}
 	jobs, err := jobcontroller.New(jobcontroller.Config{
-		Kube: c.kube, Dynamic: c.dyn, Etcd: cli, Keys: keys, Namespace: o.namespace, Sidecar: sidecar,
+		Kube: c.kube, Dynamic: c.dyn, Etcd: cli, Keys: keys, Namespace: jobsNamespace, Sidecar: sidecar,
 		Kinds: kinds, Entrypoints: entrypoints, Logger: logger,
 	})
 	if err != nil {
