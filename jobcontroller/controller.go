@@ -287,7 +287,17 @@ func (t *term) processNext(ctx context.Context) bool {
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	ns, name := parts[1], parts[2]
-	if err := t.reconcile(rctx, k, ns, name); err != nil && ctx.Err() == nil {
+	err := t.reconcile(rctx, k, ns, name)
+	var waiting previousNodes
+	switch {
+	case err == nil || ctx.Err() != nil:
+	case errors.As(err, &waiting):
+		// Nothing in the watched keys says when they are gone: look again.
+		t.logger.Debug("waiting for a job's previous pods", "kind", k.Name, "job", name, "why", err)
+		t.queue.Forget(item)
+		t.queue.AddAfter(item, time.Second)
+		return true
+	default:
 		if apierrors.IsConflict(err) {
 			// The cache had an older version: the watch brings the new.
 			t.logger.Debug("reconcile raced a change; retrying", "kind", k.Name, "job", name, "error", err)

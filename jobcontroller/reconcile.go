@@ -172,9 +172,35 @@ func (t *term) forget(ctx context.Context, k *servedKind, ns, name string) error
 	return nil
 }
 
-// deleteRecords removes every key of a job — spec, plan, status, events,
-// node records — if its spec is still owner's.
+// previousNodes is why a job's keys are not removed yet: nodes of the
+// resource they were written for are registered, or evicted and not yet
+// certainly fenced. Their trainers may still run; a job started afresh
+// under the same id would give their ranks to new processes beside them.
+type previousNodes struct {
+	nodes, evictions int64
+	owner            string
+}
+
+func (e previousNodes) Error() string {
+	return fmt.Sprintf("waiting for the pods of %s to stop: %d nodes registered, %d evicted and not yet fenced", e.owner, e.nodes, e.evictions)
+}
+
+// deleteRecords removes every key of a job — spec, plan, status, events —
+// if its spec is still owner's, once no node of the job is registered and
+// no eviction waits to be fenced.
 func (t *term) deleteRecords(ctx context.Context, job, owner string) error {
+	var left previousNodes
+	for prefix, into := range map[string]*int64{t.cfg.Keys.Nodes(job): &left.nodes, t.cfg.Keys.Evictions(job): &left.evictions} {
+		resp, err := t.cfg.Etcd.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return fmt.Errorf("read the nodes of job %s: %w", job, err)
+		}
+		*into = resp.Count
+	}
+	if left.nodes+left.evictions > 0 {
+		left.owner = owner
+		return left
+	}
 	key := t.cfg.Keys.Spec(job)
 	resp, err := t.cfg.Etcd.Get(ctx, key)
 	if err != nil {

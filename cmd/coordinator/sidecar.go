@@ -49,6 +49,7 @@ type sidecarOptions struct {
 	namespace      string // from POD_NAMESPACE
 	intranet       string
 	holdWhenDone   bool
+	envErr         error // a variable that cannot be read
 }
 
 func newSidecarCommand(env lookupEnv) *cobra.Command {
@@ -92,7 +93,9 @@ written for paddle.distributed.launch works unchanged.`,
 	fs.IntVar(&o.port, "port", 36000, "first endpoint port; process l listens on port+l")
 	fs.IntVar(&o.masterPort, "master-port", 29500, "rendezvous port (MASTER_PORT) if this node becomes rank 0")
 	fs.IntVar(&o.nproc, "nproc-per-node", 1, "training processes on this node")
-	fs.DurationVar(&o.ttl, "ttl", membership.DefaultTTL, "lease TTL: how long a silent node keeps its place (at least 2s)")
+	ttl, ttlErr := envDuration(env, membership.DefaultTTL, "ELASTIC_TTL")
+	o.envErr = ttlErr
+	fs.DurationVar(&o.ttl, "ttl", ttl, "lease TTL: how long a silent node keeps its place (at least 2s)"+envNote("ELASTIC_TTL"))
 	fs.DurationVar(&o.fenceMargin, "fence-margin", 0,
 		"how long before the lease could expire the node kills its processes; 0: a tenth of the TTL, at least 250ms")
 	fs.StringVar(&o.cgroup, "cgroup", "auto", "auto: run the training processes in a cgroup v2 of their own where one is writable; off: never")
@@ -121,6 +124,19 @@ func envInt(env lookupEnv, def int, name string) int {
 		return n
 	}
 	return def
+}
+
+// envDuration reads a duration like 10s from a variable, or def if unset.
+func envDuration(env lookupEnv, def time.Duration, name string) (time.Duration, error) {
+	v := fromEnv(env, "", name)
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return def, usagef("%s=%q: want a duration like 10s", name, v)
+	}
+	return d, nil
 }
 
 // envSeconds reads a whole number of seconds, as PaddlePaddle writes them.
@@ -202,6 +218,9 @@ func (o *sidecarOptions) spec() (*membership.Spec, error) {
 }
 
 func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
+	if o.envErr != nil {
+		return o.envErr
+	}
 	if err := jobFlag(o.job); err != nil {
 		return err
 	}
