@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/internal/kubetest"
@@ -140,6 +143,8 @@ func TestElasticJobRunsScalesThroughKubectlAndGoesWithItsResource(t *testing.T) 
 	_, err = e.c.Client.CoreV1().ConfigMaps(e.ns).Get(t.Context(), operatorbridge.ConfigMapName("train"), metav1.GetOptions{})
 	assert.NoError(t, err, "the bridge writes the endpoint ConfigMap")
 	assert.True(t, hasEvent(e.events("train"), "Created", "StatefulSet train-worker"))
+	assert.Equal(t, []string{"Name", "Phase", "NP", "Ready", "World", "Generation", "Restarts", "Problem", "Age"}, e.tableColumns(),
+		"what `kubectl get elasticjobs -o wide` shows")
 
 	// `kubectl scale`: down to 2, then up to 3, each never reverted.
 	for _, n := range []int{2, 3} {
@@ -375,4 +380,25 @@ func TestARecreatedJobWaitsForThePodsOfTheOneBefore(t *testing.T) {
 	}, 90*time.Second, 20*time.Millisecond, "the job made again never ran\ncoordinator:\n%s", e.bridge.out)
 	assert.Empty(t, aliveAtStart, "the new job ran beside trainers of the one before")
 	assert.True(t, sawWait, "the new job never said it waits for the old pods")
+}
+
+// tableColumns are the columns the API server gives kubectl for the
+// namespace's ElasticJobs.
+func (e *kubeEnv) tableColumns() []string {
+	e.t.Helper()
+	client, err := rest.HTTPClientFor(e.c.Config)
+	require.NoError(e.t, err)
+	req, err := http.NewRequestWithContext(e.t.Context(), http.MethodGet, e.c.Server+"/apis/elastictraining.io/v1/namespaces/"+e.ns+"/elasticjobs", nil)
+	require.NoError(e.t, err)
+	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+	resp, err := client.Do(req)
+	require.NoError(e.t, err)
+	defer resp.Body.Close()
+	var table metav1.Table
+	require.NoError(e.t, json.NewDecoder(resp.Body).Decode(&table))
+	var names []string
+	for _, c := range table.ColumnDefinitions {
+		names = append(names, c.Name)
+	}
+	return names
 }
