@@ -52,7 +52,8 @@ type Config struct {
 
 // LeaderTask is work that only the leader does. Lead runs until ctx ends,
 // which happens when the lead is lost; an error makes it start again after
-// a backoff while the lead lasts.
+// a backoff while the lead lasts. membership.LeaderFence(ctx) is the
+// comparison its etcd transactions add so as to fail once the lead is lost.
 type LeaderTask interface {
 	Lead(ctx context.Context) error
 }

@@ -132,7 +132,7 @@ func (t *term) lead(ctx context.Context, task LeaderTask) {
 		backoff.WithMaxInterval(30*time.Second),
 		backoff.WithMaxElapsedTime(0))
 	for {
-		err := task.Lead(ctx)
+		err := task.Lead(membership.WithLeaderFence(ctx, t.fence))
 		if ctx.Err() != nil {
 			return
 		}

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +26,7 @@ import (
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/internal/kubetest"
+	"github.com/elastictraining/coordinator/internal/proctest"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/operatorbridge"
 )
@@ -370,7 +370,7 @@ func TestARecreatedJobWaitsForThePodsOfTheOneBefore(t *testing.T) {
 		sawWait = sawWait || strings.Contains(st.Problem, "waiting for the pods of ElasticJob/"+e.ns+"/again/")
 		if runningAt(1)(st) {
 			for _, pid := range oldTrainers {
-				if syscall.Kill(pid, 0) == nil {
+				if proctest.Alive(pid) { // a zombie left to a frozen reaper is dead
 					aliveAtStart = append(aliveAtStart, pid)
 				}
 			}

@@ -118,6 +118,9 @@ type term struct {
 	reports map[string]jobv1.ElasticJobStatus
 	// users are the etcd passwords set this term, by job.
 	users map[string]string
+	// fenced are the comparisons every etcd transaction adds: the lead is
+	// still this replica's.
+	fenced []clientv3.Cmp
 }
 
 // etcdRecords are what the coordinator and the bridge wrote of a job.
@@ -143,6 +146,9 @@ func (c *Controller) Lead(ctx context.Context) error {
 		warned:   map[string]map[string]string{},
 		reports:  map[string]jobv1.ElasticJobStatus{},
 		users:    map[string]string{},
+	}
+	if fence, ok := membership.LeaderFence(ctx); ok {
+		t.fenced = append(t.fenced, fence)
 	}
 	defer t.queue.ShutDown()
 	stop, err := t.startInformers()
@@ -239,17 +245,22 @@ func keyOf(u *unstructured.Unstructured) string {
 	return key(u.GetKind(), u.GetNamespace(), u.GetName())
 }
 
-// ownerKey is the key of the resource a spec's owner names, if any.
-func ownerKey(s *membership.Spec) (string, bool) {
+// ownerKey is the key of the resource a spec's owner names, and its
+// namespace, if any.
+func ownerKey(s *membership.Spec) (string, string, bool) {
 	if s == nil {
-		return "", false
+		return "", "", false
 	}
 	parts := strings.Split(s.Owner, "/") // Kind/namespace/name/uid
 	if len(parts) != 4 {
-		return "", false
+		return "", "", false
 	}
-	return key(parts[0], parts[1], parts[2]), true
+	return key(parts[0], parts[1], parts[2]), parts[1], true
 }
+
+// serves reports whether the controller follows a namespace's jobs: the
+// records of a job of another namespace are not its to touch.
+func (t *term) serves(ns string) bool { return t.cfg.Namespace == "" || ns == t.cfg.Namespace }
 
 func (t *term) watchError(resource string) cache.WatchErrorHandlerWithContext {
 	return func(_ context.Context, _ *cache.Reflector, err error) {
@@ -281,12 +292,18 @@ func (t *term) processNext(ctx context.Context) bool {
 		return true
 	}
 	if !k.synced() || !t.setsSynced() {
-		t.queue.AddAfter(item, 200*time.Millisecond)
+		// A kind that cannot be listed (its CRD missing) may stay so:
+		// back off, as for a failure.
+		t.queue.AddRateLimited(item)
 		return true
 	}
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	ns, name := parts[1], parts[2]
+	if !t.serves(ns) {
+		t.queue.Forget(item)
+		return true
+	}
 	err := t.reconcile(rctx, k, ns, name)
 	var waiting previousNodes
 	switch {
@@ -320,8 +337,10 @@ func (t *term) followEtcd(ctx context.Context) {
 			// id of one waiting for it.
 			keys, ids := map[string]bool{}, map[string]bool{}
 			touch := func(job string, r *etcdRecords) {
-				if k, ok := ownerKey(r.spec); ok {
-					keys[k] = true
+				if k, ns, ok := ownerKey(r.spec); ok {
+					if t.serves(ns) {
+						keys[k] = true
+					}
 				} else {
 					ids[job] = true
 				}

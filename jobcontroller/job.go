@@ -101,6 +101,14 @@ func newJob(u *unstructured.Unstructured, spec membership.Spec, roles []Role, in
 	if err := membership.ValidateJobID(j.ID); err != nil {
 		return Job{}, fmt.Errorf("metadata.name: %w", err)
 	}
+	for _, r := range roles {
+		// A StatefulSet's pods carry a controller-revision-hash label of
+		// its name, '-' and up to 10 characters: 63 at most.
+		if name := StatefulSetName(j.ID, r.Name); len(name)+11 > 63 {
+			return Job{}, fmt.Errorf("metadata.name: %q is too long: the %s pods' labels would pass 63 characters (at most %d here)",
+				j.ID, r.Name, 63-11-len(name)+len(j.ID))
+		}
+	}
 	switch intranet {
 	case IntranetPodIP, IntranetService, IntranetHost:
 	default:

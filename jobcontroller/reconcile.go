@@ -73,8 +73,12 @@ func (t *term) reconcile(ctx context.Context, k *servedKind, ns, name string) er
 	if err := t.removeDroppedRoles(ctx, u, job); err != nil {
 		fail(err)
 	}
-	if _, err := t.writeSpec(ctx, u, job, true); err != nil {
+	if taken, err := t.writeSpec(ctx, u, job, true); err != nil {
 		fail(err)
+	} else if taken != "" {
+		// Claimed meanwhile by another writer.
+		problems = append(problems, taken)
+		t.warnOnce(u, "JobIDTaken", taken)
 	}
 	if err := t.writeStatus(ctx, k, u, &job, problems); err != nil {
 		failed = append(failed, err)
@@ -128,12 +132,12 @@ func (t *term) writeSpec(ctx context.Context, u *unstructured.Unstructured, j Jo
 	if err != nil {
 		return "", err
 	}
-	txn, err := t.cfg.Etcd.Txn(ctx).If(cmp).Then(clientv3.OpPut(key, val)).Commit()
+	txn, err := t.cfg.Etcd.Txn(ctx).If(append([]clientv3.Cmp{cmp}, t.fenced...)...).Then(clientv3.OpPut(key, val)).Commit()
 	if err != nil {
 		return "", fmt.Errorf("write the etcd spec of job %s: %w", j.ID, err)
 	}
 	if !txn.Succeeded {
-		return "", fmt.Errorf("the etcd spec of job %s changed while it was written", j.ID)
+		return "", fmt.Errorf("the etcd spec of job %s changed while it was written, or the lead was lost", j.ID)
 	}
 	switch {
 	case before == nil:
@@ -190,12 +194,16 @@ func (e previousNodes) Error() string {
 // no eviction waits to be fenced.
 func (t *term) deleteRecords(ctx context.Context, job, owner string) error {
 	var left previousNodes
+	// None may come between the count and the delete: the delete holds
+	// only while nothing under these prefixes changed since.
+	conds := slices.Clone(t.fenced)
 	for prefix, into := range map[string]*int64{t.cfg.Keys.Nodes(job): &left.nodes, t.cfg.Keys.Evictions(job): &left.evictions} {
 		resp, err := t.cfg.Etcd.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
 			return fmt.Errorf("read the nodes of job %s: %w", job, err)
 		}
 		*into = resp.Count
+		conds = append(conds, clientv3.Compare(clientv3.ModRevision(prefix), "<", resp.Header.Revision+1).WithPrefix())
 	}
 	if left.nodes+left.evictions > 0 {
 		left.owner = owner
@@ -212,11 +220,14 @@ func (t *term) deleteRecords(ctx context.Context, job, owner string) error {
 	if s, err := membership.DecodeSpec(resp.Kvs[0].Value); err != nil || s.Owner != owner {
 		return nil
 	}
-	_, err = t.cfg.Etcd.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)).
+	txn, err := t.cfg.Etcd.Txn(ctx).
+		If(append(conds, clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision))...).
 		Then(clientv3.OpDelete(t.cfg.Keys.Job(job), clientv3.WithPrefix())).Commit()
 	if err != nil {
 		return fmt.Errorf("delete the etcd records of job %s: %w", job, err)
+	}
+	if !txn.Succeeded {
+		return fmt.Errorf("the records of job %s changed while they were deleted, or the lead was lost", job)
 	}
 	t.logger.Info("job records deleted from etcd: its resource is gone", "job", job, "owner", owner)
 	return nil
@@ -263,7 +274,17 @@ func (t *term) ensureStatefulSet(ctx context.Context, u *unstructured.Unstructur
 	have, err := t.sets.StatefulSets(j.Namespace).Get(want.Name)
 	switch {
 	case apierrors.IsNotFound(err):
-		if _, err := sets.Create(ctx, want, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		_, err := sets.Create(ctx, want, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			// Not in the cache: not labelled as a job's, or made a moment
+			// ago. Ask the API server whose it is.
+			live, err := sets.Get(ctx, want.Name, metav1.GetOptions{})
+			if err == nil && !owns(live.OwnerReferences, j.Owner.UID) {
+				return fmt.Errorf("StatefulSet %s exists and is not this job's", want.Name)
+			}
+			return err
+		}
+		if err != nil {
 			return fmt.Errorf("create StatefulSet %s: %w", want.Name, err)
 		}
 		t.logger.Info("created", "job", j.ID, "statefulset", want.Name, "replicas", r.Replicas)
