@@ -350,7 +350,7 @@ func startInjectedPodRunner(t *testing.T, kube kubernetes.Interface, ns, checkpo
 				return nil, errors.New("the injected command has no -- before the training command")
 			}
 			args = append(args[:dash+1], "/bin/sh", "-c",
-				`mkdir -p "$TOY_DIR" && env >"$TOY_DIR/env-$POD_NAME-$ELASTIC_GENERATION" && exec "$0"`, toyTrainer)
+				`mkdir -p "$TOY_DIR" && env >"$TOY_DIR/.env-$POD_NAME" && mv "$TOY_DIR/.env-$POD_NAME" "$TOY_DIR/env-$POD_NAME-$ELASTIC_GENERATION" && exec "$0"`, toyTrainer)
 			return sidecarContainer{proc: background(t, env, args...)}, nil
 		}
 		return nil, errors.New("no container runs /elastic/coordinator: the sidecar was not injected")

@@ -24,7 +24,8 @@ func TestAMindSporeSchedulerOutsideKubernetes(t *testing.T) {
 	etcd := []string{"--etcd-endpoints", srv.Endpoint()}
 	background(t, nil, append([]string{"serve", "--listen-metrics", "127.0.0.1:0"}, etcd...)...)
 	dir := t.TempDir()
-	trainer := []string{"--", "/bin/sh", "-c", `env >"$0/env-$ELASTIC_ROLE-$RANK"; exec sleep 1000`, dir}
+	// Written whole, then renamed: a reader never sees half of it.
+	trainer := []string{"--", "/bin/sh", "-c", `env >"$0/.env-$ELASTIC_ROLE-$RANK" && mv "$0/.env-$ELASTIC_ROLE-$RANK" "$0/env-$ELASTIC_ROLE-$RANK" && exec sleep 1000`, dir}
 	schedPort := freePort(t)
 	node := func(id string, args ...string) {
 		base := []string{"sidecar", "--job", "ms", "--np", "2", "--node-id", id, "--host", "127.0.0.1", "--master-port", freePort(t)}
