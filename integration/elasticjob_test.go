@@ -4,9 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +24,6 @@ import (
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/internal/kubetest"
-	"github.com/elastictraining/coordinator/internal/proctest"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/operatorbridge"
 )
@@ -316,70 +313,6 @@ func TestAllNamespacesRunsTheJobsOfEveryNamespace(t *testing.T) {
 	require.NoError(t, e.createJob(elasticJobYAML("far", 1, "")))
 	st := e.jobStatus("far", "told its id is taken", func(s jobv1.ElasticJobStatus) bool { return s.Problem != "" })
 	assert.Contains(t, st.Problem, "job id far is in use in etcd by ElasticJob/"+far.ns+"/far/")
-}
-
-// TestARecreatedJobWaitsForThePodsOfTheOneBefore deletes a running job one
-// of whose sidecars is frozen (its trainer runs on until its fence) and
-// creates it again at once under the same name, with one worker, whose pod
-// is not the frozen one's: the new job must not start until the old node
-// is gone, or a generation would start beside a process of the one before.
-func TestARecreatedJobWaitsForThePodsOfTheOneBefore(t *testing.T) {
-	t.Parallel()
-	// A lease of 20 s: the frozen node's trainer runs on well past the
-	// time a new job takes to start.
-	e := newKubeEnv(t, kubeOptions{injected: true, toyEnv: []string{"TOY_STEPS=100000", "TOY_INTERVAL=0.05", "ELASTIC_TTL=20s"}})
-	applyCRDs(t, e.c, e.dyn)
-	require.NoError(t, e.createJob(elasticJobYAML("again", 2, "")))
-	e.jobStatus("again", "Running at 2", runningAt(2))
-	// The trainers of the first job: the frozen node's runs on until its
-	// guard fences it.
-	var oldTrainers []int
-	require.Eventually(t, func() bool {
-		oldTrainers = nil
-		data, _ := os.ReadFile(filepath.Join(e.toyDir, "again", "starts.log"))
-		for _, line := range strings.Split(string(data), "\n") {
-			if _, pid, ok := strings.Cut(line, " pid="); ok {
-				if n, err := strconv.Atoi(pid); err == nil {
-					oldTrainers = append(oldTrainers, n)
-				}
-			}
-		}
-		return len(oldTrainers) == 2
-	}, 30*time.Second, 20*time.Millisecond, "the first job's trainers never started")
-	freeze(t, e.runner, "again-worker-1")
-
-	jobs := e.dyn.Resource(jobv1.GroupVersionResource).Namespace(e.ns)
-	require.NoError(t, jobs.Delete(t.Context(), "again", metav1.DeleteOptions{}))
-	require.Eventually(t, func() bool {
-		_, err := jobs.Get(t.Context(), "again", metav1.GetOptions{})
-		return apierrors.IsNotFound(err)
-	}, 30*time.Second, 20*time.Millisecond)
-	require.NoError(t, e.createJob(elasticJobYAML("again", 1, "")))
-
-	var sawWait bool
-	var aliveAtStart []int
-	require.Eventually(t, func() bool {
-		u, err := jobs.Get(t.Context(), "again", metav1.GetOptions{})
-		if err != nil {
-			return false
-		}
-		var st jobv1.ElasticJobStatus
-		if raw, ok := u.Object["status"].(map[string]any); ok {
-			require.NoError(t, fromUnstructured(raw, &st))
-		}
-		sawWait = sawWait || strings.Contains(st.Problem, "waiting for the pods of ElasticJob/"+e.ns+"/again/")
-		if runningAt(1)(st) {
-			for _, pid := range oldTrainers {
-				if proctest.Alive(pid) { // a zombie left to a frozen reaper is dead
-					aliveAtStart = append(aliveAtStart, pid)
-				}
-			}
-			return true
-		}
-		return false
-	}, 90*time.Second, 20*time.Millisecond, "the job made again never ran\ncoordinator:\n%s", e.bridge.out)
-	assert.Empty(t, aliveAtStart, "the new job ran beside trainers of the one before")
-	assert.True(t, sawWait, "the new job never said it waits for the old pods")
 }
 
 // tableColumns are the columns the API server gives kubectl for the
