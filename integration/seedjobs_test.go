@@ -48,8 +48,12 @@ func demoRegistry(t *testing.T) string {
 // generation, as the stand-in trainer wrote it down.
 func (e *kubeEnv) podEnv(job, pod string) map[string]string {
 	e.t.Helper()
-	files, _ := filepath.Glob(filepath.Join(e.toyDir, job, "env-"+pod+"-*"))
-	require.NotEmpty(e.t, files, "pod %s never started a trainer", pod)
+	// The trainer writes it a moment after its sidecar says it runs.
+	var files []string
+	require.Eventually(e.t, func() bool {
+		files, _ = filepath.Glob(filepath.Join(e.toyDir, job, "env-"+pod+"-*"))
+		return len(files) > 0
+	}, 30*time.Second, 20*time.Millisecond, "pod %s never started a trainer", pod)
 	data, err := os.ReadFile(files[len(files)-1])
 	require.NoError(e.t, err)
 	env := map[string]string{}
