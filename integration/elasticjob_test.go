@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -177,14 +178,19 @@ func TestElasticJobRunsScalesThroughKubectlAndGoesWithItsResource(t *testing.T) 
 	})
 	assert.Equal(t, before.Generation+1, after.Generation, "one restart for one pod deleted")
 	assert.Equal(t, 0, after.Restarts, "a pod deleted is a membership change, not a failure")
-	starts := mustRead(t, filepath.Join(e.toyDir, "train", "starts.log"))
-	resumed := false
+	// Every trainer of the new generation resumed from its checkpoint. A
+	// trainer logs its start a moment after its sidecar reports it running.
+	var starts string
+	require.Eventually(t, func() bool {
+		data, _ := os.ReadFile(filepath.Join(e.toyDir, "train", "starts.log"))
+		starts = string(data)
+		return strings.Count(starts, fmt.Sprintf("gen=%d ", after.Generation)) == 3
+	}, 30*time.Second, 20*time.Millisecond, "the trainers of generation %d never all started", after.Generation)
 	for _, line := range strings.Split(starts, "\n") {
-		if strings.HasPrefix(line, fmt.Sprintf("gen=%d ", after.Generation)) && !strings.Contains(line, " step=0 ") {
-			resumed = true
+		if strings.HasPrefix(line, fmt.Sprintf("gen=%d ", after.Generation)) {
+			assert.NotContains(t, line, " step=0 ", "a trainer of generation %d started from step 0", after.Generation)
 		}
 	}
-	assert.True(t, resumed, "generation %d started from step 0:\n%s", after.Generation, starts)
 
 	// Deleted: everything goes, in Kubernetes and in etcd.
 	require.NoError(t, e.dyn.Resource(jobv1.GroupVersionResource).Namespace(e.ns).Delete(t.Context(), "train", metav1.DeleteOptions{}))
