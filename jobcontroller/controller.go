@@ -124,11 +124,7 @@ type term struct {
 }
 
 // etcdRecords are what the coordinator and the bridge wrote of a job.
-type etcdRecords struct {
-	spec   *membership.Spec
-	status *membership.Status
-	bridge *membership.BridgeStatus
-}
+type etcdRecords = membership.JobRecords
 
 // Lead runs the controller until ctx ends.
 func (c *Controller) Lead(ctx context.Context) error {
@@ -337,7 +333,7 @@ func (t *term) followEtcd(ctx context.Context) {
 			// id of one waiting for it.
 			keys, ids := map[string]bool{}, map[string]bool{}
 			touch := func(job string, r *etcdRecords) {
-				if k, ns, ok := ownerKey(r.spec); ok {
+				if k, ns, ok := ownerKey(r.Spec); ok {
 					if t.serves(ns) {
 						keys[k] = true
 					}
@@ -363,7 +359,7 @@ func (t *term) followEtcd(ctx context.Context) {
 					t.records[jk.Job] = r
 				}
 				touch(jk.Job, r)
-				r.apply(jk.Kind, kv)
+				r.Apply(jk.Kind, kv)
 				touch(jk.Job, r)
 			}
 			t.mu.Unlock()
@@ -375,26 +371,6 @@ func (t *term) followEtcd(ctx context.Context) {
 			}
 			return nil
 		})
-}
-
-func (r *etcdRecords) apply(kind membership.KeyKind, kv membership.KeyValue) {
-	switch kind {
-	case membership.KindSpec:
-		r.spec = nil
-		if s, err := membership.DecodeSpec(kv.Value); err == nil && !kv.Deleted {
-			r.spec = &s
-		}
-	case membership.KindStatus:
-		r.status = nil
-		if s, err := membership.DecodeStatus(kv.Value); err == nil && !kv.Deleted {
-			r.status = &s
-		}
-	case membership.KindBridge:
-		r.bridge = nil
-		if b, err := membership.DecodeBridgeStatus(kv.Value); err == nil && !kv.Deleted {
-			r.bridge = &b
-		}
-	}
 }
 
 // recordsOf returns a copy of a job's etcd records.

@@ -163,10 +163,10 @@ func (t *term) forget(ctx context.Context, k *servedKind, ns, name string) error
 	rec := t.recordsOf(name)
 	delete(t.warned, key(k.Name, ns, name))
 	delete(t.reports, key(k.Name, ns, name))
-	if rec.spec == nil || !strings.HasPrefix(rec.spec.Owner, k.Name+"/"+ns+"/"+name+"/") {
+	if rec.Spec == nil || !strings.HasPrefix(rec.Spec.Owner, k.Name+"/"+ns+"/"+name+"/") {
 		return nil
 	}
-	if err := t.deleteRecords(ctx, name, rec.spec.Owner); err != nil {
+	if err := t.deleteRecords(ctx, name, rec.Spec.Owner); err != nil {
 		return err
 	}
 	if t.cfg.Sidecar.Auth {

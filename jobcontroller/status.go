@@ -81,8 +81,8 @@ func (t *term) status(u *unstructured.Unstructured, j *Job, old jobv1.ElasticJob
 		next.Replicas = s.Status.Replicas
 	}
 	rec := t.recordsOf(name)
-	if j != nil && rec.spec != nil && rec.spec.Owner == j.Spec.Owner && rec.status != nil {
-		s := rec.status
+	if j != nil && rec.Spec != nil && rec.Spec.Owner == j.Spec.Owner && rec.Status != nil {
+		s := rec.Status
 		next.Phase, next.Generation, next.NP = string(s.Phase), s.Generation, s.NP
 		next.Ready, next.WorldSize, next.Restarts, next.Message = s.Ready, s.WorldSize, s.Restarts, s.Message
 		if s.Steps != nil {
@@ -91,8 +91,8 @@ func (t *term) status(u *unstructured.Unstructured, j *Job, old jobv1.ElasticJob
 	} else if j != nil {
 		next.NP = j.Spec.NP.String()
 	}
-	if rec.bridge != nil && rec.bridge.Problem != "" && j != nil && rec.spec != nil && rec.spec.Owner == j.Spec.Owner {
-		problems = append(problems, rec.bridge.Problem)
+	if rec.Bridge != nil && rec.Bridge.Problem != "" && j != nil && rec.Spec != nil && rec.Spec.Owner == j.Spec.Owner {
+		problems = append(problems, rec.Bridge.Problem)
 	}
 	next.Problem = strings.Join(problems, "; ")
 

@@ -194,11 +194,7 @@ func (r *run) processNext(ctx context.Context) bool {
 }
 
 // jobRecords are a job's records in etcd that the bridge follows.
-type jobRecords struct {
-	spec   *membership.Spec
-	plan   *membership.Plan
-	status *membership.Status
-}
+type jobRecords = membership.JobRecords
 
 // followEtcd keeps r.jobs current and queues every job that changes.
 func (r *run) followEtcd(ctx context.Context) {
@@ -219,7 +215,7 @@ func (r *run) followEtcd(ctx context.Context) {
 					j = &jobRecords{}
 					r.jobs[jk.Job] = j
 				}
-				j.apply(jk.Kind, kv)
+				j.Apply(jk.Kind, kv)
 				touched[jk.Job] = true
 			}
 			if u.Reset {
@@ -233,26 +229,6 @@ func (r *run) followEtcd(ctx context.Context) {
 			}
 			return nil
 		})
-}
-
-func (j *jobRecords) apply(kind membership.KeyKind, kv membership.KeyValue) {
-	switch kind {
-	case membership.KindSpec:
-		j.spec = nil
-		if s, err := membership.DecodeSpec(kv.Value); err == nil && !kv.Deleted {
-			j.spec = &s
-		}
-	case membership.KindPlan:
-		j.plan = nil
-		if p, err := membership.DecodePlan(kv.Value); err == nil && !kv.Deleted {
-			j.plan = &p
-		}
-	case membership.KindStatus:
-		j.status = nil
-		if s, err := membership.DecodeStatus(kv.Value); err == nil && !kv.Deleted {
-			j.status = &s
-		}
-	}
 }
 
 // records returns a copy of a job's records, or false if the job has none.

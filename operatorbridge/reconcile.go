@@ -45,7 +45,7 @@ type writtenConfig struct {
 // with backoff: nothing else may come along to prompt it.
 func (r *run) reconcile(ctx context.Context, job string) error {
 	rec, ok := r.records(job)
-	if !ok || (rec.spec == nil && rec.plan == nil) {
+	if !ok || (rec.Spec == nil && rec.Plan == nil) {
 		return nil
 	}
 	if problem := r.cache.problem(); problem != "" {
@@ -60,7 +60,7 @@ func (r *run) reconcile(ctx context.Context, job string) error {
 	var failed []error
 	var primary *workload
 	if ws := byRole[membership.RoleWorker]; len(ws) == 0 {
-		if rec.spec != nil && rec.spec.Owner != "" {
+		if rec.Spec != nil && rec.Spec.Owner != "" {
 			// A job resource's: its controller makes the workloads and
 			// says what keeps it from doing so.
 			return nil
@@ -104,8 +104,8 @@ func (r *run) reconcile(ctx context.Context, job string) error {
 	}
 	// The ConfigMap is for the workload's pods and goes with the workload:
 	// without one there is nothing to write it for, and nothing to own it.
-	if rec.plan != nil && rec.plan.Phase == membership.PhaseRun && primary != nil {
-		if err := r.writeConfigMap(ctx, job, *rec.plan, *primary); err != nil {
+	if rec.Plan != nil && rec.Plan.Phase == membership.PhaseRun && primary != nil {
+		if err := r.writeConfigMap(ctx, job, *rec.Plan, *primary); err != nil {
 			problems, failed = append(problems, err.Error()), append(failed, err)
 		}
 	}
@@ -123,19 +123,19 @@ func (r *run) reconcile(ctx context.Context, job string) error {
 // maximum of workers while the job runs, and none once it has ended and its
 // cleanPodPolicy removes the pods. A role left out is left alone.
 func desiredReplicas(rec jobRecords) map[membership.Role]int {
-	if rec.spec == nil {
+	if rec.Spec == nil {
 		return nil
 	}
-	spec := *rec.spec
-	if rec.status != nil && rec.status.Phase.Done() {
+	spec := *rec.Spec
+	if rec.Status != nil && rec.Status.Phase.Done() {
 		remove := false
 		switch spec.CleanPodPolicy {
 		case membership.CleanPodAlways:
 			remove = true
 		case membership.CleanPodOnCompletion:
-			remove = rec.status.Phase == membership.JobSucceeded
+			remove = rec.Status.Phase == membership.JobSucceeded
 		case membership.CleanPodOnFailure:
-			remove = rec.status.Phase == membership.JobFailed
+			remove = rec.Status.Phase == membership.JobFailed
 		}
 		if !remove {
 			return nil
@@ -178,9 +178,9 @@ func (r *run) scale(ctx context.Context, w workload, want int, rec jobRecords) e
 		r.recorder.Event(w.obj, corev1.EventTypeWarning, "ScaleFailed", err.Error())
 		return err
 	}
-	why := "np " + rec.spec.NP.String()
-	if want == 0 && rec.status != nil && rec.status.Phase.Done() {
-		why = fmt.Sprintf("job %s, cleanPodPolicy %s", strings.ToLower(string(rec.status.Phase)), rec.spec.CleanPodPolicy)
+	why := "np " + rec.Spec.NP.String()
+	if want == 0 && rec.Status != nil && rec.Status.Phase.Done() {
+		why = fmt.Sprintf("job %s, cleanPodPolicy %s", strings.ToLower(string(rec.Status.Phase)), rec.Spec.CleanPodPolicy)
 	}
 	r.logger.Info("scaled", "workload", w.String(), "from", have, "to", want, "why", why)
 	r.recorder.Eventf(w.obj, corev1.EventTypeNormal, "Scaled", "replicas %d → %d (%s)", have, want, why)

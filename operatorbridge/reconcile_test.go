@@ -22,16 +22,16 @@ func TestDesiredReplicas(t *testing.T) {
 		want map[membership.Role]int
 	}{
 		{"no spec: hands off", jobRecords{}, nil},
-		{"exact np", jobRecords{spec: spec(membership.NP{Min: 4, Max: 4}, 2, membership.CleanPodNever)},
+		{"exact np", jobRecords{Spec: spec(membership.NP{Min: 4, Max: 4}, 2, membership.CleanPodNever)},
 			map[membership.Role]int{membership.RoleWorker: 4, membership.RolePS: 2, membership.RoleScheduler: 0, membership.RoleHeter: 0}},
-		{"a range asks for its maximum", jobRecords{spec: spec(membership.NP{Min: 2, Max: 8}, 0, membership.CleanPodNever), status: status(membership.JobRunning)},
+		{"a range asks for its maximum", jobRecords{Spec: spec(membership.NP{Min: 2, Max: 8}, 0, membership.CleanPodNever), Status: status(membership.JobRunning)},
 			map[membership.Role]int{membership.RoleWorker: 8, membership.RolePS: 0, membership.RoleScheduler: 0, membership.RoleHeter: 0}},
-		{"Never keeps the pods", jobRecords{spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodNever), status: status(membership.JobSucceeded)}, nil},
-		{"Always removes them", jobRecords{spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodAlways), status: status(membership.JobFailed)}, none},
-		{"OnCompletion after success", jobRecords{spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodOnCompletion), status: status(membership.JobSucceeded)}, none},
-		{"OnCompletion keeps a failed job's pods", jobRecords{spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodOnCompletion), status: status(membership.JobFailed)}, nil},
-		{"OnFailure after failure", jobRecords{spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodOnFailure), status: status(membership.JobFailed)}, none},
-		{"OnFailure keeps a succeeded job's pods", jobRecords{spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodOnFailure), status: status(membership.JobSucceeded)}, nil},
+		{"Never keeps the pods", jobRecords{Spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodNever), Status: status(membership.JobSucceeded)}, nil},
+		{"Always removes them", jobRecords{Spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodAlways), Status: status(membership.JobFailed)}, none},
+		{"OnCompletion after success", jobRecords{Spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodOnCompletion), Status: status(membership.JobSucceeded)}, none},
+		{"OnCompletion keeps a failed job's pods", jobRecords{Spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodOnCompletion), Status: status(membership.JobFailed)}, nil},
+		{"OnFailure after failure", jobRecords{Spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodOnFailure), Status: status(membership.JobFailed)}, none},
+		{"OnFailure keeps a succeeded job's pods", jobRecords{Spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodOnFailure), Status: status(membership.JobSucceeded)}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want, desiredReplicas(tc.rec))
