@@ -92,35 +92,51 @@ func (o *kubeOptions) clients() (kubeClients, error) {
 	return c, nil
 }
 
+// parsedKube are the flags of the Kubernetes side, read.
+type parsedKube struct {
+	workloads   []schema.GroupVersionResource
+	entrypoints *jobcontroller.Entrypoints
+	kinds       []jobcontroller.Kind
+}
+
+// parse reads the flags; one that cannot work is a usage error, said
+// before anything connects.
+func (o *kubeOptions) parse() (parsedKube, error) {
+	p := parsedKube{entrypoints: &jobcontroller.Entrypoints{Mirrors: map[string]string{}}}
+	for _, w := range o.workloads {
+		gvr, _ := schema.ParseResourceArg(w)
+		if gvr == nil || gvr.Version == "" {
+			return p, usagef("--workload-resource %q: want RESOURCE.VERSION.GROUP, like statefulsets.v1.apps", w)
+		}
+		p.workloads = append(p.workloads, *gvr)
+	}
+	for _, m := range o.mirrors {
+		from, to, err := jobcontroller.ParseMirror(m)
+		if err != nil {
+			return p, usagef("--registry-mirror %v", err)
+		}
+		p.entrypoints.Mirrors[from] = to
+	}
+	for _, name := range o.kinds {
+		k, ok := jobcontroller.KindNamed(name)
+		if !ok {
+			return p, usagef("--job-kinds %q: want ElasticJob, PaddleJob or MSJob", name)
+		}
+		p.kinds = append(p.kinds, k)
+	}
+	return p, nil
+}
+
 // leaderTasks builds the bridge and the job controller. A flag that cannot
 // work is a usage error; a kubeconfig that cannot be read is an error the
 // caller logs. The controller alone may be off, with the reason logged:
 // the bridge still serves the jobs written as workloads.
 func (o *kubeOptions) leaderTasks(ctx context.Context, cli *clientv3.Client, keys membership.Keys, etcdEndpoints string, logger hclog.Logger) ([]coordinator.LeaderTask, error) {
-	var gvrs []schema.GroupVersionResource
-	for _, w := range o.workloads {
-		gvr, _ := schema.ParseResourceArg(w)
-		if gvr == nil || gvr.Version == "" {
-			return nil, usagef("--workload-resource %q: want RESOURCE.VERSION.GROUP, like statefulsets.v1.apps", w)
-		}
-		gvrs = append(gvrs, *gvr)
+	p, err := o.parse()
+	if err != nil {
+		return nil, err
 	}
-	entrypoints := &jobcontroller.Entrypoints{Mirrors: map[string]string{}}
-	for _, m := range o.mirrors {
-		from, to, err := jobcontroller.ParseMirror(m)
-		if err != nil {
-			return nil, usagef("--registry-mirror %v", err)
-		}
-		entrypoints.Mirrors[from] = to
-	}
-	var kinds []jobcontroller.Kind
-	for _, name := range o.kinds {
-		k, ok := jobcontroller.KindNamed(name)
-		if !ok {
-			return nil, usagef("--job-kinds %q: want ElasticJob, PaddleJob or MSJob", name)
-		}
-		kinds = append(kinds, k)
-	}
+	gvrs, entrypoints, kinds := p.workloads, p.entrypoints, p.kinds
 	c, err := o.clients()
 	if err != nil {
 		return nil, err

@@ -86,6 +86,11 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	if o.kube.enabled {
+		if _, err := o.kube.parse(); err != nil {
+			return err
+		}
+	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	cli, keys, err := o.etcd.client(ctx)
