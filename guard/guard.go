@@ -60,14 +60,16 @@ type run struct {
 
 // server is the guard's state, owned by its loop.
 type server struct {
-	cfg     Config
-	self    int
-	out     *reportWriter
-	outMu   sync.Mutex
-	cgRoot  *cgroupRoot
-	cg      *cgroup // the current start's leaf
-	devnull *os.File
-	socket  string
+	cfg   Config
+	self  int
+	out   *reportWriter
+	outMu sync.Mutex
+	// stdout and stderr count what cfg.Stdout and cfg.Stderr were given.
+	stdout, stderr *countingWriter
+	cgRoot         *cgroupRoot
+	cg             *cgroup // the current start's leaf
+	devnull        *os.File
+	socket         string
 
 	seq    int64 // last command processed
 	lease  int64
@@ -91,7 +93,9 @@ type server struct {
 // the process's exit code once the socket is closed and no process is left.
 func Run(cfg Config) int {
 	runtime.LockOSThread()
-	s := &server{cfg: cfg, self: os.Getpid()}
+	stdout, stderr := &countingWriter{out: cfg.Stdout}, &countingWriter{out: cfg.Stderr}
+	cfg.Stdout, cfg.Stderr = stdout, stderr
+	s := &server{cfg: cfg, self: os.Getpid(), stdout: stdout, stderr: stderr}
 	if err := BecomeSubreaper(); err != nil {
 		fmt.Fprintf(cfg.Stderr, "guard: %v\n", err)
 		return 1
@@ -451,6 +455,7 @@ func (s *server) reportExit(r *run, p *proc, ws syscall.WaitStatus) {
 		case <-p.output:
 		case <-time.After(outputDrain):
 		}
+		rep.StdoutBytes, rep.StderrBytes = s.stdout.n.Load(), s.stderr.n.Load()
 		s.out.send(rep)
 	}()
 }

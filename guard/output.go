@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"sync"
+	"sync/atomic"
 )
 
 // maxLine is the longest line held back waiting for its newline; a longer
@@ -56,4 +57,19 @@ func (w *lineWriter) emit(line []byte) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	_, _ = w.out.Write(out)
+}
+
+// countingWriter counts the bytes written to out, so that an exit report can
+// say how much output came before it: the launcher reads the output on
+// another channel and waits until it has that much before passing the exit
+// on, so a process's last line is never reported after its exit.
+type countingWriter struct {
+	out io.Writer
+	n   atomic.Int64
+}
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	n, err := w.out.Write(p)
+	w.n.Add(int64(n))
+	return n, err
 }

@@ -126,6 +126,10 @@ type Report struct {
 	Signal int    `json:"signal,omitempty"`
 	Error  string `json:"error,omitempty"`
 	Cgroup string `json:"cgroup,omitempty"`
+	// StdoutBytes and StderrBytes are how much the guard had written to its
+	// stdout and stderr when it sent an exit report.
+	StdoutBytes int64 `json:"stdout_bytes,omitempty"`
+	StderrBytes int64 `json:"stderr_bytes,omitempty"`
 }
 
 // ErrInvalidMessage wraps every decoding error.

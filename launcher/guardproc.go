@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"sync"
@@ -24,6 +25,9 @@ type guardProc struct {
 	cmd    *exec.Cmd
 	conn   *os.File
 	marker string
+	// stdout and stderr carry the guard's output; nil where the writer is a
+	// file the guard writes to itself.
+	stdout, stderr *outputPipe
 
 	writeMu sync.Mutex
 	seq     atomic.Int64
@@ -38,6 +42,17 @@ type guardProc struct {
 	ready chan struct{}
 	dead  chan struct{} // closed once the guard exited and its socket is drained
 }
+
+// closeOurEnd closes the write end of a pipe once the guard has it; a file
+// that was the caller's own writer stays open.
+func closeOurEnd(p *outputPipe, w *os.File) {
+	if p != nil {
+		w.Close()
+	}
+}
+
+// outputWait bounds how long an exit report waits for the output before it.
+const outputWait = 2 * time.Second
 
 // guardHooks receive what the guard reports on its own.
 type guardHooks struct {
@@ -65,11 +80,23 @@ func startGuard(argv []string, env []string, stdout, stderr io.Writer, hooks gua
 	}
 	cmd := exec.Command(argv[0], append(append([]string(nil), argv[1:]...), "--marker", g.marker)...)
 	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = stdout, stderr
+	var outW, errW *os.File
+	if g.stdout, outW, err = newOutputPipe(stdout); err == nil {
+		g.stderr, errW, err = newOutputPipe(stderr)
+	}
+	if err != nil {
+		ours.Close()
+		theirs.Close()
+		closeOurEnd(g.stdout, outW)
+		return nil, fmt.Errorf("guard output: %w", err)
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.ExtraFiles = []*os.File{theirs}
 	g.cmd = cmd
 	err = cmd.Start()
 	theirs.Close()
+	closeOurEnd(g.stdout, outW)
+	closeOurEnd(g.stderr, errW)
 	if err != nil {
 		ours.Close()
 		return nil, fmt.Errorf("start the process guard: %w", err)
@@ -117,6 +144,8 @@ func (g *guardProc) read(hooks guardHooks, waited <-chan error) {
 				ch <- rep
 			}
 		case guard.EventExit:
+			g.stdout.reached(rep.StdoutBytes, outputWait)
+			g.stderr.reached(rep.StderrBytes, outputWait)
 			hooks.exit(rep)
 		case guard.EventClear:
 			g.mu.Lock()
@@ -132,6 +161,10 @@ func (g *guardProc) read(hooks guardHooks, waited <-chan error) {
 	}
 	g.conn.Close()
 	<-waited
+	// As exec.Cmd.Wait would: the guard's last output is written out
+	// before it counts as gone.
+	g.stdout.reached(math.MaxInt64, outputWait)
+	g.stderr.reached(math.MaxInt64, outputWait)
 	close(g.dead)
 }
 
