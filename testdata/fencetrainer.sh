@@ -40,10 +40,19 @@ fi
 
 echo "start $ELASTIC_GENERATION $RANK $BASHPID $(now)" >>"$FT_LOG"
 term_at=""
-trap 'term_at=$(now); echo "term $ELASTIC_GENERATION $RANK $BASHPID $term_at" >>"$FT_LOG"' TERM
+# The trap only sets a flag: bash can fail to parse a trap's command
+# substitution when the signal lands inside one of the loop's ("unexpected
+# EOF while looking for matching ')'"). The wait below returns at once on
+# the signal, so the loop notes it without delay.
+got_term=""
+trap 'got_term=1' TERM
 trap 'exit 1' USR1
 step=0
 while :; do
+	if [ -n "$got_term" ] && [ -z "$term_at" ]; then
+		term_at=$(now)
+		echo "term $ELASTIC_GENERATION $RANK $BASHPID $term_at" >>"$FT_LOG"
+	fi
 	echo "alive $ELASTIC_GENERATION $RANK $BASHPID $(now)" >>"$FT_LOG"
 	if [ -n "$term_at" ]; then
 		delay_us=$(awk -v d="${FT_TERM_DELAY:-0}" 'BEGIN { printf "%d", d * 1000000 }')
