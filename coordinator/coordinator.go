@@ -23,6 +23,8 @@ type Coordinator struct {
 	logger  hclog.Logger
 	metrics *metrics
 	leading atomic.Bool
+	// goneLeases outlives terms: see its type.
+	goneLeases *goneLeases
 }
 
 // New validates cfg and fills its defaults.
@@ -34,7 +36,7 @@ func New(cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: register metrics: %w", err)
 	}
-	return &Coordinator{cfg: cfg, logger: cfg.Logger.Named("coordinator").With("replica", cfg.ID), metrics: m}, nil
+	return &Coordinator{cfg: cfg, logger: cfg.Logger.Named("coordinator").With("replica", cfg.ID), metrics: m, goneLeases: newGoneLeases()}, nil
 }
 
 // IsLeader reports whether this replica leads right now.

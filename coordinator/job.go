@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"strconv"
 	"sync"
 	"time"
@@ -54,9 +53,6 @@ type jobActor struct {
 	// Owned by the run goroutine.
 	memo  memo
 	retry *backoff.ExponentialBackOff
-	// leaseGoneAt is, by evicted lease, when this leader first found it
-	// gone from etcd.
-	leaseGoneAt map[int64]time.Time
 }
 
 func newJobActor(t *term, job string) *jobActor {
@@ -68,7 +64,6 @@ func newJobActor(t *term, job string) *jobActor {
 		t: t, job: job, logger: t.c.logger.With("job", job),
 		wake: make(chan struct{}, 1), nodes: map[string]nodeEntry{}, evictions: map[evictionID]membership.Eviction{},
 		invalidLoggedAtRv: map[string]int64{}, lossesSeen: map[string]int64{}, retry: retry,
-		leaseGoneAt: map[int64]time.Time{},
 	}
 }
 
@@ -280,22 +275,24 @@ func (a *jobActor) reconcile(ctx context.Context) (time.Time, error) {
 	return time.Time{}, nil
 }
 
-// fenceEvictions sets v.fencedAt: for each evicted lease that this leader
-// has seen gone from etcd, the time by which the evicted node has killed its
-// processes, on this leader's clock. The node renewed the lease last before
+// fenceEvictions sets v.fencedAt: for each evicted lease that this process
+// revoked or has seen gone from etcd (in this term or an earlier one), the
+// time by which the evicted node has killed its processes, on this
+// process's clock. The node renewed the lease last before
 // it was gone, so its own deadline falls within a TTL of that; a second more
 // covers SIGKILL taking effect. A lease still there (the revocation follows
 // the record) is asked about again shortly: the time returned, if not zero.
 func (a *jobActor) fenceEvictions(ctx context.Context, v *view) (recheck time.Time) {
+	gones := a.t.c.goneLeases
 	if len(v.evictions) == 0 {
-		clear(a.leaseGoneAt)
+		gones.keep(a.job, nil)
 		return time.Time{}
 	}
 	live := map[int64]bool{}
 	v.fencedAt = map[int64]time.Time{}
 	for _, e := range v.evictions {
 		live[e.Lease] = true
-		gone, ok := a.leaseGoneAt[e.Lease]
+		gone, ok := gones.get(a.job, e.Lease)
 		if !ok {
 			askCtx, cancel := context.WithTimeout(ctx, time.Second)
 			tl, err := a.t.c.cfg.Client.TimeToLive(askCtx, clientv3.LeaseID(e.Lease))
@@ -305,11 +302,11 @@ func (a *jobActor) fenceEvictions(ctx context.Context, v *view) (recheck time.Ti
 				continue
 			}
 			gone = time.Now()
-			a.leaseGoneAt[e.Lease] = gone
+			gones.set(a.job, e.Lease, gone)
 		}
 		v.fencedAt[e.Lease] = gone.Add(time.Duration(e.TTLSeconds)*time.Second + time.Second)
 	}
-	maps.DeleteFunc(a.leaseGoneAt, func(lease int64, _ time.Time) bool { return !live[lease] })
+	gones.keep(a.job, live)
 	return recheck
 }
 
@@ -404,6 +401,10 @@ func (a *jobActor) write(ctx context.Context, v view, d decision) error {
 		case err != nil:
 			return err
 		}
+		// Revoked by now: the node's last renewal came before this
+		// moment, which the wait can count from without asking etcd,
+		// which may be unreachable when it asks.
+		a.t.c.goneLeases.set(a.job, int64(n.Lease), time.Now())
 		a.logger.Warn("evicted node", "node", n.ID)
 	}
 	return nil
