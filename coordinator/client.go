@@ -46,7 +46,7 @@ func (c *Client) Scale(ctx context.Context, job, np string) (membership.Spec, er
 			return membership.Spec{}, fmt.Errorf("job %s is run by %s: scale that resource (kubectl scale)", job, s.Owner)
 		}
 	}
-	return membership.UpdateSpec(ctx, c.cli, c.keys, job, func(s *membership.Spec) { s.NP = target }, membership.DefaultSpec(target))
+	return membership.UpdateSpec(ctx, c.cli, c.keys, job, func(s *membership.Spec) { s.NP, s.Target = target, 0 }, membership.DefaultSpec(target))
 }
 
 // Status returns a job's status as the leader last wrote it. A job with a
@@ -76,7 +76,7 @@ func (c *Client) Status(ctx context.Context, job string) (membership.Status, err
 	}
 	s := membership.Status{Phase: membership.JobWaiting, Message: "no coordinator has reported on this job yet"}
 	if spec, err := membership.DecodeSpec(specKVs[0].Value); err == nil {
-		s.NP = spec.NP.String()
+		s.NP = spec.Workers().String()
 	}
 	return s, nil
 }

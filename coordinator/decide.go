@@ -214,7 +214,7 @@ func decideStopped(v view, d decision, tm timing, now time.Time) decision {
 	}
 	if settling(&d, v.spec, t.workers, tm, now) {
 		d.status = baseStatus(v, membership.JobWaiting, t.workers,
-			fmt.Sprintf("settling: %d of at most %d workers; starting when the %s settle window ends", t.workers, v.spec.NP.Max, tm.settle))
+			fmt.Sprintf("settling: %d of at most %d workers; starting when the %s settle window ends", t.workers, v.spec.Workers().Max, tm.settle))
 		return d
 	}
 
@@ -344,7 +344,7 @@ func decideRunning(v view, d decision, tm timing, now time.Time) decision {
 	if workersDone > 0 {
 		d.status.Message = fmt.Sprintf("%d of %d workers succeeded; waiting for the rest", workersDone, workers)
 	} else if short != nil {
-		d.status.Message = fmt.Sprintf("np %s: %s; generation %d keeps running", spec.NP, short, p.Generation)
+		d.status.Message = fmt.Sprintf("np %s: %s; generation %d keeps running", spec.Workers(), short, p.Generation)
 	}
 	if d.status.Phase == membership.JobRunning && (v.status == nil || v.status.Phase != membership.JobRunning || v.status.Generation != p.Generation) {
 		d.events = append(d.events, membership.Event{Generation: p.Generation, Type: "GenerationRunning",
@@ -356,7 +356,7 @@ func decideRunning(v view, d decision, tm timing, now time.Time) decision {
 // settling reports whether a run of the given number of workers must wait
 // for the settle window: np is a range and its maximum is not reached.
 func settling(d *decision, spec *membership.Spec, workers int, tm timing, now time.Time) bool {
-	if !spec.NP.IsRange() || workers >= spec.NP.Max {
+	if np := spec.Workers(); !np.IsRange() || workers >= np.Max {
 		return false
 	}
 	if d.memo.pendingSince.IsZero() {
@@ -454,7 +454,7 @@ func stepsOf(p membership.Plan, running time.Time) *membership.Steps {
 func planStatus(v view, p membership.Plan, phase membership.JobPhase, ready int, msg string) *membership.Status {
 	s := &membership.Status{Phase: phase, Ready: ready, Message: msg, Generation: p.Generation, Restarts: p.Restarts}
 	if v.spec != nil {
-		s.NP = v.spec.NP.String()
+		s.NP = v.spec.Workers().String()
 	}
 	if p.Phase == membership.PhaseRun {
 		s.Members, s.WorldSize = len(p.Members), p.WorldSize
@@ -470,7 +470,7 @@ func baseStatus(v view, phase membership.JobPhase, ready int, msg string) *membe
 	}
 	s := &membership.Status{Phase: phase, Ready: ready, Message: msg}
 	if v.spec != nil {
-		s.NP = v.spec.NP.String()
+		s.NP = v.spec.Workers().String()
 	}
 	return s
 }

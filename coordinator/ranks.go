@@ -52,8 +52,8 @@ func assignRanks(spec membership.Spec, live []membership.LiveNode, prev []member
 	}
 
 	workers := byRole[membership.RoleWorker]
-	if len(workers) < spec.NP.Min {
-		return table{}, &shortage{role: membership.RoleWorker, have: len(workers), need: spec.NP.Min, available: len(workers)}
+	if len(workers) < spec.Workers().Min {
+		return table{}, &shortage{role: membership.RoleWorker, have: len(workers), need: spec.Workers().Min, available: len(workers)}
 	}
 	if ps := byRole[membership.RolePS]; len(ps) < spec.PS {
 		return table{}, &shortage{role: membership.RolePS, have: len(ps), need: spec.PS, available: len(ps)}
@@ -66,7 +66,7 @@ func assignRanks(spec membership.Spec, live []membership.LiveNode, prev []member
 	}
 
 	var t table
-	t.workers = min(len(workers), spec.NP.Max)
+	t.workers = min(len(workers), spec.Workers().Max)
 	for _, rc := range []struct {
 		role membership.Role
 		n    int

@@ -75,6 +75,14 @@ func fromElasticJob(u *unstructured.Unstructured) (Job, error) {
 	// Scaled below its minimum, a job runs at exactly its replicas.
 	least := min(int(deref(s.Worker.MinReplicas, int32(workers))), workers)
 	spec := membership.DefaultSpec(membership.NP{Min: least, Max: workers})
+	if s.Worker.MaxReplicas != nil {
+		// Autoscaled: np is the bounds, replicas the target within them.
+		least = int(deref(s.Worker.MinReplicas, 1))
+		most := max(int(*s.Worker.MaxReplicas), least)
+		workers = min(max(workers, least), most)
+		spec = membership.DefaultSpec(membership.NP{Min: least, Max: most})
+		spec.Target = workers
+	}
 	spec.FaultTolerance = deref(s.FaultTolerance, membership.FaultToleranceRestart)
 	spec.MaxRestarts = deref(s.MaxRestarts, membership.DefaultMaxRestarts)
 	spec.SuccessPolicy = membership.SuccessPolicy(or(s.SuccessPolicy, string(membership.SuccessAllWorkers)))

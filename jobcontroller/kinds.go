@@ -90,17 +90,17 @@ func fromPaddleJob(u *unstructured.Unstructured) (Job, error) {
 	case s.Worker == nil || s.Worker.Replicas < 1:
 		return Job{}, fmt.Errorf("spec.worker.replicas: a PaddleJob needs a worker")
 	}
-	np := membership.NP{Min: s.Worker.Replicas, Max: s.Worker.Replicas}
+	spec := membership.DefaultSpec(membership.NP{Min: s.Worker.Replicas, Max: s.Worker.Replicas})
 	if limit := deref(s.Worker.Limits, 0); limit > 0 {
-		// Elastic: replicas, the target, within requests..limits; the job
-		// runs on as few as requests.
+		// Elastic: np is requests..limits, the bounds an autoscaler keeps
+		// to; replicas, kept within them, is the target. The job runs on
+		// as few as requests.
 		least := min(deref(s.Worker.Requests, s.Worker.Replicas), limit)
-		most := max(min(s.Worker.Replicas, limit), least)
-		np = membership.NP{Min: least, Max: most}
+		spec = membership.DefaultSpec(membership.NP{Min: least, Max: limit})
+		spec.Target = min(max(s.Worker.Replicas, least), limit)
 	}
-	spec := membership.DefaultSpec(np)
 	spec.CleanPodPolicy = membership.CleanPodPolicy(or(s.CleanPodPolicy, string(membership.CleanPodNever)))
-	roles := []Role{{Name: membership.RoleWorker, Replicas: np.Max, Template: s.Worker.Template}}
+	roles := []Role{{Name: membership.RoleWorker, Replicas: spec.Workers().Max, Template: s.Worker.Template}}
 	if s.PS != nil && s.PS.Replicas > 0 {
 		spec.PS = s.PS.Replicas
 		roles = append(roles, Role{Name: membership.RolePS, Replicas: s.PS.Replicas, Template: s.PS.Template})

@@ -3,6 +3,7 @@ package jobcontroller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -53,7 +54,7 @@ func TestPaddleJobExamplesRead(t *testing.T) {
 }
 
 func TestPaddleJobElasticAndRefused(t *testing.T) {
-	elastic := func(replicas, requests, limits int) membership.NP {
+	elastic := func(replicas, requests, limits int) (bounds membership.NP, workers membership.NP) {
 		t.Helper()
 		u := example(t, "paddlejob-resnet.yaml")
 		require.NoError(t, unstructured.SetNestedField(u.Object, int64(replicas), "spec", "worker", "replicas"))
@@ -61,11 +62,21 @@ func TestPaddleJobElasticAndRefused(t *testing.T) {
 		require.NoError(t, unstructured.SetNestedField(u.Object, int64(limits), "spec", "worker", "limits"))
 		j, err := fromPaddleJob(u)
 		require.NoError(t, err)
-		return j.Spec.NP
+		return j.Spec.NP, j.Spec.Workers()
 	}
-	assert.Equal(t, membership.NP{Min: 2, Max: 3}, elastic(3, 2, 4))
-	assert.Equal(t, membership.NP{Min: 2, Max: 4}, elastic(9, 2, 4), "replicas kept within the limits")
-	assert.Equal(t, membership.NP{Min: 2, Max: 2}, elastic(1, 2, 4), "replicas kept within the requests")
+	for _, c := range []struct {
+		replicas, requests, limits int
+		workers                    membership.NP
+		why                        string
+	}{
+		{3, 2, 4, membership.NP{Min: 2, Max: 3}, "replicas the target"},
+		{9, 2, 4, membership.NP{Min: 2, Max: 4}, "replicas kept within the limits"},
+		{1, 2, 4, membership.NP{Min: 2, Max: 2}, "replicas kept within the requests"},
+	} {
+		bounds, workers := elastic(c.replicas, c.requests, c.limits)
+		assert.Equal(t, membership.NP{Min: 2, Max: 4}, bounds, "requests..limits are the autoscaler's bounds")
+		assert.Equal(t, c.workers, workers, c.why)
+	}
 
 	for doc, want := range map[string]string{
 		"apiVersion: batch.paddlepaddle.org/v1\nkind: PaddleJob\nmetadata: {name: a}\nspec: {ps: {replicas: 1}}":                     "spec.worker.replicas",
@@ -152,6 +163,28 @@ spec:
 	require.NoError(t, err)
 	assert.Equal(t, membership.NP{Min: 2, Max: 2}, j.Spec.NP)
 	assert.Equal(t, 1, j.Spec.Schedulers)
+}
+
+func TestAnElasticJobWithMaxReplicasIsAutoscaledWithinItsBounds(t *testing.T) {
+	job := func(replicas int) membership.Spec {
+		t.Helper()
+		u := fromYAML(t, fmt.Sprintf(`
+apiVersion: elastictraining.io/v1
+kind: ElasticJob
+metadata: {name: a}
+spec:
+  worker: {replicas: %d, minReplicas: 2, maxReplicas: 6, template: {spec: {containers: [{name: t, image: t, command: [x]}]}}}
+`, replicas))
+		j, err := fromElasticJob(u)
+		require.NoError(t, err)
+		require.NoError(t, j.Spec.Validate())
+		return j.Spec
+	}
+	s := job(4)
+	assert.Equal(t, membership.NP{Min: 2, Max: 6}, s.NP, "the bounds")
+	assert.Equal(t, membership.NP{Min: 2, Max: 4}, s.Workers(), "replicas the target")
+	assert.Equal(t, membership.NP{Min: 2, Max: 6}, job(9).Workers(), "scaled past the maximum: kept to it")
+	assert.Equal(t, membership.NP{Min: 2, Max: 2}, job(1).Workers(), "scaled below the minimum: kept to it")
 }
 
 func TestTheSidecarIsInjected(t *testing.T) {

@@ -141,10 +141,10 @@ func (t *term) writeSpec(ctx context.Context, u *unstructured.Unstructured, j Jo
 	}
 	switch {
 	case before == nil:
-		t.logger.Info("job spec written", "job", j.ID, "np", j.Spec.NP.String())
-	case before.NP != j.Spec.NP:
-		t.logger.Info("job scaled", "job", j.ID, "from", before.NP.String(), "to", j.Spec.NP.String())
-		t.recorder.Eventf(u, corev1.EventTypeNormal, "Scaling", "np %s → %s", before.NP, j.Spec.NP)
+		t.logger.Info("job spec written", "job", j.ID, "np", j.Spec.Workers().String())
+	case before.Workers() != j.Spec.Workers():
+		t.logger.Info("job scaled", "job", j.ID, "from", before.Workers().String(), "to", j.Spec.Workers().String())
+		t.recorder.Eventf(u, corev1.EventTypeNormal, "Scaling", "np %s → %s", before.Workers(), j.Spec.Workers())
 	default:
 		t.logger.Info("job spec updated", "job", j.ID)
 	}

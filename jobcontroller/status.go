@@ -89,7 +89,7 @@ func (t *term) status(u *unstructured.Unstructured, j *Job, old jobv1.ElasticJob
 			next.LastRestartSeconds = fmt.Sprintf("%.2f", time.Duration(s.Steps.Total).Seconds())
 		}
 	} else if j != nil {
-		next.NP = j.Spec.NP.String()
+		next.NP = j.Spec.Workers().String()
 	}
 	if rec.Bridge != nil && rec.Bridge.Problem != "" && j != nil && rec.Spec != nil && rec.Spec.Owner == j.Spec.Owner {
 		problems = append(problems, rec.Bridge.Problem)

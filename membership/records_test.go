@@ -16,10 +16,20 @@ func TestDecodeSpecFillsDefaults(t *testing.T) {
 	assert.Equal(t, membership.DefaultSpec(membership.NP{Min: 2, Max: 4}), s)
 
 	for _, bad := range []string{``, `null`, `{}`, `{"np":"0"}`, `{"np":"2","faultTolerance":3}`, `{"np":"2","ps":-1}`,
-		`{"np":"2","successPolicy":"Most"}`, `{"np":"2","cleanPodPolicy":"Sometimes"}`, `{"np":"2","maxRestarts":-1}`, `{"np":"2","schedulers":2}`} {
+		`{"np":"2","successPolicy":"Most"}`, `{"np":"2","cleanPodPolicy":"Sometimes"}`, `{"np":"2","maxRestarts":-1}`, `{"np":"2","schedulers":2}`,
+		`{"np":"2:4","target":5}`, `{"np":"2:4","target":1}`, `{"np":"2:4","target":-1}`} {
 		_, err := membership.DecodeSpec([]byte(bad))
 		assert.ErrorIs(t, err, membership.ErrInvalidRecord, bad)
 	}
+}
+
+func TestATargetNarrowsTheWorkersWithinNP(t *testing.T) {
+	s, err := membership.DecodeSpec([]byte(`{"np":"2:60","target":15}`))
+	require.NoError(t, err)
+	assert.Equal(t, membership.NP{Min: 2, Max: 60}, s.NP)
+	assert.Equal(t, membership.NP{Min: 2, Max: 15}, s.Workers())
+	s.Target = 0
+	assert.Equal(t, s.NP, s.Workers(), "no target: np")
 }
 
 func TestDecodeNode(t *testing.T) {

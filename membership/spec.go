@@ -51,8 +51,13 @@ var ErrInvalidRecord = errors.New("membership: invalid record")
 // Spec is a job's desired shape, stored at Keys.Spec. It is written by
 // `scale` and, create-only, by the first sidecar of a job.
 type Spec struct {
-	// NP is the target number of worker nodes.
+	// NP is the target number of worker nodes: a range is the bounds an
+	// autoscaler moves Target within.
 	NP NP `json:"np"`
+	// Target, when not 0, is the number of workers an autoscaler chose
+	// within NP (or a resource's replicas between its bounds): the job runs
+	// as if np were NP.Min:Target. Setting np by hand clears it.
+	Target int `json:"target,omitempty"`
 	// PS is the exact number of parameter-server nodes.
 	PS int `json:"ps"`
 	// Schedulers is the number of scheduler nodes (MindSpore), 0 or 1.
@@ -106,6 +111,8 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("faultTolerance %d: want 0, 1 or 2", s.FaultTolerance)
 	case s.MaxRestarts < 0:
 		return fmt.Errorf("maxRestarts %d: must not be negative", s.MaxRestarts)
+	case s.Target != 0 && (s.Target < s.NP.Min || s.Target > s.NP.Max):
+		return fmt.Errorf("target %d: want 0 (none) or within np %s", s.Target, s.NP)
 	}
 	switch s.SuccessPolicy {
 	case SuccessAllWorkers, SuccessRank0:
@@ -118,6 +125,15 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("cleanPodPolicy %q: want Always, Never, OnFailure or OnCompletion", s.CleanPodPolicy)
 	}
 	return nil
+}
+
+// Workers is the range of workers the job runs with now: np, its maximum
+// lowered to Target when one is set.
+func (s Spec) Workers() NP {
+	if s.Target == 0 {
+		return s.NP
+	}
+	return NP{Min: s.NP.Min, Max: s.Target}
 }
 
 // DecodeSpec reads a spec record. Fields the record leaves out take the

@@ -143,7 +143,7 @@ func desiredReplicas(rec jobRecords) map[membership.Role]int {
 		return map[membership.Role]int{membership.RoleWorker: 0, membership.RolePS: 0, membership.RoleScheduler: 0, membership.RoleHeter: 0}
 	}
 	return map[membership.Role]int{
-		membership.RoleWorker:    spec.NP.Max,
+		membership.RoleWorker:    spec.Workers().Max,
 		membership.RolePS:        spec.PS,
 		membership.RoleScheduler: spec.Schedulers,
 		membership.RoleHeter:     spec.Heter,
@@ -178,7 +178,7 @@ func (r *run) scale(ctx context.Context, w workload, want int, rec jobRecords) e
 		r.recorder.Event(w.obj, corev1.EventTypeWarning, "ScaleFailed", err.Error())
 		return err
 	}
-	why := "np " + rec.Spec.NP.String()
+	why := "np " + rec.Spec.Workers().String()
 	if want == 0 && rec.Status != nil && rec.Status.Phase.Done() {
 		why = fmt.Sprintf("job %s, cleanPodPolicy %s", strings.ToLower(string(rec.Status.Phase)), rec.Spec.CleanPodPolicy)
 	}

@@ -70,6 +70,10 @@ type RoleSpec struct {
 	// MinReplicas, for workers only, lets the job run on fewer: any size
 	// from MinReplicas to Replicas (np MIN:MAX). Replicas if unset.
 	MinReplicas *int32 `json:"minReplicas,omitempty"`
+	// MaxReplicas, for workers only, makes the job autoscaled: `serve
+	// --autoscale` moves Replicas between MinReplicas and MaxReplicas
+	// through the scale subresource, as an HPA would.
+	MaxReplicas *int32 `json:"maxReplicas,omitempty"`
 	// Template is the pods' template. The first container is the training
 	// container, unless one is named after the framework (paddle,
 	// mindspore, pytorch, trainer).

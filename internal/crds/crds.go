@@ -106,6 +106,8 @@ func ElasticJob() *apiextensionsv1.CustomResourceDefinition {
 		// the job then runs at exactly its replicas.
 		{Rule: "oldSelf.hasValue() || !has(self.worker.minReplicas) || self.worker.minReplicas <= self.worker.replicas",
 			Message: "must not exceed spec.worker.replicas", FieldPath: ".worker.minReplicas", OptionalOldSelf: ptr(true)},
+		{Rule: "!has(self.worker.maxReplicas) || (has(self.worker.minReplicas) ? self.worker.minReplicas : 1) <= self.worker.maxReplicas",
+			Message: "must not be below spec.worker.minReplicas", FieldPath: ".worker.maxReplicas"},
 	}
 	root := object(map[string]apiextensionsv1.JSONSchemaProps{"spec": spec, "status": elasticJobStatus()}, "spec")
 	root.XValidations = apiextensionsv1.ValidationRules{{
@@ -263,6 +265,9 @@ func role(description string, ranged bool) apiextensionsv1.JSONSchemaProps {
 		props["minReplicas"] = apiextensionsv1.JSONSchemaProps{Type: "integer", Format: "int32", Minimum: ptr(1.0),
 			Maximum:     ptr(float64(membership.MaxNP)),
 			Description: "the fewest workers the job runs on (np MIN:MAX with replicas the MAX); replicas if unset"}
+		props["maxReplicas"] = apiextensionsv1.JSONSchemaProps{Type: "integer", Format: "int32", Minimum: ptr(1.0),
+			Maximum:     ptr(float64(membership.MaxNP)),
+			Description: "the most workers the autoscaler (serve --autoscale) may give the job; it sets replicas between minReplicas and maxReplicas. Unset: not autoscaled"}
 	}
 	s := object(props, "template")
 	s.Description = description

@@ -164,7 +164,7 @@ func (r *runner) run(ctx context.Context) (int, error) {
 	}()
 
 	progress := newProgress(r.cfg.Out, r.client, r.cfg.Job)
-	want := r.cfg.Spec.NP.Max
+	want := r.cfg.Spec.Workers().Max
 	r.scaleTo(ctx, want)
 	for {
 		select {
@@ -172,8 +172,8 @@ func (r *runner) run(ctx context.Context) (int, error) {
 			r.stopAll(r.cfg.Grace + 5*time.Second)
 			return 130, ctx.Err()
 		case s := <-specs:
-			if s.NP.Max != want {
-				want = s.NP.Max
+			if s.Workers().Max != want {
+				want = s.Workers().Max
 				r.scaleTo(ctx, want)
 			}
 		case n := <-r.exited:
