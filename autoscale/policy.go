@@ -1,0 +1,300 @@
+package autoscale
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Config tunes the policy. Zero fields take the defaults.
+type Config struct {
+	// Cooldown is how long after a job's last change it is not grown
+	// again: each change restarts the whole job. Shrinks that make room for
+	// pods of a higher priority or for another job's minimum never wait.
+	// Default 60s.
+	Cooldown time.Duration
+	// MinGain is the fewest workers a growth must add, and MinGainFraction
+	// the least fraction of the job's size (default 1 and 0.1): a restart
+	// that adds less is not worth its cost. Neither holds back a job still
+	// below its minimum.
+	MinGain         int
+	MinGainFraction float64
+}
+
+// DefaultConfig is the policy's defaults.
+func DefaultConfig() Config {
+	return Config{Cooldown: 60 * time.Second, MinGain: 1, MinGainFraction: 0.1}
+}
+
+// Policy decides jobs' sizes. It holds no state: everything it decides
+// from is in the Snapshot.
+type Policy struct {
+	cfg Config
+}
+
+// New validates cfg and fills its defaults.
+func New(cfg Config) (*Policy, error) {
+	d := DefaultConfig()
+	if cfg.Cooldown == 0 {
+		cfg.Cooldown = d.Cooldown
+	}
+	if cfg.MinGain == 0 {
+		cfg.MinGain = d.MinGain
+	}
+	if cfg.MinGainFraction == 0 {
+		cfg.MinGainFraction = d.MinGainFraction
+	}
+	switch {
+	case cfg.Cooldown < 0:
+		return nil, errors.New("autoscale: cooldown must not be negative")
+	case cfg.MinGain < 0:
+		return nil, errors.New("autoscale: minimum gain must not be negative")
+	case cfg.MinGainFraction < 0 || cfg.MinGainFraction > 1:
+		return nil, errors.New("autoscale: minimum gain fraction must be within 0..1")
+	}
+	return &Policy{cfg: cfg}, nil
+}
+
+// Config returns the policy's configuration, defaults filled in.
+func (p *Policy) Config() Config { return p.cfg }
+
+// Decision is a new target for a job.
+type Decision struct {
+	Job      string
+	From, To int
+	Reason   string
+}
+
+// Plan is one pass of the policy: the decisions to carry out, and what it
+// saw and held back, for the log, the status and the metrics.
+type Plan struct {
+	Decisions []Decision
+	// Desired is every job's size if nothing held it back.
+	Desired map[string]int
+	// HeldBack says, by job, why a desired change waits.
+	HeldBack map[string]string
+	// Unplaceable are pending pods of a higher priority than some job that
+	// would not fit even with every such job at its minimum.
+	Unplaceable []string
+}
+
+// jobState is a job in the simulation.
+type jobState struct {
+	*Job
+	kept    []Worker // placed workers it keeps, lowest ordinals first
+	added   int      // workers the simulation placed for it
+	full    bool     // nothing more of its shape fits
+	reasons []string
+	shrunk  bool // gave workers to a higher precedence
+}
+
+func (j *jobState) size() int { return len(j.kept) + j.added }
+
+// Decide runs one pass over s at time now.
+func (p *Policy) Decide(s Snapshot, now time.Time) Plan {
+	c := newCluster(s.Nodes)
+	jobs := make([]*jobState, 0, len(s.Jobs))
+	byID := map[string]*jobState{}
+	for i := range s.Jobs {
+		j := &jobState{Job: &s.Jobs[i]}
+		j.kept = slices.Clone(j.Placed)
+		slices.SortFunc(j.kept, func(a, b Worker) int { return cmp.Compare(a.Ordinal, b.Ordinal) })
+		// Workers beyond the target are on their way out.
+		for len(j.kept) > max(j.current(), 0) {
+			last := j.kept[len(j.kept)-1]
+			j.kept = j.kept[:len(j.kept)-1]
+			c.release(last.Node, j.Worker)
+		}
+		jobs = append(jobs, j)
+		byID[j.ID] = j
+	}
+	plan := Plan{Desired: map[string]int{}, HeldBack: map[string]string{}}
+
+	// 1. Pending pods of other workloads keep the room they fit in, the
+	// highest priority first; for one that outranks a job and does not
+	// fit, jobs of a lower priority shrink.
+	others := slices.Clone(s.Pending)
+	slices.SortStableFunc(others, func(a, b Pod) int {
+		return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(b.Request.MilliCPU, a.Request.MilliCPU), strings.Compare(a.Name, b.Name))
+	})
+	for _, pod := range others {
+		if pod.Job != "" {
+			continue // a job's own pods are placed with its minimum
+		}
+		outranked := func(j *jobState) bool { return j.Priority < pod.Priority }
+		if !makeRoom(c, jobs, []Resources{pod.Request}, outranked, "room for pending pod "+pod.Name) &&
+			slices.ContainsFunc(jobs, outranked) {
+			plan.Unplaceable = append(plan.Unplaceable, pod.Name)
+		}
+	}
+
+	// 2. Jobs below their minimum, by precedence: their own pending pods
+	// and the workers they lack, taken from jobs of no higher priority
+	// that are above their own minimum.
+	slices.SortStableFunc(jobs, func(a, b *jobState) int { return precedence(a, b, a.size(), b.size()) })
+	for _, j := range jobs {
+		lack := j.Min - j.size()
+		if lack <= 0 {
+			continue
+		}
+		var own []Resources
+		for _, pod := range s.Pending {
+			if pod.Job == j.ID {
+				own = append(own, pod.Request)
+			}
+		}
+		reqs := append(own, repeat(j.Worker, lack)...)
+		victim := func(v *jobState) bool { return v != j && v.Priority <= j.Priority }
+		if makeRoom(c, jobs, reqs, victim, fmt.Sprintf("room for job %s to reach its minimum of %d", j.ID, j.Min)) {
+			j.added += lack
+		}
+	}
+
+	// 3. Growth into what is left, one worker at a time to the job that
+	// comes first: the highest priority, then the least fulfilled, then
+	// the oldest.
+	for {
+		var best *jobState
+		for _, j := range jobs {
+			if j.full || j.size() >= j.Max || j.size() < j.Min {
+				continue
+			}
+			if best == nil || precedence(j, best, j.size(), best.size()) < 0 {
+				best = j
+			}
+		}
+		if best == nil {
+			break
+		}
+		if _, ok := c.place(best.Worker); !ok {
+			best.full = true // nothing of its shape fits; others may
+			continue
+		}
+		best.added++
+	}
+
+	// 4. Decisions: shrinks at once, growth past the cooldown and the
+	// minimum gain.
+	slices.SortFunc(jobs, func(a, b *jobState) int { return strings.Compare(a.ID, b.ID) })
+	for _, j := range jobs {
+		want := max(j.size(), j.Min)
+		plan.Desired[j.ID] = want
+		from := j.current()
+		if want == from && j.Target != 0 {
+			continue
+		}
+		reason := strings.Join(j.reasons, "; ")
+		switch {
+		case want < from:
+			if reason == "" {
+				reason = fmt.Sprintf("%d of %d workers can be placed", want, from)
+			}
+		case from < j.Min || j.Target == 0:
+			reason = cmp.Or(reason, fmt.Sprintf("%d workers fit (minimum %d)", want, j.Min))
+		default:
+			gain := want - from
+			need := max(p.cfg.MinGain, int(math.Ceil(p.cfg.MinGainFraction*float64(from))))
+			if gain < need {
+				plan.HeldBack[j.ID] = fmt.Sprintf("growth to %d adds %d workers, less than the minimum gain of %d", want, gain, need)
+				continue
+			}
+			if since := now.Sub(j.Changed); !j.Changed.IsZero() && since < p.cfg.Cooldown {
+				plan.HeldBack[j.ID] = fmt.Sprintf("growth to %d waits for the cooldown (%s left)", want, (p.cfg.Cooldown - since).Round(time.Second))
+				continue
+			}
+			reason = fmt.Sprintf("%d more workers fit", gain)
+		}
+		plan.Decisions = append(plan.Decisions, Decision{Job: j.ID, From: from, To: want, Reason: reason})
+	}
+	return plan
+}
+
+// precedence orders jobs: the highest priority, then the least fulfilled
+// (at sizes na and nb), then the oldest, then by id.
+func precedence(a, b *jobState, na, nb int) int {
+	return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.fulfillment(na), b.fulfillment(nb)),
+		a.Created.Compare(b.Created), strings.Compare(a.ID, b.ID))
+}
+
+// makeRoom places every request, shrinking jobs that victim allows
+// (the lowest priority, then the most fulfilled, then the youngest first;
+// never below their minimum) until they fit. If they cannot all fit,
+// nothing is placed and nothing shrinks: a shrink that places nothing would
+// restart a job for nothing.
+func makeRoom(c *cluster, jobs []*jobState, reqs []Resources, victim func(*jobState) bool, why string) bool {
+	type removal struct {
+		job *jobState
+		w   Worker
+	}
+	var removed []removal
+	var placed []struct {
+		node string
+		req  Resources
+	}
+	undo := func() {
+		for _, pl := range placed {
+			c.release(pl.node, pl.req)
+		}
+		for i := len(removed) - 1; i >= 0; i-- {
+			r := removed[i]
+			c.take(r.w.Node, r.job.Worker)
+			r.job.kept = append(r.job.kept, r.w)
+		}
+	}
+	for _, req := range reqs {
+		for {
+			if node, ok := c.place(req); ok {
+				placed = append(placed, struct {
+					node string
+					req  Resources
+				}{node, req})
+				break
+			}
+			v := pickVictim(jobs, victim)
+			if v == nil {
+				undo()
+				return false
+			}
+			w := v.kept[len(v.kept)-1]
+			v.kept = v.kept[:len(v.kept)-1]
+			c.release(w.Node, v.Worker)
+			removed = append(removed, removal{v, w})
+		}
+	}
+	for _, r := range removed {
+		if !r.job.shrunk || !slices.Contains(r.job.reasons, why) {
+			r.job.reasons = append(r.job.reasons, why)
+		}
+		r.job.shrunk = true
+	}
+	return true
+}
+
+// pickVictim is the job to lose a worker: among those victim allows with a
+// placed worker above their minimum, the lowest priority, then the most
+// fulfilled, then the youngest.
+func pickVictim(jobs []*jobState, victim func(*jobState) bool) *jobState {
+	var best *jobState
+	for _, j := range jobs {
+		if !victim(j) || len(j.kept) == 0 || j.size() <= j.Min {
+			continue
+		}
+		if best == nil || cmp.Or(cmp.Compare(j.Priority, best.Priority), cmp.Compare(best.fulfillment(best.size()), j.fulfillment(j.size())),
+			best.Created.Compare(j.Created), strings.Compare(j.ID, best.ID)) < 0 {
+			best = j
+		}
+	}
+	return best
+}
+
+func repeat(r Resources, n int) []Resources {
+	out := make([]Resources, n)
+	for i := range out {
+		out[i] = r
+	}
+	return out
+}
