@@ -84,7 +84,7 @@ func startRun(t *testing.T, args []string, command []string, env ...string) *loc
 	r := &localRun{t: t, out: &proctest.Buffer{}, done: make(chan struct{}), toyDir: t.TempDir(), marker: newMarker()}
 	r.cmd = exec.Command(binary, append(append(append([]string{"run"}, args...), "--"), command...)...)
 	r.cmd.Dir = repoRoot
-	r.cmd.Env = append(os.Environ(), "TOY_DIR="+r.toyDir, "ELASTIC_TEST_MARK="+r.marker)
+	r.cmd.Env = append(os.Environ(), patientDial, "TOY_DIR="+r.toyDir, "ELASTIC_TEST_MARK="+r.marker)
 	r.cmd.Env = append(r.cmd.Env, env...)
 	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
 	require.NoError(t, r.cmd.Start())
@@ -226,10 +226,15 @@ func processesWithMarker(marker string) []proctest.Process {
 }
 
 // cli runs the coordinator binary and returns its exit code and output.
+// patientDial is in the environment of every process the tests start: on
+// a loaded two-core machine, with the tests' processes all at once, etcd can
+// take longer than the 5 s default to answer a new client.
+const patientDial = "ELASTIC_DIAL_TIMEOUT=30s"
+
 func cli(t *testing.T, env []string, args ...string) (int, string, string) {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(append(os.Environ(), patientDial), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

@@ -63,7 +63,7 @@ func background(t *testing.T, env []string, args ...string) *bgProcess {
 	p := &bgProcess{out: &proctest.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(binary, args...)
 	p.cmd.Dir = repoRoot
-	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Env = append(append(os.Environ(), patientDial), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	require.NoError(t, p.cmd.Start())
 	go func() {

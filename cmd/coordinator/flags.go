@@ -44,9 +44,12 @@ type etcdFlags struct {
 	password    string
 	prefix      string
 	dialTimeout time.Duration
+	envErr      error // a variable that could not be read
+	fs          *pflag.FlagSet
 }
 
 func (f *etcdFlags) register(fs *pflag.FlagSet, env lookupEnv) {
+	f.fs = fs
 	fs.StringVar(&f.endpoints, "etcd-endpoints", fromEnv(env, "", "ELASTIC_ETCD_ENDPOINTS", "PADDLE_ELASTIC_SERVER"),
 		"comma-separated etcd endpoints, e.g. https://10.0.0.5:2379"+envNote("ELASTIC_ETCD_ENDPOINTS", "PADDLE_ELASTIC_SERVER"))
 	fs.StringVar(&f.cacert, "cacert", fromEnv(env, "", "ELASTIC_ETCD_CACERT"), "verify etcd's certificate with this CA bundle"+envNote("ELASTIC_ETCD_CACERT"))
@@ -54,7 +57,15 @@ func (f *etcdFlags) register(fs *pflag.FlagSet, env lookupEnv) {
 	fs.StringVar(&f.key, "key", fromEnv(env, "", "ELASTIC_ETCD_KEY"), "client key for etcd"+envNote("ELASTIC_ETCD_KEY"))
 	fs.StringVar(&f.user, "user", fromEnv(env, "", "ELASTIC_ETCD_USER"), "etcd user; the password is read from ELASTIC_ETCD_PASSWORD"+envNote("ELASTIC_ETCD_USER"))
 	fs.StringVar(&f.prefix, "prefix", fromEnv(env, membership.DefaultPrefix, "ELASTIC_PREFIX"), "root of the keys in etcd"+envNote("ELASTIC_PREFIX"))
-	fs.DurationVar(&f.dialTimeout, "dial-timeout", 5*time.Second, "how long to wait for etcd before giving up")
+	dial := 5 * time.Second
+	if v := fromEnv(env, "", "ELASTIC_DIAL_TIMEOUT"); v != "" {
+		if d, err := time.ParseDuration(v); err == nil && d > 0 {
+			dial = d
+		} else {
+			f.envErr = fmt.Errorf("ELASTIC_DIAL_TIMEOUT %q: want a positive duration such as 10s", v)
+		}
+	}
+	fs.DurationVar(&f.dialTimeout, "dial-timeout", dial, "how long to wait for etcd before giving up"+envNote("ELASTIC_DIAL_TIMEOUT"))
 	f.password = fromEnv(env, "", "ELASTIC_ETCD_PASSWORD")
 }
 
@@ -70,6 +81,9 @@ func (f *etcdFlags) keys() (membership.Keys, error) {
 // client builds an etcd client from the flags and checks that etcd answers
 // within the dial timeout, so that an unreachable etcd is one clear error.
 func (f *etcdFlags) client(ctx context.Context) (*clientv3.Client, membership.Keys, error) {
+	if f.envErr != nil && !f.fs.Changed("dial-timeout") {
+		return nil, membership.Keys{}, usageError{f.envErr}
+	}
 	keys, err := f.keys()
 	if err != nil {
 		return nil, keys, err

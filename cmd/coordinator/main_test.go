@@ -89,6 +89,19 @@ func TestUnreachableEtcdIsOneLineAndExitCode1(t *testing.T) {
 	}
 }
 
+func TestTheDialTimeoutComesFromTheEnvironmentToo(t *testing.T) {
+	code, _, stderr := runCLI(t, map[string]string{"ELASTIC_DIAL_TIMEOUT": "abc"}, "status", "--job", "j", "--etcd-endpoints", "http://127.0.0.1:1")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, `ELASTIC_DIAL_TIMEOUT "abc": want a positive duration`)
+	assert.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
+
+	code, _, stderr = runCLI(t, map[string]string{"ELASTIC_DIAL_TIMEOUT": "abc"}, "status", "--job", "j", "--etcd-endpoints", "http://127.0.0.1:1", "--dial-timeout", "200ms")
+	assert.Equal(t, 1, code, "the flag wins over the variable")
+	code, _, stderr = runCLI(t, map[string]string{"ELASTIC_DIAL_TIMEOUT": "200ms"}, "status", "--job", "j", "--etcd-endpoints", "http://127.0.0.1:1")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "unreachable")
+}
+
 func TestEnvironmentFallbacks(t *testing.T) {
 	srv := etcdtest.Start(t)
 	// PaddlePaddle's elastic variables stand in for the flags.
