@@ -8,6 +8,11 @@ type JobRecords struct {
 	Plan   *Plan
 	Status *Status
 	Bridge *BridgeStatus
+	// Autoscaler is the autoscaler's report.
+	Autoscaler *AutoscalerStatus
+	// SpecCreated is the revision the spec was created at, 0 when there is
+	// none: it orders jobs by age.
+	SpecCreated int64
 }
 
 // Apply records a change of one of the job's keys; other kinds of key are
@@ -16,12 +21,18 @@ func (j *JobRecords) Apply(kind KeyKind, kv KeyValue) {
 	switch kind {
 	case KindSpec:
 		j.Spec = decoded(kv, DecodeSpec)
+		j.SpecCreated = 0
+		if !kv.Deleted {
+			j.SpecCreated = kv.CreateRevision
+		}
 	case KindPlan:
 		j.Plan = decoded(kv, DecodePlan)
 	case KindStatus:
 		j.Status = decoded(kv, DecodeStatus)
 	case KindBridge:
 		j.Bridge = decoded(kv, DecodeBridgeStatus)
+	case KindAutoscaler:
+		j.Autoscaler = decoded(kv, DecodeAutoscalerStatus)
 	}
 }
 

@@ -128,6 +128,9 @@ func (k Keys) Status(job string) string { return k.Job(job) + "status" }
 // Bridge is the key of the Kubernetes bridge's report on a job.
 func (k Keys) Bridge(job string) string { return k.Job(job) + "bridge" }
 
+// Autoscaler is the key of the autoscaler's report on a job.
+func (k Keys) Autoscaler(job string) string { return k.Job(job) + "autoscaler" }
+
 // Events is the prefix of a job's event timeline.
 func (k Keys) Events(job string) string { return k.Job(job) + "events/" }
 
@@ -165,6 +168,7 @@ const (
 	KindEvent
 	KindBridge
 	KindEviction
+	KindAutoscaler
 )
 
 // JobKey is a key of the schema taken apart.
@@ -198,6 +202,8 @@ func (k Keys) ParseJobKey(key string) (JobKey, bool) {
 		return JobKey{Job: job, Kind: KindStatus}, true
 	case "bridge":
 		return JobKey{Job: job, Kind: KindBridge}, true
+	case "autoscaler":
+		return JobKey{Job: job, Kind: KindAutoscaler}, true
 	}
 	if node, ok := strings.CutPrefix(rest, "nodes/"); ok {
 		if ValidateNodeID(node) != nil {

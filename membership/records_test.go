@@ -109,7 +109,8 @@ func fuzzDecoder[T any](f *testing.F, decode func([]byte) (T, error), seeds ...s
 }
 
 func FuzzDecodeSpec(f *testing.F) {
-	fuzzDecoder(f, membership.DecodeSpec, `{"np":"2:4","ps":1,"faultTolerance":2,"maxRestarts":3,"successPolicy":"Rank0","cleanPodPolicy":"Always"}`, `{"np":4}`, `{}`)
+	fuzzDecoder(f, membership.DecodeSpec, `{"np":"2:4","ps":1,"faultTolerance":2,"maxRestarts":3,"successPolicy":"Rank0","cleanPodPolicy":"Always"}`, `{"np":4}`, `{}`,
+		`{"np":"2:60","target":15,"priority":3}`)
 }
 
 func FuzzDecodeNode(f *testing.F) {
@@ -138,4 +139,8 @@ func FuzzDecodeEviction(f *testing.F) {
 
 func FuzzDecodeBridgeStatus(f *testing.F) {
 	fuzzDecoder(f, membership.DecodeBridgeStatus, `{"workload":"StatefulSet/w","replicas":4,"problem":"p","updatedAt":"2026-01-01T00:00:00Z"}`)
+}
+
+func FuzzDecodeAutoscalerStatus(f *testing.F) {
+	fuzzDecoder(f, membership.DecodeAutoscalerStatus, `{"target":4,"desired":6,"reason":"r","heldBack":"h","changedAt":"2026-01-01T00:00:00Z","updatedAt":"2026-01-01T00:00:00Z"}`)
 }

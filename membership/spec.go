@@ -79,6 +79,10 @@ type Spec struct {
 	// child that a restart may answer; any other ends the job (MSJob's
 	// restartPolicy ExitCode).
 	RetryableExitCodes []int `json:"retryableExitCodes,omitempty"`
+	// Priority ranks the job among elastic jobs of the same Kubernetes
+	// priority for the autoscaler: a higher one grows first and shrinks
+	// last (an ElasticJob's spec.priority).
+	Priority int `json:"priority,omitempty"`
 	// Owner, when set, is the Kubernetes resource the spec is written
 	// from (Kind/namespace/name/uid): a change made elsewhere is undone.
 	Owner string `json:"owner,omitempty"`
