@@ -202,8 +202,8 @@ func (p *Policy) Decide(s Snapshot, now time.Time) Plan {
 				plan.HeldBack[j.ID] = fmt.Sprintf("growth to %d adds %d workers, less than the minimum gain of %d", want, gain, need)
 				continue
 			}
-			if since := now.Sub(j.Changed); !j.Changed.IsZero() && since < p.cfg.Cooldown {
-				plan.HeldBack[j.ID] = fmt.Sprintf("growth to %d waits for the cooldown (%s left)", want, (p.cfg.Cooldown - since).Round(time.Second))
+			if until := j.Changed.Add(p.cfg.Cooldown); !j.Changed.IsZero() && now.Before(until) {
+				plan.HeldBack[j.ID] = fmt.Sprintf("growth to %d waits for the cooldown, until %s", want, until.UTC().Format(time.TimeOnly))
 				continue
 			}
 			reason = fmt.Sprintf("%d more workers fit", gain)
@@ -213,10 +213,10 @@ func (p *Policy) Decide(s Snapshot, now time.Time) Plan {
 	return plan
 }
 
-// precedence orders jobs: the highest priority, then the least fulfilled
-// (at sizes na and nb), then the oldest, then by id.
+// precedence orders jobs: the highest priority, then rank, then the least
+// fulfilled (at sizes na and nb), then the oldest, then by id.
 func precedence(a, b *jobState, na, nb int) int {
-	return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.fulfillment(na), b.fulfillment(nb)),
+	return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(b.Rank, a.Rank), cmp.Compare(a.fulfillment(na), b.fulfillment(nb)),
 		a.Created.Compare(b.Created), strings.Compare(a.ID, b.ID))
 }
 
@@ -275,15 +275,15 @@ func makeRoom(c *cluster, jobs []*jobState, reqs []Resources, victim func(*jobSt
 }
 
 // pickVictim is the job to lose a worker: among those victim allows with a
-// placed worker above their minimum, the lowest priority, then the most
-// fulfilled, then the youngest.
+// placed worker above their minimum, the lowest priority, then rank, then
+// the most fulfilled, then the youngest.
 func pickVictim(jobs []*jobState, victim func(*jobState) bool) *jobState {
 	var best *jobState
 	for _, j := range jobs {
 		if !victim(j) || len(j.kept) == 0 || j.size() <= j.Min {
 			continue
 		}
-		if best == nil || cmp.Or(cmp.Compare(j.Priority, best.Priority), cmp.Compare(best.fulfillment(best.size()), j.fulfillment(j.size())),
+		if best == nil || cmp.Or(cmp.Compare(j.Priority, best.Priority), cmp.Compare(j.Rank, best.Rank), cmp.Compare(best.fulfillment(best.size()), j.fulfillment(j.size())),
 			best.Created.Compare(j.Created), strings.Compare(j.ID, best.ID)) < 0 {
 			best = j
 		}

@@ -94,7 +94,7 @@ func TestGrowthWaitsForTheCooldownAndTheMinimumGain(t *testing.T) {
 
 	plan := decide(t, cfg, autoscale.Snapshot{Nodes: ns, Jobs: []autoscale.Job{job}}, t0.Add(30*time.Second))
 	assert.Empty(t, plan.Decisions)
-	assert.Contains(t, plan.HeldBack["a"], "cooldown (30s left)")
+	assert.Equal(t, "growth to 30 waits for the cooldown, until 00:01:00", plan.HeldBack["a"])
 	plan = decide(t, cfg, autoscale.Snapshot{Nodes: ns, Jobs: []autoscale.Job{job}}, t0.Add(time.Minute))
 	assert.Equal(t, map[string]int{"a": 30}, targets(plan))
 
@@ -191,9 +191,12 @@ func TestIdleRoomIsSharedByFulfillmentThenPriorityComesFirst(t *testing.T) {
 	plan := decide(t, autoscale.Config{}, autoscale.Snapshot{Nodes: ns, Jobs: []autoscale.Job{a, b}}, t0)
 	assert.Equal(t, map[string]int{"a": 15, "b": 15}, targets(plan))
 
-	b.Priority = 1
+	b.Rank = 1
 	plan = decide(t, autoscale.Config{}, autoscale.Snapshot{Nodes: ns, Jobs: []autoscale.Job{a, b}}, t0)
-	assert.Equal(t, map[string]int{"b": 28}, targets(plan), "the job of a higher priority grows first")
+	assert.Equal(t, map[string]int{"b": 28}, targets(plan), "the job of a higher rank grows first")
+	b.Rank, a.Priority = 0, 1
+	plan = decide(t, autoscale.Config{}, autoscale.Snapshot{Nodes: ns, Jobs: []autoscale.Job{a, b}}, t0)
+	assert.Equal(t, map[string]int{"a": 28}, targets(plan), "the job of a higher priority grows first")
 }
 
 func TestAJobWithoutATargetGetsOneAtOnce(t *testing.T) {

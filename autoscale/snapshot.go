@@ -42,8 +42,12 @@ type Job struct {
 	// has been decided yet.
 	Target int
 	// Worker is one worker's request.
-	Worker   Resources
+	Worker Resources
+	// Priority is the Kubernetes priority of the job's pods, comparable
+	// with other pods'; Rank orders jobs of one Priority (an ElasticJob's
+	// spec.priority).
 	Priority int32
+	Rank     int
 	Created  time.Time
 	// Changed is when Target last changed (zero if unknown): the cooldown
 	// counts from it.

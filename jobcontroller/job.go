@@ -87,6 +87,7 @@ func fromElasticJob(u *unstructured.Unstructured) (Job, error) {
 	spec.MaxRestarts = deref(s.MaxRestarts, membership.DefaultMaxRestarts)
 	spec.SuccessPolicy = membership.SuccessPolicy(or(s.SuccessPolicy, string(membership.SuccessAllWorkers)))
 	spec.CleanPodPolicy = membership.CleanPodPolicy(or(s.CleanPodPolicy, string(membership.CleanPodNever)))
+	spec.Priority = s.Priority
 	roles := []Role{{Name: membership.RoleWorker, Replicas: workers, Template: s.Worker.Template}}
 	if s.PS != nil {
 		spec.PS = int(deref(s.PS.Replicas, 1))
