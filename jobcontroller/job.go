@@ -3,6 +3,7 @@ package jobcontroller
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,6 +52,20 @@ const (
 // ownerString is how a spec names its owner: Kind/namespace/name/uid.
 func ownerString(ref metav1.OwnerReference, namespace string) string {
 	return fmt.Sprintf("%s/%s/%s/%s", ref.Kind, namespace, ref.Name, ref.UID)
+}
+
+// Owner is a spec's owner taken apart.
+type Owner struct {
+	Kind, Namespace, Name, UID string
+}
+
+// ParseOwner takes apart a spec's owner, Kind/namespace/name/uid.
+func ParseOwner(s string) (Owner, bool) {
+	parts := strings.Split(s, "/")
+	if len(parts) != 4 || slices.Contains(parts, "") {
+		return Owner{}, false
+	}
+	return Owner{Kind: parts[0], Namespace: parts[1], Name: parts[2], UID: parts[3]}, true
 }
 
 // ownerRef refers to a resource as the controller of what is made for it.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,8 +17,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/elastictraining/coordinator/autoscale"
 	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/jobcontroller"
+	"github.com/elastictraining/coordinator/kubeautoscale"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/operatorbridge"
 )
@@ -37,6 +40,12 @@ type kubeOptions struct {
 	sidecarAuth      bool
 	mirrors          []string
 	kinds            []string
+
+	autoscale          bool
+	autoscaleCooldown  time.Duration
+	autoscaleMinGain   int
+	autoscaleMinGainFr float64
+	autoscalePeriod    time.Duration
 }
 
 func (o *kubeOptions) register(fs *pflag.FlagSet, env lookupEnv) {
@@ -58,6 +67,14 @@ func (o *kubeOptions) register(fs *pflag.FlagSet, env lookupEnv) {
 	fs.StringArrayVar(&o.mirrors, "registry-mirror", nil,
 		"REGISTRY=MIRROR: read the entrypoint of REGISTRY's images from MIRROR, for containers given without a command (repeatable)")
 	fs.StringSliceVar(&o.kinds, "job-kinds", []string{"ElasticJob", "PaddleJob", "MSJob"}, "kinds of job resources to run")
+	fs.BoolVar(&o.autoscale, "autoscale", false,
+		"resize elastic jobs (a worker range) to what the cluster can place, making room for pods of a higher priority (needs --kubernetes and read access to nodes and pods: deploy/autoscaler)")
+	fs.DurationVar(&o.autoscaleCooldown, "autoscale-cooldown", autoscale.DefaultConfig().Cooldown,
+		"how long after a change a job is not grown again: every change restarts the whole job")
+	fs.IntVar(&o.autoscaleMinGain, "autoscale-min-gain", autoscale.DefaultConfig().MinGain, "the fewest workers a growth must add")
+	fs.Float64Var(&o.autoscaleMinGainFr, "autoscale-min-gain-fraction", autoscale.DefaultConfig().MinGainFraction,
+		"the least fraction of a job's size a growth must add")
+	fs.DurationVar(&o.autoscalePeriod, "autoscale-period", 30*time.Second, "a pass at least this often; passes follow changes of nodes, pods and jobs")
 	o.pod = fromEnv(env, "", "POD_NAME")
 }
 
@@ -97,6 +114,7 @@ type parsedKube struct {
 	workloads   []schema.GroupVersionResource
 	entrypoints *jobcontroller.Entrypoints
 	kinds       []jobcontroller.Kind
+	autoscale   autoscale.Config
 }
 
 // parse reads the flags; one that cannot work is a usage error, said
@@ -124,6 +142,15 @@ func (o *kubeOptions) parse() (parsedKube, error) {
 		}
 		p.kinds = append(p.kinds, k)
 	}
+	if o.autoscale {
+		p.autoscale = autoscale.Config{Cooldown: o.autoscaleCooldown, MinGain: o.autoscaleMinGain, MinGainFraction: o.autoscaleMinGainFr}
+		if _, err := autoscale.New(p.autoscale); err != nil {
+			return p, usagef("--autoscale-*: %v", err)
+		}
+		if o.autoscalePeriod <= 0 {
+			return p, usagef("--autoscale-period %s: must be positive", o.autoscalePeriod)
+		}
+	}
 	return p, nil
 }
 
@@ -131,7 +158,7 @@ func (o *kubeOptions) parse() (parsedKube, error) {
 // work is a usage error; a kubeconfig that cannot be read is an error the
 // caller logs. The controller alone may be off, with the reason logged:
 // the bridge still serves the jobs written as workloads.
-func (o *kubeOptions) leaderTasks(ctx context.Context, cli *clientv3.Client, keys membership.Keys, etcdEndpoints string, logger hclog.Logger) ([]coordinator.LeaderTask, error) {
+func (o *kubeOptions) leaderTasks(ctx context.Context, cli *clientv3.Client, keys membership.Keys, etcdEndpoints string, logger hclog.Logger, reg prometheus.Registerer) ([]coordinator.LeaderTask, error) {
 	p, err := o.parse()
 	if err != nil {
 		return nil, err
@@ -152,6 +179,16 @@ func (o *kubeOptions) leaderTasks(ctx context.Context, cli *clientv3.Client, key
 		return nil, err
 	}
 	tasks := []coordinator.LeaderTask{bridge}
+	if o.autoscale {
+		scaler, err := kubeautoscale.New(kubeautoscale.Config{
+			Kube: c.kube, Dynamic: c.dyn, Etcd: cli, Keys: keys, Namespace: jobsNamespace, Policy: p.autoscale,
+			Period: o.autoscalePeriod, Logger: logger, Registerer: reg,
+		})
+		if err != nil {
+			return nil, err
+		}
+		tasks = append(tasks, scaler)
+	}
 
 	image, err := o.image(ctx, c.kube)
 	if err != nil {

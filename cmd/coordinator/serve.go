@@ -59,7 +59,14 @@ It also runs the namespace's ElasticJob, PaddleJob and MSJob resources: a
 StatefulSet per role with the sidecar injected (its binary copied from
 --sidecar-image by an init container), a governing Service, the job's etcd
 spec, and the resource's status and Events. A kind whose CRD is missing, or
-that the Role does not allow, stops no other kind.`,
+that the Role does not allow, stops no other kind.
+
+With --autoscale the leader also resizes elastic jobs (a worker range: an
+ElasticJob's minReplicas..maxReplicas, a PaddleJob's requests..limits, or np
+MIN:MAX in etcd) to what the nodes can place, one whole worker per node,
+shrinking them for pending pods of a higher priority and never below their
+minimum; growth waits --autoscale-cooldown after a change. It reads every
+node and pod (a ClusterRole: deploy/autoscaler).`,
 		Example: `  coordinator serve --etcd-endpoints https://etcd:2379 --cacert ca.crt --cert client.crt --key client.key
   coordinator serve --etcd-endpoints https://etcd:2379 --cacert ca.crt --cert coordinator.crt --key coordinator.key \
       --etcd-enable-auth --kubernetes --namespace training --sidecar-etcd-secret elastic-sidecar-etcd --sidecar-etcd-auth`,
@@ -86,6 +93,9 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	if o.kube.autoscale && !o.kube.enabled {
+		return usagef("--autoscale needs --kubernetes: it resizes jobs to what the cluster's nodes can place")
+	}
 	if o.kube.enabled {
 		if _, err := o.kube.parse(); err != nil {
 			return err
@@ -108,7 +118,7 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var tasks []coordinator.LeaderTask
 	if o.kube.enabled {
-		kubeTasks, err := o.kube.leaderTasks(ctx, cli, keys, o.etcd.endpoints, logger)
+		kubeTasks, err := o.kube.leaderTasks(ctx, cli, keys, o.etcd.endpoints, logger, reg)
 		if err != nil {
 			var usage usageError
 			if errors.As(err, &usage) {

@@ -1,0 +1,380 @@
+package kubeautoscale
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/elastictraining/coordinator/autoscale"
+	"github.com/elastictraining/coordinator/jobcontroller"
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// Config configures an Autoscaler.
+type Config struct {
+	Kube    kubernetes.Interface
+	Dynamic dynamic.Interface
+	Etcd    *clientv3.Client
+	Keys    membership.Keys
+	// Namespace is where the jobs it resizes live; "" is every namespace.
+	// Nodes and pods are watched in the whole cluster either way: they
+	// all take room on the nodes (a ClusterRole to read them).
+	Namespace string
+	Policy    autoscale.Config
+	// Period is the backstop: a pass at least this often; 30 s if zero.
+	// Passes follow changes of nodes, pods and jobs.
+	Period time.Duration
+	// Batch is how long a pass waits after the change that prompted it,
+	// to take in the ones that come with it; 200 ms if zero.
+	Batch      time.Duration
+	Logger     hclog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Autoscaler is the leader task that resizes elastic jobs.
+type Autoscaler struct {
+	cfg     Config
+	policy  *autoscale.Policy
+	logger  hclog.Logger
+	metrics *metrics
+
+	// changed is when each job's target last changed, as this process saw
+	// it; it outlives terms, so that a new term does not regrow a job at
+	// once. A failover to another replica forgets it: one cooldown lost.
+	mu      sync.Mutex
+	changed map[string]time.Time
+	seen    map[string]int // each job's target when last seen
+}
+
+// New validates cfg and fills its defaults.
+func New(cfg Config) (*Autoscaler, error) {
+	if cfg.Kube == nil || cfg.Dynamic == nil || cfg.Etcd == nil {
+		return nil, errors.New("kubeautoscale: kubernetes, dynamic and etcd clients are required")
+	}
+	if cfg.Keys == (membership.Keys{}) {
+		cfg.Keys = membership.DefaultKeys()
+	}
+	if cfg.Period == 0 {
+		cfg.Period = 30 * time.Second
+	}
+	if cfg.Batch == 0 {
+		cfg.Batch = 200 * time.Millisecond
+	}
+	if cfg.Period < 0 || cfg.Batch < 0 {
+		return nil, errors.New("kubeautoscale: period and batch must not be negative")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	policy, err := autoscale.New(cfg.Policy)
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Autoscaler{cfg: cfg, policy: policy, logger: cfg.Logger.Named("autoscaler"), metrics: m,
+		changed: map[string]time.Time{}, seen: map[string]int{}}, nil
+}
+
+// Lead resizes jobs until ctx ends.
+func (a *Autoscaler) Lead(ctx context.Context) error {
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.cfg.Kube.CoreV1().Events(a.cfg.Namespace)})
+	defer broadcaster.Shutdown()
+	t := &term{
+		Autoscaler: a,
+		recorder:   broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "elastic-autoscaler"}),
+		kick:       make(chan struct{}, 1),
+		jobs:       map[string]*membership.JobRecords{},
+		created:    map[string]int64{},
+		reported:   map[string]membership.AutoscalerStatus{},
+	}
+	return t.run(ctx)
+}
+
+// term is one leadership term of the autoscaler.
+type term struct {
+	*Autoscaler
+	recorder record.EventRecorder
+	kick     chan struct{}
+
+	factory informers.SharedInformerFactory
+	nodes   cache.SharedIndexInformer
+	pods    cache.SharedIndexInformer
+
+	mu      sync.Mutex
+	jobs    map[string]*membership.JobRecords
+	created map[string]int64
+
+	// Owned by the pass loop.
+	reported map[string]membership.AutoscalerStatus
+}
+
+func (t *term) poke() {
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (t *term) run(ctx context.Context) error {
+	t.factory = informers.NewSharedInformerFactory(t.cfg.Kube, 0)
+	t.nodes = t.factory.Core().V1().Nodes().Informer()
+	t.pods = t.factory.Core().V1().Pods().Informer()
+	for _, inf := range []cache.SharedIndexInformer{t.nodes, t.pods} {
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { t.poke() },
+			UpdateFunc: func(old, obj any) { t.changed(old, obj) },
+			DeleteFunc: func(any) { t.poke() },
+		}); err != nil {
+			return err
+		}
+	}
+	t.factory.Start(ctx.Done())
+	defer t.factory.Shutdown()
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t.followEtcd(ctx)
+	}()
+	defer wg.Wait()
+
+	if !cache.WaitForCacheSync(ctx.Done(), t.nodes.HasSynced, t.pods.HasSynced) {
+		return ctx.Err()
+	}
+	t.logger.Info("autoscaling", "namespace", namespaceName(t.cfg.Namespace), "cooldown", t.policy.Config().Cooldown)
+	backstop := time.NewTicker(t.cfg.Period)
+	defer backstop.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.kick:
+		case <-backstop.C:
+		}
+		// Take in what comes with the change, then decide once.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(t.cfg.Batch):
+		}
+		select {
+		case <-t.kick:
+		default:
+		}
+		t.pass(ctx)
+	}
+}
+
+// changed pokes for an update that can change the room on the nodes: a
+// pod bound, started, finished or being deleted; a node's capacity or
+// readiness. Status heartbeats of nodes change nothing.
+func (t *term) changed(old, obj any) {
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		p, ok := old.(*corev1.Pod)
+		if !ok || p.Spec.NodeName != o.Spec.NodeName || p.Status.Phase != o.Status.Phase ||
+			p.Status.NominatedNodeName != o.Status.NominatedNodeName || (p.DeletionTimestamp == nil) != (o.DeletionTimestamp == nil) {
+			t.poke()
+		}
+	case *corev1.Node:
+		n, ok := old.(*corev1.Node)
+		if !ok || n.Spec.Unschedulable != o.Spec.Unschedulable || ready(n) != ready(o) ||
+			!equalResources(n.Status.Allocatable, o.Status.Allocatable) {
+			t.poke()
+		}
+	}
+}
+
+func equalResources(a, b corev1.ResourceList) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, q := range a {
+		if r, ok := b[k]; !ok || q.Cmp(r) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// followEtcd keeps the jobs' records and pokes when a spec or status
+// changes.
+func (t *term) followEtcd(ctx context.Context) {
+	_ = membership.Follow(ctx, t.cfg.Etcd, membership.Range{Key: t.cfg.Keys.Jobs(), Prefix: true}, t.logger,
+		func(u membership.Update) error {
+			t.mu.Lock()
+			if u.Reset {
+				clear(t.jobs)
+			}
+			poke := u.Reset
+			for _, kv := range u.Changes {
+				jk, ok := t.cfg.Keys.ParseJobKey(kv.Key)
+				if !ok || (jk.Kind != membership.KindSpec && jk.Kind != membership.KindStatus) {
+					continue
+				}
+				j := t.jobs[jk.Job]
+				if j == nil {
+					j = &membership.JobRecords{}
+					t.jobs[jk.Job] = j
+				}
+				j.Apply(jk.Kind, kv)
+				if j.Spec == nil && j.Status == nil {
+					delete(t.jobs, jk.Job)
+				}
+				poke = true
+			}
+			t.mu.Unlock()
+			if poke {
+				t.poke()
+			}
+			return nil
+		})
+}
+
+// candidates are the jobs the autoscaler may resize: a worker range, not
+// finished, and a target it can set (a resource that owns the job must
+// keep its bounds apart from its replicas: ElasticJob's maxReplicas,
+// PaddleJob's limits).
+func (t *term) candidates() map[string]candidate {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[string]candidate{}
+	for id, j := range t.jobs {
+		s := j.Spec
+		if s == nil || !s.NP.IsRange() || (j.Status != nil && j.Status.Phase.Done()) {
+			continue
+		}
+		c := candidate{id: id, spec: *s, created: j.SpecCreated}
+		if s.Owner != "" {
+			o, ok := jobcontroller.ParseOwner(s.Owner)
+			if _, known := jobcontroller.KindNamed(o.Kind); !ok || !known || s.Target == 0 {
+				continue
+			}
+			if t.cfg.Namespace != "" && o.Namespace != t.cfg.Namespace {
+				continue
+			}
+			c.owner = o
+		}
+		out[id] = c
+	}
+	return out
+}
+
+// pass decides once and carries the decisions out.
+func (t *term) pass(ctx context.Context) {
+	t.metrics.passes.Inc()
+	nodes := listAs[*corev1.Node](t.nodes)
+	pods := listAs[*corev1.Pod](t.pods)
+	v := buildView(nodes, pods, t.candidates())
+	if t.cfg.Namespace != "" {
+		for id, j := range v.jobs {
+			if j.namespace != t.cfg.Namespace {
+				delete(v.jobs, id)
+			}
+		}
+		v.snapshot.Jobs = filterJobs(v.snapshot.Jobs, v.jobs)
+	}
+	now := time.Now()
+	for i := range v.snapshot.Jobs {
+		j := &v.snapshot.Jobs[i]
+		j.Changed = t.sawTarget(j.ID, j.Target, now)
+	}
+	plan := t.policy.Decide(v.snapshot, now)
+
+	t.metrics.utilization.Set(v.utilization)
+	t.metrics.pending.Set(float64(countOthers(v.snapshot.Pending)))
+	decided := map[string]autoscale.Decision{}
+	for _, d := range plan.Decisions {
+		writeCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := t.apply(writeCtx, v.jobs[d.Job], d.To)
+		cancel()
+		if err != nil {
+			if !errors.Is(err, membership.ErrTargetMoot) {
+				t.metrics.failures.Inc()
+				t.logger.Warn("could not resize job", "job", d.Job, "from", d.From, "to", d.To, "error", err)
+			}
+			continue
+		}
+		decided[d.Job] = d
+		t.sawTarget(d.Job, d.To, now)
+		direction := "grow"
+		if d.To < d.From {
+			direction = "shrink"
+		}
+		t.metrics.decisions.WithLabelValues(direction).Inc()
+		t.logger.Info("resized job", "job", d.Job, "from", d.From, "to", d.To, "reason", d.Reason)
+		if ref := t.eventRef(v.jobs[d.Job]); ref != nil {
+			t.recorder.Eventf(ref, corev1.EventTypeNormal, "Autoscaled", "workers %d → %d: %s", d.From, d.To, d.Reason)
+		}
+	}
+	t.report(ctx, v, plan, decided, now)
+}
+
+// sawTarget notes a job's target as seen at now and returns when it last
+// changed: a change made by someone else (kubectl scale) starts the
+// cooldown too.
+func (a *Autoscaler) sawTarget(job string, target int, now time.Time) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if seen, ok := a.seen[job]; ok && seen != target {
+		a.changed[job] = now
+	}
+	a.seen[job] = target
+	return a.changed[job]
+}
+
+func filterJobs(jobs []autoscale.Job, keep map[string]*jobView) []autoscale.Job {
+	out := jobs[:0]
+	for _, j := range jobs {
+		if keep[j.ID] != nil {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+func countOthers(pending []autoscale.Pod) int {
+	n := 0
+	for _, p := range pending {
+		if p.Job == "" {
+			n++
+		}
+	}
+	return n
+}
+
+func listAs[T any](inf cache.SharedIndexInformer) []T {
+	var out []T
+	for _, obj := range inf.GetStore().List() {
+		if o, ok := obj.(T); ok {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// namespaceName is a namespace for people: "" is every namespace.
+func namespaceName(ns string) string {
+	if ns == "" {
+		return "(all)"
+	}
+	return ns
+}
