@@ -179,16 +179,29 @@ func (c *Client) WatchStatus(ctx context.Context, job string, fn func(membership
 // Bridge returns the Kubernetes bridge's report on a job, and false when
 // the bridge has not reported on it.
 func (c *Client) Bridge(ctx context.Context, job string) (membership.BridgeStatus, bool, error) {
+	return readReport(ctx, c, job, "bridge", c.keys.Bridge, membership.DecodeBridgeStatus)
+}
+
+// Autoscaler returns the autoscaler's report on a job, and false when the
+// autoscaler has not reported on it.
+func (c *Client) Autoscaler(ctx context.Context, job string) (membership.AutoscalerStatus, bool, error) {
+	return readReport(ctx, c, job, "autoscaler", c.keys.Autoscaler, membership.DecodeAutoscalerStatus)
+}
+
+// readReport reads a job's record at key(job), and false when there is
+// none.
+func readReport[T any](ctx context.Context, c *Client, job, what string, key func(string) string, decode func([]byte) (T, error)) (T, bool, error) {
+	var zero T
 	if err := membership.ValidateJobID(job); err != nil {
-		return membership.BridgeStatus{}, false, err
+		return zero, false, err
 	}
-	resp, err := c.cli.Get(ctx, c.keys.Bridge(job))
+	resp, err := c.cli.Get(ctx, key(job))
 	if err != nil {
-		return membership.BridgeStatus{}, false, fmt.Errorf("read bridge status: %w", err)
+		return zero, false, fmt.Errorf("read %s status: %w", what, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return membership.BridgeStatus{}, false, nil
+		return zero, false, nil
 	}
-	b, err := membership.DecodeBridgeStatus(resp.Kvs[0].Value)
-	return b, err == nil, err
+	v, err := decode(resp.Kvs[0].Value)
+	return v, err == nil, err
 }

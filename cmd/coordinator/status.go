@@ -25,10 +25,11 @@ type nodeView struct {
 }
 
 type statusView struct {
-	Job    string                   `json:"job"`
-	Status membership.Status        `json:"status"`
-	Bridge *membership.BridgeStatus `json:"bridge,omitempty"`
-	Nodes  []nodeView               `json:"nodes"`
+	Job        string                       `json:"job"`
+	Status     membership.Status            `json:"status"`
+	Bridge     *membership.BridgeStatus     `json:"bridge,omitempty"`
+	Autoscaler *membership.AutoscalerStatus `json:"autoscaler,omitempty"`
+	Nodes      []nodeView                   `json:"nodes"`
 }
 
 func newStatusCommand(env lookupEnv) *cobra.Command {
@@ -106,6 +107,9 @@ func loadView(cmd *cobra.Command, client *coordinator.Client, job string) (statu
 	if b, ok, err := client.Bridge(ctx, job); err == nil && ok {
 		view.Bridge = &b
 	}
+	if a, ok, err := client.Autoscaler(ctx, job); err == nil && ok {
+		view.Autoscaler = &a
+	}
 	for _, n := range nodes {
 		v := nodeView{Node: n.ID, Role: n.Role, Host: n.Host, State: n.State, Generation: n.Generation, ExitCode: n.ExitCode}
 		if r, ok := ranks[n.ID]; ok {
@@ -140,6 +144,16 @@ func writeTable(w io.Writer, v statusView) {
 		fmt.Fprintf(w, "\nKubernetes: %s at %d replicas", orDash(b.Workload), b.Replicas)
 		if b.Problem != "" {
 			fmt.Fprintf(w, "; problem: %s", b.Problem)
+		}
+		fmt.Fprintln(w)
+	}
+	if a := v.Autoscaler; a != nil {
+		fmt.Fprintf(w, "\nAutoscaler: %d workers", a.Target)
+		if a.Reason != "" {
+			fmt.Fprintf(w, " (%s)", a.Reason)
+		}
+		if a.HeldBack != "" {
+			fmt.Fprintf(w, "; %s", a.HeldBack)
 		}
 		fmt.Fprintln(w)
 	}
