@@ -22,13 +22,14 @@ func newCluster(nodes []Node) *cluster {
 	return c
 }
 
-// place puts req on the node it fits best (the least CPU left after it, so
-// that large holes stay whole for large pods) and returns the node.
-func (c *cluster) place(req Resources) (string, bool) {
+// place puts req on the eligible node (any, if eligible is nil) it fits
+// best: the least CPU left after it, so that large holes stay whole for
+// large pods. It returns the node.
+func (c *cluster) place(req Resources, eligible map[string]bool) (string, bool) {
 	best, bestLeft := "", int64(-1)
 	for _, name := range c.names {
 		free := c.free[name]
-		if !free.Fits(req) {
+		if !free.Fits(req) || (eligible != nil && !eligible[name]) {
 			continue
 		}
 		if left := free.MilliCPU - req.MilliCPU; best == "" || left < bestLeft {

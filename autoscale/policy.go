@@ -126,7 +126,7 @@ func (p *Policy) Decide(s Snapshot, now time.Time) Plan {
 			continue // a job's own pods are placed with its minimum
 		}
 		outranked := func(j *jobState) bool { return j.Priority < pod.Priority }
-		if !makeRoom(c, jobs, []Resources{pod.Request}, outranked, "room for pending pod "+pod.Name) &&
+		if !makeRoom(c, jobs, []demand{{pod.Request, pod.Eligible}}, outranked, "room for pending pod "+pod.Name) &&
 			slices.ContainsFunc(jobs, outranked) {
 			plan.Unplaceable = append(plan.Unplaceable, pod.Name)
 		}
@@ -141,13 +141,15 @@ func (p *Policy) Decide(s Snapshot, now time.Time) Plan {
 		if lack <= 0 {
 			continue
 		}
-		var own []Resources
+		var reqs []demand
 		for _, pod := range s.Pending {
 			if pod.Job == j.ID {
-				own = append(own, pod.Request)
+				reqs = append(reqs, demand{pod.Request, pod.Eligible})
 			}
 		}
-		reqs := append(own, repeat(j.Worker, lack)...)
+		for range lack {
+			reqs = append(reqs, demand{j.Worker, j.Eligible})
+		}
 		victim := func(v *jobState) bool { return v != j && v.Priority <= j.Priority }
 		if makeRoom(c, jobs, reqs, victim, fmt.Sprintf("room for job %s to reach its minimum of %d", j.ID, j.Min)) {
 			j.added += lack
@@ -170,7 +172,7 @@ func (p *Policy) Decide(s Snapshot, now time.Time) Plan {
 		if best == nil {
 			break
 		}
-		if _, ok := c.place(best.Worker); !ok {
+		if _, ok := c.place(best.Worker, best.Eligible); !ok {
 			best.full = true // nothing of its shape fits; others may
 			continue
 		}
@@ -225,7 +227,7 @@ func precedence(a, b *jobState, na, nb int) int {
 // never below their minimum) until they fit. If they cannot all fit,
 // nothing is placed and nothing shrinks: a shrink that places nothing would
 // restart a job for nothing.
-func makeRoom(c *cluster, jobs []*jobState, reqs []Resources, victim func(*jobState) bool, why string) bool {
+func makeRoom(c *cluster, jobs []*jobState, reqs []demand, victim func(*jobState) bool, why string) bool {
 	type removal struct {
 		job *jobState
 		w   Worker
@@ -245,13 +247,13 @@ func makeRoom(c *cluster, jobs []*jobState, reqs []Resources, victim func(*jobSt
 			r.job.kept = append(r.job.kept, r.w)
 		}
 	}
-	for _, req := range reqs {
+	for _, d := range reqs {
 		for {
-			if node, ok := c.place(req); ok {
+			if node, ok := c.place(d.req, d.eligible); ok {
 				placed = append(placed, struct {
 					node string
 					req  Resources
-				}{node, req})
+				}{node, d.req})
 				break
 			}
 			v := pickVictim(jobs, victim)
@@ -291,10 +293,8 @@ func pickVictim(jobs []*jobState, victim func(*jobState) bool) *jobState {
 	return best
 }
 
-func repeat(r Resources, n int) []Resources {
-	out := make([]Resources, n)
-	for i := range out {
-		out[i] = r
-	}
-	return out
+// demand is a pod to place: its request and the nodes it may go to.
+type demand struct {
+	req      Resources
+	eligible map[string]bool
 }

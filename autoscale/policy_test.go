@@ -213,3 +213,24 @@ func TestBadConfigIsRefused(t *testing.T) {
 		assert.Error(t, err)
 	}
 }
+
+func TestOnlyTheNodesAPodMayGoToCount(t *testing.T) {
+	ns := nodes(4, 15)
+	gpuOnly := map[string]bool{ns[0].Name: true, ns[1].Name: true}
+	j := autoscale.Job{ID: "a", Min: 1, Max: 60, Target: 1, Worker: trainer, Created: t0, Eligible: gpuOnly}
+	placeWorkers(ns[:1], &j, 1)
+	plan := decide(t, autoscale.Config{}, autoscale.Snapshot{Nodes: ns, Jobs: []autoscale.Job{j}}, t0)
+	assert.Equal(t, map[string]int{"a": 6}, targets(plan), "two nodes of three trainers; the other two are not its")
+
+	// A pending pod pinned to a node takes the job's workers there; they
+	// come back on the node it may also go to.
+	ns = nodes(4, 15)
+	j = autoscale.Job{ID: "a", Min: 1, Max: 60, Target: 3, Worker: trainer, Created: t0,
+		Eligible: map[string]bool{ns[0].Name: true, ns[1].Name: true}, Placed: []autoscale.Worker{
+			{Node: ns[1].Name, Ordinal: 0}, {Node: ns[0].Name, Ordinal: 1}, {Node: ns[0].Name, Ordinal: 2}}}
+	ns[0].Used, ns[1].Used = trainer.Add(trainer), trainer
+	pinned := autoscale.Pod{Name: "pinned", Priority: 1000, Request: autoscale.Resources{MilliCPU: 12000}, Eligible: map[string]bool{ns[0].Name: true}}
+	plan = decide(t, autoscale.Config{}, autoscale.Snapshot{Nodes: ns, Jobs: []autoscale.Job{j}, Pending: []autoscale.Pod{pinned}}, t0)
+	assert.Equal(t, 3, plan.Desired["a"], "down to one for the pod, back to three on node 1")
+	assert.Empty(t, plan.Unplaceable)
+}

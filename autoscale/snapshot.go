@@ -31,6 +31,9 @@ type Pod struct {
 	// Job is the elastic job the pod belongs to, if any: its pending
 	// parameter servers must fit before its workers count.
 	Job string
+	// Eligible are the nodes the pod may go to (its node selector, the
+	// taints it tolerates); nil is every node.
+	Eligible map[string]bool
 }
 
 // Job is an elastic job that the policy may resize.
@@ -54,6 +57,8 @@ type Job struct {
 	Changed time.Time
 	// Placed are the job's worker pods bound to a node and not terminating.
 	Placed []Worker
+	// Eligible are the nodes its workers may go to; nil is every node.
+	Eligible map[string]bool
 }
 
 // Worker is one of a job's worker pods bound to a node. A job that shrinks

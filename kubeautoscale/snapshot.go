@@ -54,15 +54,18 @@ func buildView(nodes []*corev1.Node, pods []*corev1.Pod, candidates map[string]c
 	v := view{jobs: map[string]*jobView{}}
 	used := map[string]autoscale.Resources{}
 	var allocatable, running int64
+	var usable []*corev1.Node
 	for _, n := range nodes {
 		if n.Spec.Unschedulable || !ready(n) {
 			continue
 		}
+		usable = append(usable, n)
 		alloc := resources(n.Status.Allocatable)
 		allocatable += alloc.MilliCPU
 		v.snapshot.Nodes = append(v.snapshot.Nodes, autoscale.Node{Name: n.Name, Allocatable: alloc})
 		used[n.Name] = autoscale.Resources{}
 	}
+	eligible := newEligibility(usable)
 	jobs := map[string]*autoscale.Job{}
 	for _, p := range pods {
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
@@ -79,7 +82,7 @@ func buildView(nodes []*corev1.Node, pods []*corev1.Pod, candidates map[string]c
 			if j == nil {
 				j = &autoscale.Job{ID: c.id, Min: c.spec.NP.Min, Max: c.spec.NP.Max, Target: c.spec.Target,
 					Worker: req, Priority: priority(p), Rank: c.spec.Priority,
-					Created: time.Unix(0, c.created)}
+					Created: time.Unix(0, c.created), Eligible: eligible.of(p)}
 				jobs[c.id] = j
 				jv := &jobView{candidate: c, namespace: p.Namespace}
 				if ref := controllerRef(p); ref != nil {
@@ -107,7 +110,7 @@ func buildView(nodes []*corev1.Node, pods []*corev1.Pod, candidates map[string]c
 				used[p.Status.NominatedNodeName] = u.Add(req)
 			}
 		default:
-			pod := autoscale.Pod{Name: p.Namespace + "/" + p.Name, Priority: priority(p), Request: req}
+			pod := autoscale.Pod{Name: p.Namespace + "/" + p.Name, Priority: priority(p), Request: req, Eligible: eligible.of(p)}
 			if isJob {
 				pod.Job = c.id
 			}
