@@ -109,6 +109,9 @@ type kubeOptions struct {
 	// allNamespaces binds deploy/all-namespaces' ClusterRole to the
 	// test's ServiceAccount and runs serve with --all-namespaces.
 	allNamespaces bool
+	// autoscale grants the test's ServiceAccount deploy/autoscaler's
+	// rules and runs serve with --autoscale.
+	autoscale bool
 }
 
 // toyTrainer is testdata/toytrainer.sh.
@@ -135,6 +138,12 @@ func newKubeEnv(t *testing.T, o kubeOptions) *kubeEnv {
 		manifest = strings.Replace(manifest, "kind: ClusterRoleBinding\nmetadata:\n  name: elastic-coordinator", "kind: ClusterRoleBinding\nmetadata:\n  name: elastic-coordinator-"+e.ns, 1)
 		e.apply(manifest, "")
 		o.bridgeArgs = append(o.bridgeArgs, "--all-namespaces")
+	}
+	if o.autoscale {
+		manifest := strings.ReplaceAll(mustRead(t, filepath.Join(repoRoot, "deploy", "autoscaler", "rbac.yaml")), "namespace: elastic-system", "namespace: "+e.ns)
+		manifest = strings.Replace(manifest, "kind: ClusterRoleBinding\nmetadata:\n  name: elastic-autoscaler", "kind: ClusterRoleBinding\nmetadata:\n  name: elastic-autoscaler-"+e.ns, 1)
+		e.apply(manifest, "")
+		o.bridgeArgs = append(o.bridgeArgs, "--autoscale")
 	}
 	tok, err := c.Client.CoreV1().ServiceAccounts(e.ns).CreateToken(t.Context(), "elastic-coordinator",
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{}}, metav1.CreateOptions{})

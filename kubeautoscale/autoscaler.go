@@ -57,7 +57,22 @@ type Autoscaler struct {
 	mu      sync.Mutex
 	changed map[string]time.Time
 	seen    map[string]int // each job's target when last seen
+	// wrote is each job's target as last set here, until the records
+	// show it: a resource's replicas reach the spec through its
+	// controller, a moment later, and a pass in between must not decide
+	// again from the old target.
+	wrote map[string]written
 }
+
+// written is a target set, and when.
+type written struct {
+	target int
+	at     time.Time
+}
+
+// writeSettle bounds how long a target set here is preferred to the one
+// the records show; past it, someone else changed the job meanwhile.
+const writeSettle = 10 * time.Second
 
 // New validates cfg and fills its defaults.
 func New(cfg Config) (*Autoscaler, error) {
@@ -88,7 +103,7 @@ func New(cfg Config) (*Autoscaler, error) {
 		return nil, err
 	}
 	return &Autoscaler{cfg: cfg, policy: policy, logger: cfg.Logger.Named("autoscaler"), metrics: m,
-		changed: map[string]time.Time{}, seen: map[string]int{}}, nil
+		changed: map[string]time.Time{}, seen: map[string]int{}, wrote: map[string]written{}}, nil
 }
 
 // Lead resizes jobs until ctx ends.
@@ -295,7 +310,7 @@ func (t *term) pass(ctx context.Context) {
 	now := time.Now()
 	for i := range v.snapshot.Jobs {
 		j := &v.snapshot.Jobs[i]
-		j.Changed = t.sawTarget(j.ID, j.Target, now)
+		j.Target, j.Changed = t.sawTarget(j.ID, j.Target, now)
 	}
 	plan := t.policy.Decide(v.snapshot, now)
 
@@ -314,7 +329,7 @@ func (t *term) pass(ctx context.Context) {
 			continue
 		}
 		decided[d.Job] = d
-		t.sawTarget(d.Job, d.To, now)
+		t.wroteTarget(d.Job, d.To, now)
 		direction := "grow"
 		if d.To < d.From {
 			direction = "shrink"
@@ -328,17 +343,33 @@ func (t *term) pass(ctx context.Context) {
 	t.report(ctx, v, plan, decided, now)
 }
 
-// sawTarget notes a job's target as seen at now and returns when it last
-// changed: a change made by someone else (kubectl scale) starts the
-// cooldown too.
-func (a *Autoscaler) sawTarget(job string, target int, now time.Time) time.Time {
+// sawTarget notes a job's target as the records show it at now, and
+// returns the target to decide from (one set here that the records do not
+// show yet) and when it last changed: a change made by someone else
+// (kubectl scale) starts the cooldown too.
+func (a *Autoscaler) sawTarget(job string, target int, now time.Time) (int, time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if w, ok := a.wrote[job]; ok {
+		if w.target != target && now.Sub(w.at) < writeSettle {
+			return w.target, a.changed[job]
+		}
+		delete(a.wrote, job)
+	}
 	if seen, ok := a.seen[job]; ok && seen != target {
 		a.changed[job] = now
 	}
 	a.seen[job] = target
-	return a.changed[job]
+	return target, a.changed[job]
+}
+
+// wroteTarget notes a target set here.
+func (a *Autoscaler) wroteTarget(job string, target int, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.wrote[job] = written{target: target, at: now}
+	a.seen[job] = target
+	a.changed[job] = now
 }
 
 func filterJobs(jobs []autoscale.Job, keep map[string]*jobView) []autoscale.Job {

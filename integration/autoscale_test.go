@@ -1,0 +1,208 @@
+package integration
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	jobv1 "github.com/elastictraining/coordinator/api/v1"
+	"github.com/elastictraining/coordinator/internal/kubetest"
+)
+
+// TestTheAutoscalerMakesRoomForAHigherPriorityAndGrowsBack is the seed's
+// case 2 made small: two elastic jobs (1 to 6 workers of 4 CPU) on three
+// 12-CPU nodes of their own, and a web Deployment of a higher priority
+// (3 CPU a pod) that comes and goes. The jobs grow into the nine workers'
+// room, shrink so that the web pods run, and grow back when they leave,
+// never below their minimum. It asserts what the autoscaler does, not how
+// fast.
+func TestTheAutoscalerMakesRoomForAHigherPriorityAndGrowsBack(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t, kubeOptions{injected: true, autoscale: true,
+		bridgeArgs: []string{"--autoscale-cooldown", "2s", "--autoscale-period", "5s"},
+		toyEnv:     []string{"TOY_STEPS=1000000", "TOY_INTERVAL=0.2"}})
+	applyCRDs(t, e.c, e.dyn)
+	pool := e.ns
+	e.addPoolNodes(pool, 3, "12")
+	high := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: pool + "-web"}, Value: 1000}
+	_, err := e.c.Client.SchedulingV1().PriorityClasses().Create(t.Context(), high, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = e.c.Client.SchedulingV1().PriorityClasses().Delete(t.Context(), high.Name, metav1.DeleteOptions{})
+	})
+
+	jobs := []string{"a", "b"}
+	for _, name := range jobs {
+		require.NoError(t, e.createJob(autoscaledJobYAML(name, pool)))
+	}
+	// Every 20 ms, no job asked to run below its minimum of one.
+	var mu sync.Mutex
+	var belowMin []string
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			for _, name := range jobs {
+				if r, ok := e.workerReplicas(name); ok && r < 1 {
+					mu.Lock()
+					belowMin = append(belowMin, fmt.Sprintf("%s at %d", name, r))
+					mu.Unlock()
+				}
+			}
+		}
+	}()
+
+	// The jobs grow into the room: nine workers in all, each running.
+	e.waitWorkers(jobs, "the jobs fill the nine workers' room", func(total int) bool { return total == 9 })
+
+	// Four web pods of a higher priority need 12 CPU: the jobs give room,
+	// and every web pod runs.
+	web := e.webDeployment(pool, high.Name, 4)
+	require.Eventually(t, func() bool { return kubetest.RunningPods(t.Context(), e.c.Client, e.ns, "app=web") == 4 },
+		120*time.Second, 50*time.Millisecond, "the web pods never all ran:\n%s", e.bridge.out)
+	e.waitWorkers(jobs, "the jobs keep to the room the web pods leave", func(total int) bool { return total <= 6 && total >= 2 })
+
+	// The web pods go: the jobs grow back.
+	e.scaleDeployment(web, 0)
+	e.waitWorkers(jobs, "the jobs grow back into the nine workers' room", func(total int) bool { return total == 9 })
+
+	close(stop)
+	<-sampled
+	mu.Lock()
+	assert.Empty(t, belowMin, "a job was asked to run below its minimum")
+	mu.Unlock()
+
+	code, stdout, stderr := cli(t, nil, "status", "--etcd-endpoints", e.etcd.Endpoint(), "--job", "a")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "Autoscaler: ")
+	events, err := e.c.Client.CoreV1().Events(e.ns).List(t.Context(), metav1.ListOptions{FieldSelector: "reason=Autoscaled"})
+	require.NoError(t, err)
+	assert.NotEmpty(t, events.Items, "the autoscaler's decisions are Events on the jobs")
+}
+
+// autoscaledJobYAML is an ElasticJob of 1 to 6 workers of 4 CPU, on the
+// pool's nodes only.
+func autoscaledJobYAML(name, pool string) string {
+	return fmt.Sprintf(`
+apiVersion: elastictraining.io/v1
+kind: ElasticJob
+metadata:
+  name: %s
+spec:
+  worker:
+    replicas: 1
+    minReplicas: 1
+    maxReplicas: 6
+    template:
+      spec:
+        nodeSelector: {elastic-test: %s}
+        tolerations: [{key: elastic-test, operator: Equal, value: %s, effect: NoSchedule}]
+        containers:
+          - name: trainer
+            image: trainer:v1
+            command: [%s]
+            resources: {requests: {cpu: "4", memory: 1Gi}}
+`, name, pool, pool, filepath.Join(repoRoot, "testdata", "toytrainer.sh"))
+}
+
+// addPoolNodes registers kwok nodes of the given CPUs, labelled and
+// tainted elastic-test=pool so that only the pool's pods go there.
+func (e *kubeEnv) addPoolNodes(pool string, n int, cpu string) {
+	e.t.Helper()
+	capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("64Gi"),
+		corev1.ResourcePods: resource.MustParse("110")}
+	for i := range n {
+		name := fmt.Sprintf("%s-%d", pool, i)
+		node := &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name,
+				Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+				Labels:      map[string]string{"type": "kwok", "kubernetes.io/hostname": name, "elastic-test": pool}},
+			Spec: corev1.NodeSpec{PodCIDR: fmt.Sprintf("10.240.%d.0/24", i),
+				Taints: []corev1.Taint{{Key: "elastic-test", Value: pool, Effect: corev1.TaintEffectNoSchedule}}},
+			Status: corev1.NodeStatus{Allocatable: capacity, Capacity: capacity},
+		}
+		_, err := e.c.Client.CoreV1().Nodes().Create(e.t.Context(), node, metav1.CreateOptions{})
+		require.NoError(e.t, err)
+		e.t.Cleanup(func() { _ = e.c.Client.CoreV1().Nodes().Delete(e.t.Context(), name, metav1.DeleteOptions{}) })
+	}
+}
+
+// webDeployment creates the web Deployment: replicas pods of 3 CPU at the
+// priority class, on the pool's nodes.
+func (e *kubeEnv) webDeployment(pool, priorityClass string, replicas int32) *appsv1.Deployment {
+	e.t.Helper()
+	labels := map[string]string{"app": "web"}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: e.ns},
+		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+				PriorityClassName: priorityClass,
+				NodeSelector:      map[string]string{"elastic-test": pool},
+				Tolerations:       []corev1.Toleration{{Key: "elastic-test", Operator: corev1.TolerationOpEqual, Value: pool, Effect: corev1.TaintEffectNoSchedule}},
+				Containers: []corev1.Container{{Name: "nginx", Image: "nginx",
+					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+						corev1.ResourceCPU: resource.MustParse("3"), corev1.ResourceMemory: resource.MustParse("3Gi")}}}},
+			}}},
+	}
+	d, err := e.c.Client.AppsV1().Deployments(e.ns).Create(e.t.Context(), d, metav1.CreateOptions{})
+	require.NoError(e.t, err)
+	return d
+}
+
+func (e *kubeEnv) scaleDeployment(d *appsv1.Deployment, replicas int32) {
+	e.t.Helper()
+	s, err := e.c.Client.AppsV1().Deployments(e.ns).GetScale(e.t.Context(), d.Name, metav1.GetOptions{})
+	require.NoError(e.t, err)
+	s.Spec.Replicas = replicas
+	_, err = e.c.Client.AppsV1().Deployments(e.ns).UpdateScale(e.t.Context(), d.Name, s, metav1.UpdateOptions{})
+	require.NoError(e.t, err)
+}
+
+// workerReplicas is an ElasticJob's spec.worker.replicas.
+func (e *kubeEnv) workerReplicas(name string) (int, bool) {
+	u, err := e.dyn.Resource(jobv1.GroupVersionResource).Namespace(e.ns).Get(e.t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		return 0, false
+	}
+	r, found, err := unstructured.NestedInt64(u.Object, "spec", "worker", "replicas")
+	return int(r), found && err == nil
+}
+
+// waitWorkers waits until the jobs' workers in all satisfy ok, with every
+// job Running at its replicas: each trainer of the new size started.
+func (e *kubeEnv) waitWorkers(jobs []string, what string, ok func(total int) bool) {
+	e.t.Helper()
+	var last []string
+	require.Eventually(e.t, func() bool {
+		total, settled := 0, true
+		last = last[:0]
+		for _, name := range jobs {
+			r, found := e.workerReplicas(name)
+			if !found {
+				return false
+			}
+			total += r
+			st, err := e.client.Status(e.t.Context(), name)
+			last = append(last, fmt.Sprintf("%s: replicas %d, %s world size %d ready %d", name, r, st.Phase, st.WorldSize, st.Ready))
+			settled = settled && err == nil && st.WorldSize == r && st.Ready == r && string(st.Phase) == "Running"
+		}
+		return settled && ok(total)
+	}, 180*time.Second, 50*time.Millisecond, "%s; last %v\n%s", what, last, e.bridge.out)
+}
