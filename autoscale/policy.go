@@ -73,7 +73,8 @@ type Decision struct {
 // saw and held back, for the log, the status and the metrics.
 type Plan struct {
 	Decisions []Decision
-	// Desired is every job's size if nothing held it back.
+	// Desired is every job's size after this pass: its target where
+	// nothing changed.
 	Desired map[string]int
 	// HeldBack says, by job, why a desired change waits.
 	HeldBack map[string]string
@@ -87,7 +88,9 @@ type jobState struct {
 	*Job
 	kept    []Worker // placed workers it keeps, lowest ordinals first
 	added   int      // workers the simulation placed for it
+	addedOn []string // the nodes of the workers growth placed
 	full    bool     // nothing more of its shape fits
+	frozen  bool     // may not grow in this pass
 	reasons []string
 	shrunk  bool // gave workers to a higher precedence
 }
@@ -158,29 +161,40 @@ func (p *Policy) Decide(s Snapshot, now time.Time) Plan {
 
 	// 3. Growth into what is left, one worker at a time to the job that
 	// comes first: the highest priority, then the least fulfilled, then
-	// the oldest.
+	// the oldest. A job that may not grow now (its cooldown) leaves the
+	// room to the others; one whose growth would fall short of the
+	// minimum gain gives it back, and the others share it again.
+	for _, j := range jobs {
+		j.frozen = j.size() >= j.Min && j.Target != 0 && !p.cooledDown(j.Job, now)
+	}
 	for {
-		var best *jobState
+		p.grow(c, jobs)
+		short := false
 		for _, j := range jobs {
-			if j.full || j.size() >= j.Max || j.size() < j.Min {
+			if j.frozen || j.added == 0 || j.size()-j.added < j.Min {
 				continue
 			}
-			if best == nil || precedence(j, best, j.size(), best.size()) < 0 {
-				best = j
+			if gain, need := j.size()-j.current(), p.minGain(j.current()); gain > 0 && gain < need {
+				j.releaseAdded(c)
+				j.frozen, short = true, true
+				plan.HeldBack[j.ID] = fmt.Sprintf("growth to %d adds %d workers, less than the minimum gain of %d", j.current()+gain, gain, need)
 			}
 		}
-		if best == nil {
+		if !short {
 			break
 		}
-		if _, ok := c.place(best.Worker, best.Eligible); !ok {
-			best.full = true // nothing of its shape fits; others may
-			continue
+	}
+	for _, j := range jobs {
+		if j.frozen && j.size() >= j.Min && plan.HeldBack[j.ID] == "" && j.size() < j.Max {
+			if node, ok := c.place(j.Worker, j.Eligible); ok {
+				c.release(node, j.Worker)
+				plan.HeldBack[j.ID] = fmt.Sprintf("growth waits for the cooldown, until %s",
+					j.Changed.Add(p.cfg.Cooldown).UTC().Format(time.TimeOnly))
+			}
 		}
-		best.added++
 	}
 
-	// 4. Decisions: shrinks at once, growth past the cooldown and the
-	// minimum gain.
+	// 4. Decisions: the jobs whose size changed.
 	slices.SortFunc(jobs, func(a, b *jobState) int { return strings.Compare(a.ID, b.ID) })
 	for _, j := range jobs {
 		want := max(j.size(), j.Min)
@@ -198,21 +212,57 @@ func (p *Policy) Decide(s Snapshot, now time.Time) Plan {
 		case from < j.Min || j.Target == 0:
 			reason = cmp.Or(reason, fmt.Sprintf("%d workers fit (minimum %d)", want, j.Min))
 		default:
-			gain := want - from
-			need := max(p.cfg.MinGain, int(math.Ceil(p.cfg.MinGainFraction*float64(from))))
-			if gain < need {
-				plan.HeldBack[j.ID] = fmt.Sprintf("growth to %d adds %d workers, less than the minimum gain of %d", want, gain, need)
-				continue
-			}
-			if until := j.Changed.Add(p.cfg.Cooldown); !j.Changed.IsZero() && now.Before(until) {
-				plan.HeldBack[j.ID] = fmt.Sprintf("growth to %d waits for the cooldown, until %s", want, until.UTC().Format(time.TimeOnly))
-				continue
-			}
-			reason = fmt.Sprintf("%d more workers fit", gain)
+			reason = fmt.Sprintf("%d more workers fit", want-from)
 		}
 		plan.Decisions = append(plan.Decisions, Decision{Job: j.ID, From: from, To: want, Reason: reason})
 	}
 	return plan
+}
+
+// grow gives the free room to the jobs that may grow, one worker at a time
+// to the one that comes first.
+func (p *Policy) grow(c *cluster, jobs []*jobState) {
+	for {
+		var best *jobState
+		for _, j := range jobs {
+			if j.frozen || j.full || j.size() >= j.Max || j.size() < j.Min {
+				continue
+			}
+			if best == nil || precedence(j, best, j.size(), best.size()) < 0 {
+				best = j
+			}
+		}
+		if best == nil {
+			return
+		}
+		node, ok := c.place(best.Worker, best.Eligible)
+		if !ok {
+			best.full = true // nothing of its shape fits; others may
+			continue
+		}
+		best.added++
+		best.addedOn = append(best.addedOn, node)
+	}
+}
+
+// cooledDown reports whether a job's cooldown since its last change is
+// over.
+func (p *Policy) cooledDown(j *Job, now time.Time) bool {
+	return j.Changed.IsZero() || !now.Before(j.Changed.Add(p.cfg.Cooldown))
+}
+
+// minGain is the fewest workers worth a restart of a job of n workers.
+func (p *Policy) minGain(n int) int {
+	return max(p.cfg.MinGain, int(math.Ceil(p.cfg.MinGainFraction*float64(n))))
+}
+
+// releaseAdded gives back the room of the workers growth placed for j.
+func (j *jobState) releaseAdded(c *cluster) {
+	for _, node := range j.addedOn {
+		c.release(node, j.Worker)
+	}
+	j.added -= len(j.addedOn)
+	j.addedOn = nil
 }
 
 // precedence orders jobs: the highest priority, then rank, then the least

@@ -94,7 +94,7 @@ func TestGrowthWaitsForTheCooldownAndTheMinimumGain(t *testing.T) {
 
 	plan := decide(t, cfg, autoscale.Snapshot{Nodes: ns, Jobs: []autoscale.Job{job}}, t0.Add(30*time.Second))
 	assert.Empty(t, plan.Decisions)
-	assert.Equal(t, "growth to 30 waits for the cooldown, until 00:01:00", plan.HeldBack["a"])
+	assert.Equal(t, "growth waits for the cooldown, until 00:01:00", plan.HeldBack["a"])
 	plan = decide(t, cfg, autoscale.Snapshot{Nodes: ns, Jobs: []autoscale.Job{job}}, t0.Add(time.Minute))
 	assert.Equal(t, map[string]int{"a": 30}, targets(plan))
 
@@ -104,8 +104,8 @@ func TestGrowthWaitsForTheCooldownAndTheMinimumGain(t *testing.T) {
 	placeWorkers(small, &job, 20)
 	plan = decide(t, cfg, autoscale.Snapshot{Nodes: small, Jobs: []autoscale.Job{job}}, t0.Add(time.Hour))
 	assert.Empty(t, plan.Decisions)
-	assert.Equal(t, 21, plan.Desired["a"])
-	assert.Contains(t, plan.HeldBack["a"], "adds 1 workers, less than the minimum gain of 2")
+	assert.Equal(t, 20, plan.Desired["a"])
+	assert.Equal(t, "growth to 21 adds 1 workers, less than the minimum gain of 2", plan.HeldBack["a"])
 }
 
 func TestPodsOfAHigherPriorityGetRoomFromTheLowestPriorityMostFulfilledJobs(t *testing.T) {
@@ -205,6 +205,17 @@ func TestAJobWithoutATargetGetsOneAtOnce(t *testing.T) {
 	placeWorkers(ns, &j, 5)
 	plan := decide(t, autoscale.Config{Cooldown: time.Hour}, autoscale.Snapshot{Nodes: ns, Jobs: []autoscale.Job{j}}, t0)
 	assert.Equal(t, map[string]int{"a": 12}, targets(plan))
+}
+
+func TestRoomAJobMayNotTakeYetGoesToAnother(t *testing.T) {
+	ns := nodes(4, 15) // 12 trainers
+	cooling := autoscale.Job{ID: "cooling", Min: 2, Max: 60, Target: 2, Worker: trainer, Created: t0, Changed: t0}
+	ready := autoscale.Job{ID: "ready", Min: 2, Max: 8, Target: 2, Worker: trainer, Created: t0.Add(time.Second)}
+	placeWorkers(ns, &cooling, 2)
+	placeWorkers(ns, &ready, 2)
+	plan := decide(t, autoscale.Config{Cooldown: time.Minute}, autoscale.Snapshot{Nodes: ns, Jobs: []autoscale.Job{cooling, ready}}, t0.Add(time.Second))
+	assert.Equal(t, map[string]int{"ready": 8}, targets(plan), "the room goes to the job that may grow")
+	assert.Equal(t, "growth waits for the cooldown, until 00:01:00", plan.HeldBack["cooling"])
 }
 
 func TestBadConfigIsRefused(t *testing.T) {

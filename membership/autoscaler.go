@@ -11,13 +11,12 @@ import (
 )
 
 // AutoscalerStatus is the autoscaler's report on a job, at Keys.Autoscaler:
-// the size it gave the job, the size it would give if nothing held it back,
-// and why.
+// the size it gave the job, why, and what holds back a growth.
 type AutoscalerStatus struct {
 	// Target is the number of workers the autoscaler last set.
 	Target int `json:"target"`
-	// Desired is what fits now; it differs from Target while a change is
-	// held back.
+	// Desired is the size its last pass decided: Target once the
+	// decision is carried out.
 	Desired int `json:"desired"`
 	// Reason is why Target was last changed.
 	Reason string `json:"reason,omitempty"`
