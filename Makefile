@@ -82,6 +82,12 @@ bench-fence: build
 # Time from `coordinator scale` to pods Running and the ConfigMap updated,
 # on the real control plane with kwok.
 KUBE_REPLICAS ?= 4,64
+# The autoscale policy alone on synthetic traces, against EDL's rule and
+# no autoscaling (no control plane; 20 s).
+bench-edl-sim:
+	@mkdir -p bench/results
+	$(GO) run ./bench/edlsim -out bench/results/edl-sim.md
+
 bench-kube: build kube-tools
 	@mkdir -p bench/results
 	KUBE_BIN_DIR=$(abspath $(BIN)) $(GO) run ./bench/kube -coordinator $(BIN)/coordinator -replicas $(KUBE_REPLICAS) -runs 5 -out bench/results/kube.txt
