@@ -5,7 +5,7 @@ BENCHTIME ?= 20x
 FUZZTIME  ?= 30s
 BIN       := bin
 
-.PHONY: all build test lint bench bench-go bench-restart bench-kube bench-fence chaos fuzz clean kube-tools image push
+.PHONY: all build test lint bench bench-go bench-restart bench-kube bench-fence bench-edl-sim bench-edl chaos fuzz clean kube-tools image push
 
 all: lint build test
 
