@@ -88,6 +88,15 @@ bench-edl-sim:
 	@mkdir -p bench/results
 	$(GO) run ./bench/edlsim -out bench/results/edl-sim.md
 
+# The seed's EDL experiment on the control plane with kwok: case 1 and case
+# 2, autoscaling off, EDL's rule and --autoscale, EDL_PASSES each, the
+# schedule EDL_COMPRESS times faster; tables and plots in bench/results.
+EDL_PASSES ?= 3
+EDL_COMPRESS ?= 5
+bench-edl: build kube-tools
+	@mkdir -p bench/results
+	KUBE_BIN_DIR=$(abspath $(BIN)) $(GO) run ./bench/edl -coordinator $(BIN)/coordinator -passes $(EDL_PASSES) -compress $(EDL_COMPRESS) -out bench/results
+
 bench-kube: build kube-tools
 	@mkdir -p bench/results
 	KUBE_BIN_DIR=$(abspath $(BIN)) $(GO) run ./bench/kube -coordinator $(BIN)/coordinator -replicas $(KUBE_REPLICAS) -runs 5 -out bench/results/kube.txt

@@ -13,16 +13,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
-	"github.com/elastictraining/coordinator/internal/crds"
 	"github.com/elastictraining/coordinator/internal/embedetcd"
 	"github.com/elastictraining/coordinator/internal/kubetest"
 )
@@ -45,7 +41,7 @@ func measureElasticJobs(ctx context.Context, c *kubetest.Cluster, binary, dir st
 	if err != nil {
 		return out, err
 	}
-	if err := applyCRD(ctx, dyn); err != nil {
+	if err := kubetest.ApplyElasticJobCRD(ctx, dyn); err != nil {
 		return out, err
 	}
 	etcd, err := embedetcd.Start(ctx, embedetcd.Config{DataDir: filepath.Join(dir, "etcd"), LogFile: filepath.Join(dir, "etcd.log")})
@@ -121,25 +117,6 @@ func measureElasticJobs(ctx context.Context, c *kubetest.Cluster, binary, dir st
 		}
 	}
 	return out, nil
-}
-
-func applyCRD(ctx context.Context, dyn dynamic.Interface) error {
-	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(crds.ElasticJob())
-	if err != nil {
-		return err
-	}
-	res := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
-	if _, err := res.Create(ctx, &unstructured.Unstructured{Object: raw}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		if _, err := dyn.Resource(jobv1.GroupVersionResource).List(ctx, metav1.ListOptions{Limit: 1}); err == nil {
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("the ElasticJob CRD was never established")
 }
 
 // runInjected runs the command the controller injected into the pod's

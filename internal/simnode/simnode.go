@@ -162,6 +162,9 @@ type Config struct {
 	NProc int
 	TTL   time.Duration
 	Spec  *membership.Spec
+	// Host is the address it advertises, 127.0.0.1 if empty; Pod and
+	// PodUID name the Kubernetes pod it stands in for, if any.
+	Host, Pod, PodUID string
 	// Logger is silent if nil.
 	Logger hclog.Logger
 }
@@ -200,6 +203,9 @@ func Launch(cfg Config) (*Node, error) {
 	if cfg.Port == 0 {
 		cfg.Port = 20000
 	}
+	if cfg.Host == "" {
+		cfg.Host = "127.0.0.1"
+	}
 	ports := make([]int, cfg.NProc)
 	for i := range ports {
 		ports[i] = cfg.Port + 1 + i
@@ -207,7 +213,8 @@ func Launch(cfg Config) (*Node, error) {
 	w := NewWorkload()
 	agent, err := sidecar.New(sidecar.Config{
 		Client: cfg.Client, Keys: cfg.Keys, Job: cfg.Job, TTL: cfg.TTL, Spec: cfg.Spec, Workload: w, Logger: cfg.Logger,
-		Node: membership.Node{ID: cfg.ID, Role: cfg.Role, Host: "127.0.0.1", Ports: ports, NProc: cfg.NProc, MasterPort: cfg.Port},
+		Node: membership.Node{ID: cfg.ID, Role: cfg.Role, Host: cfg.Host, Ports: ports, NProc: cfg.NProc, MasterPort: cfg.Port,
+			Pod: cfg.Pod, PodUID: cfg.PodUID},
 	})
 	if err != nil {
 		return nil, err
