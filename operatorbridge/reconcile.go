@@ -160,23 +160,38 @@ func (r *run) scale(ctx context.Context, w workload, want int, rec jobRecords) e
 		}
 	}
 	res := r.cfg.Dynamic.Resource(w.gvr).Namespace(w.obj.GetNamespace())
-	sc, err := res.Get(ctx, w.obj.GetName(), metav1.GetOptions{}, "scale")
+	var have int64
+	// A conflict is the workload's controller writing its status between
+	// the read and the write: read again at once.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sc, err := res.Get(ctx, w.obj.GetName(), metav1.GetOptions{}, "scale")
+		if err != nil {
+			return explain(err, "get the scale of", w)
+		}
+		have, _, _ = unstructured.NestedInt64(sc.Object, "spec", "replicas")
+		if have == int64(want) {
+			return nil
+		}
+		if err := unstructured.SetNestedField(sc.Object, int64(want), "spec", "replicas"); err != nil {
+			return fmt.Errorf("scale of %s: %w", w, err)
+		}
+		if _, err := res.Update(ctx, sc, metav1.UpdateOptions{}, "scale"); err != nil {
+			if apierrors.IsConflict(err) {
+				return err
+			}
+			return explain(err, "update the scale of", w)
+		}
+		return nil
+	})
 	if err != nil {
-		err = explain(err, "get the scale of", w)
+		if apierrors.IsConflict(err) {
+			err = explain(err, "update the scale of", w)
+		}
 		r.recorder.Event(w.obj, corev1.EventTypeWarning, "ScaleFailed", err.Error())
 		return err
 	}
-	have, _, _ := unstructured.NestedInt64(sc.Object, "spec", "replicas")
 	if have == int64(want) {
 		return nil
-	}
-	if err := unstructured.SetNestedField(sc.Object, int64(want), "spec", "replicas"); err != nil {
-		return fmt.Errorf("scale of %s: %w", w, err)
-	}
-	if _, err := res.Update(ctx, sc, metav1.UpdateOptions{}, "scale"); err != nil {
-		err = explain(err, "update the scale of", w)
-		r.recorder.Event(w.obj, corev1.EventTypeWarning, "ScaleFailed", err.Error())
-		return err
 	}
 	why := "np " + rec.Spec.Workers().String()
 	if want == 0 && rec.Status != nil && rec.Status.Phase.Done() {
