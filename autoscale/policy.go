@@ -97,6 +97,26 @@ type jobState struct {
 
 func (j *jobState) size() int { return len(j.kept) + j.added }
 
+// missingOrdinals are the ordinals below the job's target with no placed
+// worker, lowest first: the pods a StatefulSet of that size has yet to
+// place.
+func (j *jobState) missingOrdinals() []int {
+	if j.Target == 0 {
+		return nil
+	}
+	placed := map[int]bool{}
+	for _, w := range j.kept {
+		placed[w.Ordinal] = true
+	}
+	var out []int
+	for o := 0; o < j.Target; o++ {
+		if !placed[o] {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
 // Decide runs one pass over s at time now.
 func (p *Policy) Decide(s Snapshot, now time.Time) Plan {
 	c := newCluster(s.Nodes)
@@ -116,6 +136,34 @@ func (p *Policy) Decide(s Snapshot, now time.Time) Plan {
 		byID[j.ID] = j
 	}
 	plan := Plan{Desired: map[string]int{}, HeldBack: map[string]string{}}
+
+	// 0. What jobs were already given keeps its claim: their pending pods
+	// and workers not yet placed (being created, or waiting for the
+	// scheduler) take the room they fit in, the oldest job first. Left
+	// out, they would look like free room at every pass, and a job that
+	// just grew would be shrunk again before its pods were bound.
+	reserved := map[string]bool{}
+	byAge := slices.Clone(jobs)
+	slices.SortStableFunc(byAge, func(a, b *jobState) int {
+		return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(b.Rank, a.Rank), a.Created.Compare(b.Created), strings.Compare(a.ID, b.ID))
+	})
+	for _, j := range byAge {
+		for _, pod := range s.Pending {
+			if pod.Job == j.ID {
+				if _, ok := c.place(pod.Request, pod.Eligible); ok {
+					reserved[pod.Name] = true
+				}
+			}
+		}
+		for _, ordinal := range j.missingOrdinals() {
+			node, ok := c.place(j.Worker, j.Eligible)
+			if !ok {
+				break
+			}
+			j.kept = append(j.kept, Worker{Node: node, Ordinal: ordinal})
+		}
+		slices.SortFunc(j.kept, func(a, b Worker) int { return cmp.Compare(a.Ordinal, b.Ordinal) })
+	}
 
 	// 1. Pending pods of other workloads keep the room they fit in, the
 	// highest priority first; for one that outranks a job and does not
@@ -146,7 +194,7 @@ func (p *Policy) Decide(s Snapshot, now time.Time) Plan {
 		}
 		var reqs []demand
 		for _, pod := range s.Pending {
-			if pod.Job == j.ID {
+			if pod.Job == j.ID && !reserved[pod.Name] {
 				reqs = append(reqs, demand{pod.Request, pod.Eligible})
 			}
 		}

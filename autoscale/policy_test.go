@@ -218,6 +218,16 @@ func TestRoomAJobMayNotTakeYetGoesToAnother(t *testing.T) {
 	assert.Equal(t, "growth waits for the cooldown, until 00:01:00", plan.HeldBack["cooling"])
 }
 
+func TestWorkersNotYetPlacedKeepTheirClaim(t *testing.T) {
+	ns := nodes(10, 15) // 30 trainers
+	grown := autoscale.Job{ID: "grown", Min: 2, Max: 60, Target: 20, Worker: trainer, Created: t0, Changed: t0}
+	placeWorkers(ns, &grown, 2) // 18 of its pods not bound yet
+	fresh := autoscale.Job{ID: "fresh", Min: 2, Max: 60, Target: 2, Worker: trainer, Created: t0.Add(time.Second)}
+	plan := decide(t, autoscale.Config{Cooldown: time.Minute}, autoscale.Snapshot{Nodes: ns, Jobs: []autoscale.Job{grown, fresh}}, t0.Add(time.Second))
+	assert.Equal(t, map[string]int{"fresh": 10}, targets(plan), "the new job grows into the room left; the grown job keeps its twenty")
+	assert.Equal(t, 20, plan.Desired["grown"])
+}
+
 func TestBadConfigIsRefused(t *testing.T) {
 	for _, cfg := range []autoscale.Config{{Cooldown: -1}, {MinGain: -1}, {MinGainFraction: 2}} {
 		_, err := autoscale.New(cfg)
