@@ -137,16 +137,7 @@ func (p *pass) run(ctx context.Context) error {
 // sampleEvery lists the namespace's pods and the jobs' status each period.
 func (p *pass) sampleEvery(ctx context.Context, period time.Duration) {
 	client := coordinator.NewClient(p.env.etcd, membership.DefaultKeys())
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(period):
-		}
-		pods, err := p.env.kube.CoreV1().Pods(p.ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			continue
-		}
+	p.listEvery(ctx, period, func(pods *corev1.PodList) {
 		now := time.Since(p.start)
 		s := sample{at: now}
 		var running int64
@@ -196,6 +187,21 @@ func (p *pass) sampleEvery(ctx context.Context, period time.Duration) {
 				p.mu.Unlock()
 			}
 		}
+	})
+}
+
+// listEvery lists the namespace's pods each period and hands them to fn,
+// until ctx ends.
+func (p *pass) listEvery(ctx context.Context, period time.Duration, fn func(*corev1.PodList)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(period):
+		}
+		if pods, err := p.env.kube.CoreV1().Pods(p.ns).List(ctx, metav1.ListOptions{}); err == nil {
+			fn(pods)
+		}
 	}
 }
 
@@ -218,16 +224,7 @@ func (p *pass) readGenerations(ctx context.Context) {
 func (p *pass) edlRule(ctx context.Context, period time.Duration) {
 	limit := int64(0.97 * allocatableCPU * 1000)
 	replicas := map[string]int{}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(period):
-		}
-		pods, err := p.env.kube.CoreV1().Pods(p.ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			continue
-		}
+	p.listEvery(ctx, period, func(pods *corev1.PodList) {
 		var requests int64
 		for _, pod := range pods.Items {
 			if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
@@ -272,7 +269,7 @@ func (p *pass) edlRule(ctx context.Context, period time.Duration) {
 				replicas[name] = n
 			}
 		}
-	}
+	})
 }
 
 // teardown deletes the namespace and waits until its pods are gone.
