@@ -25,7 +25,7 @@ type cgroupRoot struct {
 
 // newCgroupRoot creates the guard's cgroup, or says why it cannot.
 func newCgroupRoot(name string) (*cgroupRoot, error) {
-	own, err := ownCgroupDir()
+	own, err := OwnCgroupDir()
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +76,7 @@ func removeStale(own string) (killed int) {
 // descendants running, and its successor must not join a job beside them.
 // It reports how many cgroups held processes.
 func KillLeftovers() int {
-	own, err := ownCgroupDir()
+	own, err := OwnCgroupDir()
 	if err != nil {
 		return 0
 	}
@@ -172,9 +172,9 @@ func RemoveCgroup(dir string) {
 	_ = syscall.Rmdir(dir)
 }
 
-// ownCgroupDir is the directory of the calling process's cgroup in the
+// OwnCgroupDir is the directory of the calling process's cgroup in the
 // cgroup v2 hierarchy.
-func ownCgroupDir() (string, error) {
+func OwnCgroupDir() (string, error) {
 	data, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return "", err

@@ -101,6 +101,13 @@ func (c *jobCluster) serve(args ...string) *bgProcess {
 // trainer, args to the sidecar.
 func (c *jobCluster) sidecar(id string, env []string, args ...string) *clusterNode {
 	c.t.Helper()
+	return c.sidecarIn(nil, id, env, args...)
+}
+
+// sidecarIn is sidecar in a cgroup of proctest.Cgroup's (nil: the test's
+// own).
+func (c *jobCluster) sidecarIn(cg *os.File, id string, env []string, args ...string) *clusterNode {
+	c.t.Helper()
 	n := &clusterNode{id: id}
 	endpoints := c.etcdURL
 	if !strings.Contains(c.etcdURL, ",") {
@@ -112,7 +119,7 @@ func (c *jobCluster) sidecar(id string, env []string, args ...string) *clusterNo
 	argv := append([]string{"sidecar", "--etcd-endpoints", endpoints, "--job", c.job, "--node-id", id,
 		"--host", "127.0.0.1", "--port", freePort(c.t), "--master-port", freePort(c.t), "--log-level", "debug"}, args...)
 	argv = append(argv, "--", "testdata/fencetrainer.sh")
-	n.proc = background(c.t, append([]string{"ELASTIC_TEST_MARK=" + c.marker, "FT_LOG=" + c.log}, env...), argv...)
+	n.proc = backgroundIn(c.t, cg, append([]string{"ELASTIC_TEST_MARK=" + c.marker, "FT_LOG=" + c.log}, env...), argv...)
 	return n
 }
 

@@ -201,15 +201,19 @@ func TestCommitsRacingTheFenceStopBeforeTheLeaseExpires(t *testing.T) {
 // there is left to kill it. The sidecar started again in its place kills
 // what the dead guard's cgroup holds before it registers, so it never
 // joins the job beside it. (In a container the sidecar is the first
-// process and its death takes every process with it.)
+// process and its death takes every process with it.) The node runs in a
+// cgroup of its own, as a pod does: a guard that starts sweeps the dead
+// guards' cgroups beside its own, and those of the tests running alongside
+// would otherwise kill the trainer first (seen in CI).
 func TestASidecarStartedAgainKillsWhatItsKilledPredecessorLeft(t *testing.T) {
 	t.Parallel()
 	c := newJobCluster(t, "killedboth")
 	c.serve()
 	env := []string{"FT_NESTED=1"}
-	var nodes []*clusterNode
-	for i := range 2 {
-		nodes = append(nodes, c.sidecar(fmt.Sprintf("n%d", i), env, "--np", "1:2", "--ttl", "2s"))
+	pod := proctest.Cgroup(t, "killedboth")
+	nodes := []*clusterNode{
+		c.sidecar("n0", env, "--np", "1:2", "--ttl", "2s"),
+		c.sidecarIn(pod, "n1", env, "--np", "1:2", "--ttl", "2s"),
 	}
 	c.running(1, 2)
 	c.waitStarts(1, 2)
@@ -227,7 +231,7 @@ func TestASidecarStartedAgainKillsWhatItsKilledPredecessorLeft(t *testing.T) {
 	require.True(t, proctest.Alive(victim), "the trainer outlives its sidecar and guard, so that this test can fail")
 
 	registered := c.watchPut(membership.DefaultKeys().Node(c.job, "n1"))
-	c.sidecar("n1", env, "--np", "1:2", "--ttl", "2s")
+	c.sidecarIn(pod, "n1", env, "--np", "1:2", "--ttl", "2s")
 	select {
 	case <-registered:
 	case <-time.After(30 * time.Second):

@@ -60,8 +60,18 @@ type bgProcess struct {
 // background runs the binary until it exits or the test ends.
 func background(t *testing.T, env []string, args ...string) *bgProcess {
 	t.Helper()
+	return backgroundIn(t, nil, env, args...)
+}
+
+// backgroundIn is background in a cgroup of proctest.Cgroup's (nil: the
+// test's own).
+func backgroundIn(t *testing.T, cg *os.File, env []string, args ...string) *bgProcess {
+	t.Helper()
 	p := &bgProcess{out: &proctest.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(binary, args...)
+	if cg != nil {
+		p.cmd.SysProcAttr = proctest.InCgroup(cg)
+	}
 	p.cmd.Dir = repoRoot
 	p.cmd.Env = append(append(os.Environ(), patientDial), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
