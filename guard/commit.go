@@ -101,10 +101,14 @@ func ask(socket string, req CommitRequest) error {
 	if err != nil {
 		return err
 	}
-	if _, err := conn.Write(line); err != nil {
-		return fmt.Errorf("ask the guard: %w", err)
-	}
+	_, writeErr := conn.Write(line)
+	// A guard that refuses the peer answers at once and closes without
+	// reading, so the write may fail after the answer has arrived: read
+	// it all the same.
 	reply, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil && writeErr != nil {
+		return fmt.Errorf("ask the guard: %w", writeErr)
+	}
 	if err != nil {
 		// The guard closes the connection without an answer only when it
 		// is going away: the node is being fenced.
