@@ -20,13 +20,16 @@ test: kube-tools
 	KUBE_BIN_DIR=$(abspath $(BIN)) $(GO) test -race -count=1 -timeout 25m $(PKGS)
 
 # A Kubernetes control plane for tests, built from pinned sources (the
-# versions are in hack/tools/go.mod and KWOK_VERSION), cached in bin/.
+# versions are in hack/tools/go.mod and KWOK_VERSION), cached in bin/, and
+# kubectl, which the tests use as a user does.
 KWOK_VERSION := v0.7.0
-KUBE_COMPONENTS := kube-apiserver kube-controller-manager kube-scheduler
+KUBE_VERSION := $(shell sed -n 's|^\s*k8s.io/kubernetes \(v[^ ]*\).*|\1|p' hack/tools/go.mod)
+KUBE_COMPONENTS := kube-apiserver kube-controller-manager kube-scheduler kubectl
 kube-tools: $(addprefix $(BIN)/,$(KUBE_COMPONENTS)) $(BIN)/kwok
 
 $(addprefix $(BIN)/,$(KUBE_COMPONENTS)): hack/tools/go.mod hack/tools/go.sum
-	cd hack/tools && $(GO) build -o $(abspath $@) k8s.io/kubernetes/cmd/$(notdir $@)
+	cd hack/tools && $(GO) build -ldflags "-X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) -X k8s.io/client-go/pkg/version.gitVersion=$(KUBE_VERSION)" \
+		-o $(abspath $@) k8s.io/kubernetes/cmd/$(notdir $@)
 
 $(BIN)/kwok:
 	GOBIN=$(abspath $(BIN)) $(GO) install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)

@@ -1,9 +1,7 @@
 package integration
 
 import (
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,25 +16,21 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
+	"github.com/elastictraining/coordinator/internal/crds"
 	"github.com/elastictraining/coordinator/internal/kubetest"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/operatorbridge"
 )
 
-// applyCRDs applies deploy/crds/ to the shared control plane.
+// applyCRDs applies the CRDs of deploy/ to the shared control plane.
 func applyCRDs(t *testing.T, c *kubetest.Cluster, dyn dynamic.Interface) {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(repoRoot, "deploy", "crds", "*.yaml"))
-	require.NoError(t, err)
-	require.NotEmpty(t, files)
-	for _, f := range files {
-		applyManifest(t, c, dyn, mustRead(t, f), "")
+	for _, f := range crds.All() {
+		applyManifest(t, c, dyn, mustRead(t, filepath.Join(repoRoot, "deploy", f.Name)), "")
 	}
 	require.Eventually(t, func() bool {
 		_, err := dyn.Resource(jobv1.GroupVersionResource).List(t.Context(), metav1.ListOptions{Limit: 1})
@@ -97,26 +91,28 @@ func runningAt(n int) func(jobv1.ElasticJobStatus) bool {
 	}
 }
 
-// scaleJob sets an ElasticJob's workers through its scale subresource, as
-// `kubectl scale elasticjob/NAME --replicas=N` does: a merge patch.
-func (e *kubeEnv) scaleJob(name string, n int) {
+// kubectl runs kubectl in the test's namespace from the repository's
+// root, as a user at a terminal does, and returns what it printed; the
+// test fails if it fails.
+func (e *kubeEnv) kubectl(stdin string, args ...string) string {
 	e.t.Helper()
-	patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n)
-	_, err := e.dyn.Resource(jobv1.GroupVersionResource).Namespace(e.ns).Patch(e.t.Context(), name, types.MergePatchType, patch, metav1.PatchOptions{}, "scale")
-	require.NoError(e.t, err)
+	out, errOut, err := e.c.Kubectl(e.t.Context(), repoRoot, stdin, append([]string{"--namespace", e.ns}, args...)...)
+	require.NoError(e.t, err, "kubectl %s: %s", strings.Join(args, " "), errOut)
+	return out
 }
 
 // TestElasticJobRunsScalesThroughKubectlAndGoesWithItsResource creates a
-// 4-worker ElasticJob and follows it to Running, scales it through the
-// scale subresource down and up (never reverted), deletes a pod mid-run
-// (one new generation, resumed from the checkpoint), and deletes the job:
-// everything made for it goes, in Kubernetes and in etcd.
+// 4-worker ElasticJob with kubectl and follows it to Running, scales it
+// with `kubectl scale` down and up (never reverted), deletes a pod mid-run
+// (one new generation, resumed from the checkpoint), and deletes the job
+// with kubectl: everything made for it goes, in Kubernetes and in etcd.
 func TestElasticJobRunsScalesThroughKubectlAndGoesWithItsResource(t *testing.T) {
 	t.Parallel()
 	e := newKubeEnv(t, kubeOptions{injected: true, toyEnv: []string{"TOY_STEPS=100000", "TOY_INTERVAL=0.05"}})
 	applyCRDs(t, e.c, e.dyn)
 	start := time.Now()
-	require.NoError(t, e.createJob(elasticJobYAML("train", 4, "cleanPodPolicy: OnCompletion")))
+	assert.Equal(t, "elasticjob.elastictraining.io/train created\n",
+		e.kubectl(elasticJobYAML("train", 4, "cleanPodPolicy: OnCompletion"), "apply", "-f", "-"))
 	st := e.jobStatus("train", "Running at 4", runningAt(4))
 	t.Logf("create → 4 trainers running: %s", time.Since(start).Round(time.Millisecond))
 	assert.Equal(t, "4", st.NP)
@@ -141,13 +137,15 @@ func TestElasticJobRunsScalesThroughKubectlAndGoesWithItsResource(t *testing.T) 
 	_, err = e.c.Client.CoreV1().ConfigMaps(e.ns).Get(t.Context(), operatorbridge.ConfigMapName("train"), metav1.GetOptions{})
 	assert.NoError(t, err, "the bridge writes the endpoint ConfigMap")
 	assert.True(t, hasEvent(e.events("train"), "Created", "StatefulSet train-worker"))
-	assert.Equal(t, []string{"Name", "Phase", "NP", "Ready", "World", "Generation", "Restarts", "Problem", "Age"}, e.tableColumns(),
-		"what `kubectl get elasticjobs -o wide` shows")
+	table := strings.Fields(e.kubectl("", "get", "elasticjobs", "-o", "wide"))
+	require.GreaterOrEqual(t, len(table), 14, "kubectl get elasticjobs -o wide")
+	assert.Equal(t, []string{"NAME", "PHASE", "NP", "READY", "WORLD", "GENERATION", "RESTARTS", "PROBLEM", "AGE"}, table[:9])
+	assert.Equal(t, []string{"train", "Running", "4", "4", "4"}, table[9:14], "kubectl get elasticjobs -o wide")
 
 	// `kubectl scale`: down to 2, then up to 3, each never reverted.
 	for _, n := range []int{2, 3} {
 		start := time.Now()
-		e.scaleJob("train", n)
+		assert.Equal(t, "elasticjob.elastictraining.io/train scaled\n", e.kubectl("", "scale", "elasticjob/train", fmt.Sprintf("--replicas=%d", n)))
 		e.jobStatus("train", fmt.Sprintf("Running at %d", n), runningAt(n))
 		t.Logf("scale → %d trainers running: %s", n, time.Since(start).Round(time.Millisecond))
 		require.Eventually(t, func() bool {
@@ -193,7 +191,7 @@ func TestElasticJobRunsScalesThroughKubectlAndGoesWithItsResource(t *testing.T) 
 	}
 
 	// Deleted: everything goes, in Kubernetes and in etcd.
-	require.NoError(t, e.dyn.Resource(jobv1.GroupVersionResource).Namespace(e.ns).Delete(t.Context(), "train", metav1.DeleteOptions{}))
+	e.kubectl("", "delete", "elasticjob", "train", "--wait=false")
 	require.Eventually(t, func() bool {
 		_, stsErr := e.c.Client.AppsV1().StatefulSets(e.ns).Get(t.Context(), "train-worker", metav1.GetOptions{})
 		_, svcErr := e.c.Client.CoreV1().Services(e.ns).Get(t.Context(), "train", metav1.GetOptions{})
@@ -220,6 +218,12 @@ func TestABadElasticJobIsRefusedNamingTheField(t *testing.T) {
 	require.NoError(t, err)
 	applyCRDs(t, c, dyn)
 	e := &kubeEnv{t: t, c: c, dyn: dyn, ns: "default"}
+	// What a user sees.
+	_, stderr, err := c.Kubectl(t.Context(), repoRoot, elasticJobYAML("bad0", 2, "cleanPodPolicy: Sometimes\n  faultTolerance: 3"), "apply", "-f", "-")
+	require.Error(t, err)
+	assert.Contains(t, stderr, `The ElasticJob "bad0" is invalid`)
+	assert.Contains(t, stderr, `spec.cleanPodPolicy: Unsupported value: "Sometimes"`)
+	assert.Contains(t, stderr, `spec.faultTolerance: Unsupported value: 3`)
 	for _, tc := range []struct{ name, manifest, want string }{
 		{"clean pod policy", elasticJobYAML("bad1", 2, "cleanPodPolicy: Sometimes"), `spec.cleanPodPolicy: Unsupported value: "Sometimes"`},
 		{"two schedulers", elasticJobYAML("bad2", 2, "scheduler: {replicas: 2, template: {spec: {containers: [{name: s, image: s}]}}}"),
@@ -319,25 +323,4 @@ func TestAllNamespacesRunsTheJobsOfEveryNamespace(t *testing.T) {
 	require.NoError(t, e.createJob(elasticJobYAML("far", 1, "")))
 	st := e.jobStatus("far", "told its id is taken", func(s jobv1.ElasticJobStatus) bool { return s.Problem != "" })
 	assert.Contains(t, st.Problem, "job id far is in use in etcd by ElasticJob/"+far.ns+"/far/")
-}
-
-// tableColumns are the columns the API server gives kubectl for the
-// namespace's ElasticJobs.
-func (e *kubeEnv) tableColumns() []string {
-	e.t.Helper()
-	client, err := rest.HTTPClientFor(e.c.Config)
-	require.NoError(e.t, err)
-	req, err := http.NewRequestWithContext(e.t.Context(), http.MethodGet, e.c.Server+"/apis/elastictraining.io/v1/namespaces/"+e.ns+"/elasticjobs", nil)
-	require.NoError(e.t, err)
-	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
-	resp, err := client.Do(req)
-	require.NoError(e.t, err)
-	defer resp.Body.Close()
-	var table metav1.Table
-	require.NoError(e.t, json.NewDecoder(resp.Body).Decode(&table))
-	var names []string
-	for _, c := range table.ColumnDefinitions {
-		names = append(names, c.Name)
-	}
-	return names
 }

@@ -176,7 +176,7 @@ func newKubeEnv(t *testing.T, o kubeOptions) *kubeEnv {
 // what the running bridge may do.
 func (e *kubeEnv) setRole(rules string) {
 	e.t.Helper()
-	rbac, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "rbac.yaml"))
+	rbac, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "base", "rbac.yaml"))
 	require.NoError(e.t, err)
 	manifest := strings.ReplaceAll(string(rbac), "namespace: elastic-system", "namespace: "+e.ns)
 	if rules != "" {
@@ -188,7 +188,7 @@ func (e *kubeEnv) setRole(rules string) {
 // rbacRules are the rules of deploy/rbac.yaml's Role, from "rules:" on.
 func rbacRules(t *testing.T) string {
 	t.Helper()
-	rbac, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "rbac.yaml"))
+	rbac, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "base", "rbac.yaml"))
 	require.NoError(t, err)
 	start := strings.Index(string(rbac), "rules:")
 	end := strings.Index(string(rbac)[start:], "---")

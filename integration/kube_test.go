@@ -26,21 +26,27 @@ func TestDeployManifestsApplyServerSide(t *testing.T) {
 	c := kubeCluster(t)
 	dyn, err := dynamic.NewForConfig(c.Config)
 	require.NoError(t, err)
-	var files []string
-	require.NoError(t, filepath.WalkDir(filepath.Join(repoRoot, "deploy"), func(path string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".yaml") && filepath.Base(path) != "kustomization.yaml" {
-			files = append(files, path)
-		}
-		return err
-	}))
-	require.NotEmpty(t, files)
-	// The namespace first, as kustomize orders it.
-	applyManifest(t, c, dyn, mustRead(t, filepath.Join(repoRoot, "deploy", "namespace.yaml")), "")
-	for _, f := range files {
-		applyManifest(t, c, dyn, mustRead(t, f), "")
+	kubectl := func(args ...string) string {
+		t.Helper()
+		out, errOut, err := c.Kubectl(t.Context(), repoRoot, "", args...)
+		require.NoError(t, err, "kubectl %s: %s", strings.Join(args, " "), errOut)
+		return out
 	}
+	// As the README has it: the deploy, the optional CRDs, the samples.
+	kubectl("apply", "--server-side", "-k", "deploy/")
+	kubectl("apply", "--server-side", "-f", "deploy/crds/")
+	kubectl("wait", "--for", "condition=established", "--timeout=60s",
+		"crd/elasticjobs.elastictraining.io", "crd/paddlejobs.batch.paddlepaddle.org", "crd/msjobs.mindspore.gitee.com")
+	kubectl("apply", "--server-side", "-f", "deploy/samples/")
+	// The opt-in overlays render and the API server takes them.
+	for overlay, flag := range map[string]string{"deploy/autoscaler/": "--autoscale", "deploy/all-namespaces/": "--all-namespaces"} {
+		assert.Contains(t, kubectl("kustomize", overlay), "- "+flag, overlay)
+		kubectl("apply", "--server-side", "--dry-run=server", "-k", overlay)
+	}
+	version := strings.TrimSpace(mustRead(t, filepath.Join(repoRoot, "VERSION")))
 	deploy, err := c.Client.AppsV1().Deployments("elastic-system").Get(t.Context(), "elastic-coordinator", metav1.GetOptions{})
 	require.NoError(t, err)
+	assert.Equal(t, "elastic-coordinator:"+version, deploy.Spec.Template.Spec.Containers[0].Image, "the versioned image of kustomization.yaml")
 	assert.Equal(t, int32(2), *deploy.Spec.Replicas, "two replicas for leader election")
 	probe := deploy.Spec.Template.Spec.Containers[0].LivenessProbe
 	require.NotNil(t, probe)

@@ -73,8 +73,8 @@ func podIP(t *testing.T, c *kubetest.Cluster, ns, pod string) string {
 
 // TestTheSeedsPaddleJobsAndMSJobRunUnchanged applies the PaddleJob and
 // MSJob examples of the documents the product was specified from, as they
-// are, and expects each to reach Running with the environment its
-// framework reads.
+// are, with `kubectl apply -f`, and expects each to reach Running with the
+// environment its framework reads.
 func TestTheSeedsPaddleJobsAndMSJobRunUnchanged(t *testing.T) {
 	t.Parallel()
 	mirror := demoRegistry(t)
@@ -82,7 +82,7 @@ func TestTheSeedsPaddleJobsAndMSJobRunUnchanged(t *testing.T) {
 		bridgeArgs: []string{"--registry-mirror", "registry.baidubce.com=" + mirror}})
 	applyCRDs(t, e.c, e.dyn)
 	for _, f := range []string{"paddlejob-wide-and-deep.yaml", "paddlejob-resnet.yaml", "msjob-widedeep-dataparallel.yaml"} {
-		e.apply(mustRead(t, filepath.Join(repoRoot, "testdata", "kubernetes", "examples", f)), e.ns)
+		e.kubectl("", "apply", "-f", filepath.Join("testdata", "kubernetes", "examples", f))
 	}
 
 	// PaddleJob, parameter servers: the image's command wrapped; the

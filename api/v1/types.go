@@ -1,7 +1,7 @@
 // Package v1 is the ElasticJob resource (elastictraining.io/v1): a training
 // job on Kubernetes in one short object — its roles, each a pod template
 // with a replica count, and the job's fault-tolerance policies. `coordinator
-// serve --kubernetes` runs it; deploy/crds/elasticjob.yaml is its schema.
+// serve --kubernetes` runs it; deploy/base/elasticjob-crd.yaml is its schema.
 //
 // The types are plain structs read from and written to the API server as
 // unstructured objects, so that the project needs no generated code.

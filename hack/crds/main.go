@@ -1,4 +1,4 @@
-// Command crds renders the CRDs of internal/crds into deploy/crds/.
+// Command crds renders the CRDs of internal/crds into deploy/.
 package main
 
 import (
@@ -10,7 +10,7 @@ import (
 )
 
 func main() {
-	dir := "deploy/crds"
+	dir := "deploy"
 	if len(os.Args) > 1 {
 		dir = os.Args[1]
 	}

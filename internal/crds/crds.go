@@ -1,5 +1,6 @@
 // Package crds defines the CustomResourceDefinitions the project ships in
-// deploy/crds/: their schemas are written once here, where the four roles
+// deploy/ (the ElasticJob's in deploy/base/, the optional PaddleJob and
+// MSJob in deploy/crds/): their schemas are written once here, where the four roles
 // of a job share one, and rendered to YAML by `go run ./hack/crds`. A test
 // keeps deploy/ equal to what this package renders.
 package crds
@@ -17,25 +18,25 @@ import (
 	"github.com/elastictraining/coordinator/membership"
 )
 
-// File is one CRD and the file of deploy/crds/ it is rendered to.
+// File is one CRD and the file of deploy/ it is rendered to.
 type File struct {
-	Name   string // file name in deploy/crds/
+	Name   string // file name below deploy/
 	Header string // comment lines at the top of the file
 	CRD    *apiextensionsv1.CustomResourceDefinition
 }
 
-// All are the CRDs of deploy/crds/.
+// All are the CRDs of deploy/.
 func All() []File {
 	return []File{
-		{Name: "elasticjob.yaml", CRD: ElasticJob(), Header: `ElasticJob: a training job in one short resource. ` + "`coordinator serve --kubernetes`" + `
+		{Name: "base/elasticjob-crd.yaml", CRD: ElasticJob(), Header: `ElasticJob: a training job in one short resource. ` + "`coordinator serve --kubernetes`" + `
 creates its pods (a StatefulSet per role, the sidecar injected), Services and
 endpoint ConfigMap, and reports the coordinator's view of the job in .status.
 ` + "`kubectl scale elasticjob/NAME --replicas=N`" + ` changes its np.` + generated},
-		{Name: "paddlejob.yaml", CRD: PaddleJob(), Header: `PaddleJob (batch.paddlepaddle.org/v1) as paddle-operator defines it, for
+		{Name: "crds/paddlejob.yaml", CRD: PaddleJob(), Header: `PaddleJob (batch.paddlepaddle.org/v1) as paddle-operator defines it, for
 clusters without paddle-operator: ` + "`coordinator serve --kubernetes`" + ` runs PaddleJobs
 written for it unchanged. Do not apply it where paddle-operator runs: both
 would run the same jobs. Adds a scale subresource on the workers.` + generated},
-		{Name: "msjob.yaml", CRD: MSJob(), Header: `MSJob (mindspore.gitee.com/v1) as ms-operator defines it, for clusters
+		{Name: "crds/msjob.yaml", CRD: MSJob(), Header: `MSJob (mindspore.gitee.com/v1) as ms-operator defines it, for clusters
 without ms-operator: ` + "`coordinator serve --kubernetes`" + ` runs MSJobs written for it
 unchanged. Do not apply it where ms-operator runs. Adds a scale subresource
 on the workers.` + generated},

@@ -36,8 +36,8 @@ import (
 	"github.com/elastictraining/coordinator/launcher"
 )
 
-// Binaries the cluster needs, in BinDir.
-var Binaries = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
+// Binaries the cluster and its users need, in BinDir.
+var Binaries = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kubectl"}
 
 // ErrNoBinaries is returned when the control plane has not been built.
 var ErrNoBinaries = errors.New("kubetest: Kubernetes binaries missing; run `make kube-tools`")
@@ -167,6 +167,19 @@ func (c *Cluster) run(bin, name string, args ...string) error {
 	c.procs = append(c.procs, cmd)
 	c.waits = append(c.waits, wait)
 	return nil
+}
+
+// Kubectl runs kubectl against the cluster as its admin, in dir (the
+// working directory, for relative paths), with stdin as its input, and
+// returns what it printed: what a user at a terminal would do and see.
+func (c *Cluster) Kubectl(ctx context.Context, dir, stdin string, args ...string) (stdout, stderr string, err error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(BinDir(), "kubectl"), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+	cmd.Dir = dir
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	return out.String(), errOut.String(), err
 }
 
 // waitReady waits for the API server's /readyz.

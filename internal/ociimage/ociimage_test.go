@@ -101,7 +101,7 @@ func TestTheImageRunsItsStaticBinaryAsNonRoot(t *testing.T) {
 func TestDeployNamesTheVersionedImage(t *testing.T) {
 	version, err := os.ReadFile("../../VERSION")
 	require.NoError(t, err)
-	kustomization, err := os.ReadFile("../../deploy/kustomization.yaml")
+	kustomization, err := os.ReadFile("../../deploy/base/kustomization.yaml")
 	require.NoError(t, err)
 	assert.Regexp(t, `(?m)^\s+newName: elastic-coordinator\n\s+newTag: `+regexp.QuoteMeta(strings.TrimSpace(string(version)))+`\b`, string(kustomization))
 }
