@@ -129,13 +129,17 @@ func Start(ctx context.Context, dir string) (c *Cluster, err error) {
 	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
 		return nil, err
 	}
+	schedulerConfig := filepath.Join(dir, "scheduler.yaml")
+	if err := writeSchedulerConfig(schedulerConfig, c.Kubeconfig); err != nil {
+		return nil, err
+	}
 	for _, p := range []struct {
 		name string
 		args []string
 	}{
 		{"kube-controller-manager", []string{"--kubeconfig=" + c.Kubeconfig, "--leader-elect=false",
 			"--controllers=*,-nodeipam,-serviceaccount-token", "--service-account-private-key-file=" + saKey, "--secure-port=0"}},
-		{"kube-scheduler", []string{"--kubeconfig=" + c.Kubeconfig, "--leader-elect=false", "--secure-port=0"}},
+		{"kube-scheduler", []string{"--config=" + schedulerConfig, "--secure-port=0"}},
 		{"kwok", []string{"--kubeconfig=" + c.Kubeconfig, "--manage-all-nodes=false",
 			"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake", "--node-ip=10.0.0.1", "--cidr=10.0.0.1/24",
 			"--server-address=127.0.0.1:0"}},
@@ -148,6 +152,41 @@ func Start(ctx context.Context, dir string) (c *Cluster, err error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// BinPackingScheduler is the scheduler profile that packs pods onto the
+// fullest nodes they fit (NodeResourcesFit's MostAllocated on CPU, with
+// the spreading scores off), as a cluster of batch jobs is set up to keep
+// whole nodes free for large pods. Pods choose it with spec.schedulerName;
+// the others get the default profile.
+const BinPackingScheduler = "bin-packing"
+
+// writeSchedulerConfig writes kube-scheduler's configuration: the default
+// profile, and BinPackingScheduler.
+func writeSchedulerConfig(file, kubeconfig string) error {
+	config := `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: ` + strconv.Quote(kubeconfig) + `
+leaderElection:
+  leaderElect: false
+profiles:
+  - schedulerName: default-scheduler
+  - schedulerName: ` + BinPackingScheduler + `
+    plugins:
+      score:
+        disabled:
+          - name: NodeResourcesBalancedAllocation
+          - name: PodTopologySpread
+    pluginConfig:
+      - name: NodeResourcesFit
+        args:
+          scoringStrategy:
+            type: MostAllocated
+            resources:
+              - {name: cpu, weight: 1}
+`
+	return os.WriteFile(file, []byte(config), 0o600)
 }
 
 // run starts a component with its output in the cluster's directory.

@@ -1,6 +1,7 @@
 package kubetest_test
 
 import (
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/elastictraining/coordinator/internal/kubetest"
@@ -49,4 +51,46 @@ func TestStatefulSetPodsRunOnKwok(t *testing.T) {
 		}
 		return true
 	}, 60*time.Second, 100*time.Millisecond, "pods never ran:\n%s\n%s", c.Logs("kwok", 20), c.Logs("kube-controller-manager", 20))
+}
+
+// The bin-packing profile puts pods on the fullest node they fit.
+func TestTheBinPackingSchedulerFillsOneNodeFirst(t *testing.T) {
+	c, err := kubetest.Start(t.Context(), t.TempDir())
+	if err != nil && os.Getenv("CI") == "" {
+		t.Skip(err)
+	}
+	require.NoError(t, err)
+	t.Cleanup(c.Stop)
+
+	capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi"),
+		corev1.ResourcePods: resource.MustParse("110")}
+	for _, name := range []string{"pack-a", "pack-b"} {
+		_, err := c.Client.CoreV1().Nodes().Create(t.Context(), &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
+				Labels: map[string]string{"pool": "pack", "kubernetes.io/hostname": name}},
+			Status: corev1.NodeStatus{Allocatable: capacity, Capacity: capacity},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	for i := range 3 {
+		_, err := c.Client.CoreV1().Pods("default").Create(t.Context(), &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("packed-%d", i), Labels: map[string]string{"app": "packed"}},
+			Spec: corev1.PodSpec{SchedulerName: kubetest.BinPackingScheduler, NodeSelector: map[string]string{"pool": "pack"},
+				Containers: []corev1.Container{{Name: "c", Image: "none", Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}}},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		// One at a time, so that each is placed knowing where the last went.
+		require.Eventually(t, func() bool {
+			p, err := c.Client.CoreV1().Pods("default").Get(t.Context(), fmt.Sprintf("packed-%d", i), metav1.GetOptions{})
+			return err == nil && p.Spec.NodeName != ""
+		}, 60*time.Second, 50*time.Millisecond, "pod %d never scheduled:\n%s", i, c.Logs("kube-scheduler", 20))
+	}
+	pods, err := c.Client.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{LabelSelector: "app=packed"})
+	require.NoError(t, err)
+	nodes := map[string]int{}
+	for _, p := range pods.Items {
+		nodes[p.Spec.NodeName]++
+	}
+	require.Len(t, nodes, 1, "pods spread over nodes: %v", nodes)
 }
