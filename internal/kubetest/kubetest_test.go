@@ -72,6 +72,15 @@ func TestTheBinPackingSchedulerFillsOneNodeFirst(t *testing.T) {
 		}, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
+	require.Eventually(t, func() bool {
+		for _, name := range []string{"pack-a", "pack-b"} {
+			n, err := c.Client.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
+			if err != nil || len(n.Spec.Taints) > 0 || !nodeReady(n) {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 50*time.Millisecond, "the nodes never became ready")
 	for i := range 3 {
 		_, err := c.Client.CoreV1().Pods("default").Create(t.Context(), &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("packed-%d", i), Labels: map[string]string{"app": "packed"}},
@@ -93,4 +102,13 @@ func TestTheBinPackingSchedulerFillsOneNodeFirst(t *testing.T) {
 		nodes[p.Spec.NodeName]++
 	}
 	require.Len(t, nodes, 1, "pods spread over nodes: %v", nodes)
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
