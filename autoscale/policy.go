@@ -67,6 +67,11 @@ type Decision struct {
 	Job      string
 	From, To int
 	Reason   string
+	// Urgent is a decision that makes room for pods of a higher priority
+	// or for a job's minimum, or that starts a job at its minimum: it is
+	// carried out at once. The others (growth, giving up workers that
+	// cannot be placed) can wait for the room to settle (Settler).
+	Urgent bool
 }
 
 // Plan is one pass of the policy: the decisions to carry out, and what it
@@ -252,6 +257,7 @@ func (p *Policy) Decide(s Snapshot, now time.Time) Plan {
 			continue
 		}
 		reason := strings.Join(j.reasons, "; ")
+		urgent := j.shrunk || from < j.Min || j.Target == 0
 		switch {
 		case want < from:
 			if reason == "" {
@@ -262,7 +268,7 @@ func (p *Policy) Decide(s Snapshot, now time.Time) Plan {
 		default:
 			reason = fmt.Sprintf("%d more workers fit", want-from)
 		}
-		plan.Decisions = append(plan.Decisions, Decision{Job: j.ID, From: from, To: want, Reason: reason})
+		plan.Decisions = append(plan.Decisions, Decision{Job: j.ID, From: from, To: want, Reason: reason, Urgent: urgent})
 	}
 	return plan
 }

@@ -83,7 +83,7 @@ func TestGrowthJumpsToTheTargetInOneStep(t *testing.T) {
 	placeWorkers(ns, &job, 2)
 	plan := decide(t, autoscale.Config{}, autoscale.Snapshot{Nodes: ns, Jobs: []autoscale.Job{job}}, t0)
 	require.Len(t, plan.Decisions, 1)
-	assert.Equal(t, autoscale.Decision{Job: "a", From: 2, To: 30, Reason: "28 more workers fit"}, plan.Decisions[0])
+	assert.Equal(t, autoscale.Decision{Job: "a", From: 2, To: 30, Reason: "28 more workers fit"}, plan.Decisions[0], "growth can wait for the room to settle")
 }
 
 func TestGrowthWaitsForTheCooldownAndTheMinimumGain(t *testing.T) {
@@ -136,6 +136,7 @@ func TestPodsOfAHigherPriorityGetRoomFromTheLowestPriorityMostFulfilledJobs(t *t
 	assert.Greater(t, 10-got["full"], 10-plan.Desired["low"], "the most fulfilled gave more")
 	for _, d := range plan.Decisions {
 		assert.Contains(t, d.Reason, "room for pending pod nginx-")
+		assert.True(t, d.Urgent, "room for a higher priority is made at once")
 	}
 	assert.Empty(t, plan.Unplaceable)
 }
@@ -178,6 +179,7 @@ func TestANewJobReachesItsMinimumBeforeOthersGrow(t *testing.T) {
 	for _, d := range plan.Decisions {
 		if d.Job == "old" {
 			assert.Contains(t, d.Reason, "room for job new to reach its minimum of 2")
+			assert.True(t, d.Urgent, "room for a job's minimum is made at once")
 		}
 	}
 }

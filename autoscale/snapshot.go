@@ -18,8 +18,8 @@ type Node struct {
 	Name        string
 	Allocatable Resources
 	// Used is the requests of the pods bound to the node that have not
-	// finished, terminating ones included, and of pending pods the
-	// scheduler nominated to it.
+	// finished and are not being deleted (their room is as good as free),
+	// and of pending pods the scheduler nominated to it.
 	Used Resources
 }
 
