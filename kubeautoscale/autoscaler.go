@@ -39,7 +39,12 @@ type Config struct {
 	Period time.Duration
 	// Batch is how long a pass waits after the change that prompted it,
 	// to take in the ones that come with it; 200 ms if zero.
-	Batch      time.Duration
+	Batch time.Duration
+	// Settle is how long the decisions that can wait (growth, giving up
+	// workers that cannot be placed) must stay the same before they are
+	// carried out (autoscale.Settler); zero carries them out at once.
+	// MaxSettle is the most they wait; 15 s if zero.
+	Settle, MaxSettle time.Duration
 	Logger     hclog.Logger
 	Registerer prometheus.Registerer
 }
@@ -48,6 +53,7 @@ type Config struct {
 type Autoscaler struct {
 	cfg     Config
 	policy  *autoscale.Policy
+	settler *autoscale.Settler // used by the pass loop alone
 	logger  hclog.Logger
 	metrics *metrics
 
@@ -88,8 +94,11 @@ func New(cfg Config) (*Autoscaler, error) {
 	if cfg.Batch == 0 {
 		cfg.Batch = 200 * time.Millisecond
 	}
-	if cfg.Period < 0 || cfg.Batch < 0 {
-		return nil, errors.New("kubeautoscale: period and batch must not be negative")
+	if cfg.MaxSettle == 0 {
+		cfg.MaxSettle = 15 * time.Second
+	}
+	if cfg.Period < 0 || cfg.Batch < 0 || cfg.Settle < 0 || cfg.MaxSettle < 0 {
+		return nil, errors.New("kubeautoscale: period, batch and settle must not be negative")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
@@ -102,7 +111,8 @@ func New(cfg Config) (*Autoscaler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Autoscaler{cfg: cfg, policy: policy, logger: cfg.Logger.Named("autoscaler"), metrics: m,
+	return &Autoscaler{cfg: cfg, policy: policy, settler: autoscale.NewSettler(cfg.Settle, cfg.MaxSettle),
+		logger: cfg.Logger.Named("autoscaler"), metrics: m,
 		changed: map[string]time.Time{}, seen: map[string]int{}, wrote: map[string]written{}}, nil
 }
 
@@ -131,6 +141,8 @@ type term struct {
 	factory informers.SharedInformerFactory
 	nodes   cache.SharedIndexInformer
 	pods    cache.SharedIndexInformer
+	expect  *expectations
+	wake    *time.Timer // a pass when held decisions are due
 
 	mu      sync.Mutex
 	jobs    map[string]*membership.JobRecords
@@ -160,8 +172,14 @@ func (t *term) run(ctx context.Context) error {
 			return err
 		}
 	}
+	t.expect = newExpectations(ctx, t.cfg.Kube, t.factory, t.poke, t.logger.Warn)
 	t.factory.Start(ctx.Done())
 	defer t.factory.Shutdown()
+	defer func() {
+		if t.wake != nil {
+			t.wake.Stop()
+		}
+	}()
 
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -171,7 +189,7 @@ func (t *term) run(ctx context.Context) error {
 	}()
 	defer wg.Wait()
 
-	if !cache.WaitForCacheSync(ctx.Done(), t.nodes.HasSynced, t.pods.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), append([]cache.InformerSynced{t.nodes.HasSynced, t.pods.HasSynced}, t.expect.synced()...)...) {
 		return ctx.Err()
 	}
 	t.logger.Info("autoscaling", "namespace", namespaceName(t.cfg.Namespace), "cooldown", t.policy.Config().Cooldown)
@@ -296,8 +314,10 @@ func (t *term) candidates() map[string]candidate {
 // pass decides once and carries the decisions out.
 func (t *term) pass(ctx context.Context) {
 	t.metrics.passes.Inc()
+	now := time.Now()
 	nodes := listAs[*corev1.Node](t.nodes)
 	pods := listAs[*corev1.Pod](t.pods)
+	pods = append(pods, t.expect.pods(pods, now)...)
 	v := buildView(nodes, pods, t.candidates())
 	if t.cfg.Namespace != "" {
 		for id, j := range v.jobs {
@@ -307,17 +327,23 @@ func (t *term) pass(ctx context.Context) {
 		}
 		v.snapshot.Jobs = filterJobs(v.snapshot.Jobs, v.jobs)
 	}
-	now := time.Now()
 	for i := range v.snapshot.Jobs {
 		j := &v.snapshot.Jobs[i]
 		j.Target, j.Changed = t.sawTarget(j.ID, j.Target, now)
 	}
 	plan := t.policy.Decide(v.snapshot, now)
+	act, due := t.settler.Filter(plan, now)
+	if t.wake != nil {
+		t.wake.Stop()
+	}
+	if !due.IsZero() {
+		t.wake = time.AfterFunc(due.Sub(now), t.poke)
+	}
 
 	t.metrics.utilization.Set(v.utilization)
 	t.metrics.pending.Set(float64(countOthers(v.snapshot.Pending)))
 	decided := map[string]autoscale.Decision{}
-	for _, d := range plan.Decisions {
+	for _, d := range act {
 		writeCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := t.apply(writeCtx, v.jobs[d.Job], d.To)
 		cancel()

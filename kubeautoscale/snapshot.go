@@ -94,13 +94,18 @@ func buildView(nodes []*corev1.Node, pods []*corev1.Pod, candidates map[string]c
 				j.Placed = append(j.Placed, autoscale.Worker{Node: p.Spec.NodeName, Ordinal: ordinal(p.Name)})
 			}
 		}
+		if p.Spec.NodeName != "" && p.Status.Phase == corev1.PodRunning {
+			running += req.MilliCPU
+		}
 		switch {
+		case p.Spec.NodeName != "" && p.DeletionTimestamp != nil:
+			// Its room is as good as free: counted as taken, the room
+			// a shrink is freeing would be asked of the jobs again at
+			// the next pass, and a workload scaling down would free
+			// nothing for the jobs until its last pod went.
 		case p.Spec.NodeName != "":
 			if u, ok := used[p.Spec.NodeName]; ok {
 				used[p.Spec.NodeName] = u.Add(req)
-			}
-			if p.Status.Phase == corev1.PodRunning {
-				running += req.MilliCPU
 			}
 		case worker:
 			// A job's pending workers are its own demand, not a pod to

@@ -64,8 +64,8 @@ func TestTheViewCountsWhatIsPlacedAndWhatWaits(t *testing.T) {
 	for _, n := range v.snapshot.Nodes {
 		used[n.Name] = n.Used.MilliCPU
 	}
-	assert.Equal(t, map[string]int64{"a-0": 10000, "a-1": 11000, "g-0": 0}, used,
-		"bound pods, terminating ones and nominated ones hold their room; finished ones do not")
+	assert.Equal(t, map[string]int64{"a-0": 10000, "a-1": 6000, "g-0": 0}, used,
+		"bound pods and nominated ones hold their room; finished ones and those being deleted do not")
 	require.Len(t, v.snapshot.Jobs, 1)
 	j := v.snapshot.Jobs[0]
 	assert.Equal(t, []autoscale.Worker{{Node: "a-0", Ordinal: 0}, {Node: "a-0", Ordinal: 1}}, j.Placed)

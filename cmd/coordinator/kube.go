@@ -46,6 +46,7 @@ type kubeOptions struct {
 	autoscaleMinGain   int
 	autoscaleMinGainFr float64
 	autoscalePeriod    time.Duration
+	autoscaleSettle    time.Duration
 }
 
 func (o *kubeOptions) register(fs *pflag.FlagSet, env lookupEnv) {
@@ -75,6 +76,8 @@ func (o *kubeOptions) register(fs *pflag.FlagSet, env lookupEnv) {
 	fs.Float64Var(&o.autoscaleMinGainFr, "autoscale-min-gain-fraction", autoscale.DefaultConfig().MinGainFraction,
 		"the least fraction of a job's size a growth must add")
 	fs.DurationVar(&o.autoscalePeriod, "autoscale-period", 30*time.Second, "a pass at least this often; passes follow changes of nodes, pods and jobs")
+	fs.DurationVar(&o.autoscaleSettle, "autoscale-settle", time.Second,
+		"a growth is carried out once the room it was decided from has not changed for this long (15 s at most; 0: at once), so that a job takes what another workload frees in one step; room for pods of a higher priority is made at once")
 	o.pod = fromEnv(env, "", "POD_NAME")
 }
 
@@ -150,6 +153,9 @@ func (o *kubeOptions) parse() (parsedKube, error) {
 		if o.autoscalePeriod <= 0 {
 			return p, usagef("--autoscale-period %s: must be positive", o.autoscalePeriod)
 		}
+		if o.autoscaleSettle < 0 {
+			return p, usagef("--autoscale-settle %s: must not be negative", o.autoscaleSettle)
+		}
 	}
 	return p, nil
 }
@@ -182,7 +188,7 @@ func (o *kubeOptions) leaderTasks(ctx context.Context, cli *clientv3.Client, key
 	if o.autoscale {
 		scaler, err := kubeautoscale.New(kubeautoscale.Config{
 			Kube: c.kube, Dynamic: c.dyn, Etcd: cli, Keys: keys, Namespace: jobsNamespace, Policy: p.autoscale,
-			Period: o.autoscalePeriod, Logger: logger, Registerer: reg,
+			Period: o.autoscalePeriod, Settle: o.autoscaleSettle, Logger: logger, Registerer: reg,
 		})
 		if err != nil {
 			return nil, err
