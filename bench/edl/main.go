@@ -32,13 +32,15 @@ import (
 
 // env is what every pass shares.
 type env struct {
-	cluster  *kubetest.Cluster
-	kube     kubernetes.Interface
-	dyn      dynamic.Interface
-	etcd     *clientv3.Client
-	etcdURL  string
-	binary   string
-	compress int
+	cluster   *kubetest.Cluster
+	kube      kubernetes.Interface
+	dyn       dynamic.Interface
+	etcd      *clientv3.Client
+	etcdURL   string
+	binary    string
+	compress  int
+	scheduler string // the kube-scheduler profile of every pod
+	logs      string // where serve's logs go, at level info; "" for none
 }
 
 func main() {
@@ -48,14 +50,16 @@ func main() {
 	cases := flag.String("cases", "1,2", "cases to run")
 	modes := flag.String("modes", "off,edl,on", "modes to run: off (fixed jobs), edl (EDL's rule), on (--autoscale)")
 	out := flag.String("out", "bench/results", "directory of edl.md and the plots")
+	scheduler := flag.String("scheduler", kubetest.BinPackingScheduler, "the kube-scheduler profile of every pod: "+kubetest.BinPackingScheduler+" or default-scheduler")
+	logs := flag.String("logs", "", "write each pass's coordinator log, at level info, to this directory")
 	flag.Parse()
-	if err := run(*binary, *passes, *compress, *cases, *modes, *out); err != nil {
+	if err := run(*binary, *passes, *compress, *cases, *modes, *scheduler, *logs, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "edl:", err)
 		os.Exit(1)
 	}
 }
 
-func run(binary string, passes, compress int, cases, modes, out string) error {
+func run(binary string, passes, compress int, cases, modes, scheduler, logs, out string) error {
 	if compress < 1 || passes < 1 {
 		return fmt.Errorf("-compress and -passes must be at least 1")
 	}
@@ -74,7 +78,7 @@ func run(binary string, passes, compress int, cases, modes, out string) error {
 		return err
 	}
 	defer cluster.Stop()
-	e := &env{cluster: cluster, kube: cluster.Client, binary: self, compress: compress}
+	e := &env{cluster: cluster, kube: cluster.Client, binary: self, compress: compress, scheduler: scheduler, logs: logs}
 	if e.dyn, err = dynamic.NewForConfig(cluster.Config); err != nil {
 		return err
 	}

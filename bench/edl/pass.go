@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -81,14 +82,26 @@ func (p *pass) run(ctx context.Context) error {
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.ns}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
+	level := "warn"
+	if p.env.logs != "" {
+		level = "info"
+	}
 	args := []string{"serve", "--etcd-endpoints", p.env.etcdURL, "--listen-metrics", "127.0.0.1:0", "--kubernetes",
-		"--kubeconfig", p.env.cluster.Kubeconfig, "--namespace", p.ns, "--sidecar-image", "bench", "--log-level", "warn"}
+		"--kubeconfig", p.env.cluster.Kubeconfig, "--namespace", p.ns, "--sidecar-image", "bench", "--log-level", level}
 	if p.mode == modeOn {
 		args = append(args, "--autoscale", "--autoscale-cooldown", (60 * time.Second / time.Duration(p.env.compress)).String(),
 			"--autoscale-period", (30 * time.Second / time.Duration(p.env.compress)).String())
 	}
 	serve := exec.Command(p.env.binary, args...)
 	serve.Stdout, serve.Stderr = os.Stderr, os.Stderr
+	if p.env.logs != "" {
+		log, err := os.Create(filepath.Join(p.env.logs, p.ns+".log"))
+		if err != nil {
+			return err
+		}
+		defer log.Close()
+		serve.Stdout, serve.Stderr = log, log
+	}
 	if err := serve.Start(); err != nil {
 		return err
 	}

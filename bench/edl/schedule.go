@@ -30,19 +30,19 @@ func (p *pass) submitJob(ctx context.Context, name string, fixed int) error {
 	if fixed > 0 {
 		worker = map[string]any{"replicas": int64(fixed)}
 	}
-	worker["template"] = podTemplate("trainer", "5", "8Gi")
+	worker["template"] = p.podTemplate("trainer", "5", "8Gi")
 	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": jobv1.Group + "/" + jobv1.Version, "kind": jobv1.Kind,
 		"metadata": map[string]any{"name": name},
 		"spec": map[string]any{"worker": worker,
-			"ps": map[string]any{"replicas": int64(2), "template": podTemplate("pserver", "4", "5Gi")}},
+			"ps": map[string]any{"replicas": int64(2), "template": p.podTemplate("pserver", "4", "5Gi")}},
 	}}
 	_, err := p.env.dyn.Resource(jobv1.GroupVersionResource).Namespace(p.ns).Create(ctx, obj, metav1.CreateOptions{})
 	return err
 }
 
-func podTemplate(name, cpu, memory string) map[string]any {
-	return map[string]any{"spec": map[string]any{"containers": []any{map[string]any{
+func (p *pass) podTemplate(name, cpu, memory string) map[string]any {
+	return map[string]any{"spec": map[string]any{"schedulerName": p.env.scheduler, "containers": []any{map[string]any{
 		"name": name, "image": "paddlepaddle/paddle", "command": []any{"python", "train.py"},
 		"resources": map[string]any{"requests": map[string]any{"cpu": cpu, "memory": memory},
 			"limits": map[string]any{"cpu": cpu, "memory": memory}},
@@ -72,7 +72,7 @@ func (p *pass) nginx(ctx context.Context, replicas int32) error {
 		ObjectMeta: metav1.ObjectMeta{Name: "nginx"},
 		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
-				PriorityClassName: nginxPriorityClass,
+				PriorityClassName: nginxPriorityClass, SchedulerName: p.env.scheduler,
 				Containers: []corev1.Container{{Name: "nginx", Image: "nginx", Resources: corev1.ResourceRequirements{
 					Requests: corev1.ResourceList{corev1.ResourceCPU: qty("3"), corev1.ResourceMemory: qty("3Gi")},
 					Limits:   corev1.ResourceList{corev1.ResourceCPU: qty("3"), corev1.ResourceMemory: qty("3Gi")}}}},
