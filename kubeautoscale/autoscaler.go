@@ -45,8 +45,8 @@ type Config struct {
 	// carried out (autoscale.Settler); zero carries them out at once.
 	// MaxSettle is the most they wait; 15 s if zero.
 	Settle, MaxSettle time.Duration
-	Logger     hclog.Logger
-	Registerer prometheus.Registerer
+	Logger            hclog.Logger
+	Registerer        prometheus.Registerer
 }
 
 // Autoscaler is the leader task that resizes elastic jobs.
