@@ -219,7 +219,7 @@ func decideStopped(v view, d decision, tm timing, now time.Time) decision {
 	}
 
 	next := membership.Plan{
-		Generation: gen + 1, Phase: membership.PhaseRun, Members: t.members, WorldSize: t.worldSize, Master: t.master,
+		Generation: gen + 1, Phase: membership.PhaseRun, Members: t.members, WorldSize: t.worldSize, Master: t.master, Gloo: t.gloo,
 		MaxRestarts: v.spec.MaxRestarts, Reason: reason, Restarts: restarts, Excluded: excluded, DetectedAt: now, RunAt: now,
 	}
 	if v.plan != nil {

@@ -15,6 +15,7 @@ type table struct {
 	workers   int
 	worldSize int
 	master    string
+	gloo      string // the first parameter server's master port: PaddlePaddle's gloo store
 }
 
 // shortage says why no table can be formed.
@@ -87,6 +88,9 @@ func assignRanks(spec membership.Spec, live []membership.LiveNode, prev []member
 				Host: n.Host, Ports: append([]int(nil), n.Ports...), NProc: n.NProc, Lease: int64(n.Lease),
 			})
 			global += n.NProc
+		}
+		if rc.role == membership.RolePS && len(ranked) > 0 {
+			t.gloo = net.JoinHostPort(ranked[0].Host, strconv.Itoa(ranked[0].MasterPort))
 		}
 		if rc.role == membership.RoleWorker {
 			t.worldSize = global

@@ -137,8 +137,10 @@ func inject(j Job, r Role, sc Sidecar, command commandOf) (corev1.PodTemplateSpe
 	// A StatefulSet restarts whatever exits: the sidecar holds once the
 	// job has ended, until its pod goes.
 	wrapped := []string{binary, "sidecar", "--role=" + string(r.Name), "--hold-when-done"}
-	if j.WithGloo >= 1 && (r.Name == membership.RoleWorker || j.WithGloo == 2) {
-		wrapped = append(wrapped, "--with-gloo")
+	if j.WithGloo >= 1 && j.hasRole(membership.RolePS) {
+		// As paddle-operator does: every pod of a job with parameter
+		// servers is told the level, the first server to start the store.
+		wrapped = append(wrapped, fmt.Sprintf("--with-gloo=%d", j.WithGloo))
 	}
 	if r.Port > 0 {
 		wrapped = append(wrapped, fmt.Sprintf("--port=%d", r.Port))

@@ -32,6 +32,11 @@ type Job struct {
 	WithGloo int
 }
 
+// hasRole reports whether the job has pods of the role.
+func (j Job) hasRole(name membership.Role) bool {
+	return slices.ContainsFunc(j.Roles, func(r Role) bool { return r.Name == name && r.Replicas > 0 })
+}
+
 // Role is one role's pods.
 type Role struct {
 	Name     membership.Role

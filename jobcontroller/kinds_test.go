@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -193,16 +195,30 @@ func TestTheSidecarIsInjected(t *testing.T) {
 	sc := Sidecar{Image: "img:v1", EtcdEndpoints: "https://etcd:2379", EtcdSecret: "etcd-client", Prefix: "/p/"}
 	image := func(c *corev1.Container) ([]string, error) { return []string{"python", "train.py"}, nil }
 
+	// As paddle-operator: every role of a job with parameter servers is
+	// told the level; a job without them, nothing.
 	for _, tc := range []struct {
 		withGloo int
 		role     int
-		gloo     bool
-	}{{1, 0, true}, {1, 1, false}, {2, 1, true}, {0, 0, false}} {
+		flag     string
+	}{{1, 0, "--with-gloo=1"}, {1, 1, "--with-gloo=1"}, {2, 1, "--with-gloo=2"}, {0, 0, ""}} {
 		j.WithGloo = tc.withGloo
 		tmpl, err := inject(j, j.Roles[tc.role], sc, image)
 		require.NoError(t, err)
-		assert.Equal(t, tc.gloo, contains(tmpl.Spec.Containers[0].Command, "--with-gloo"), "withGloo %d, role %s", tc.withGloo, j.Roles[tc.role].Name)
+		var got string
+		for _, arg := range tmpl.Spec.Containers[0].Command {
+			if strings.HasPrefix(arg, "--with-gloo") {
+				got = arg
+			}
+		}
+		assert.Equal(t, tc.flag, got, "withGloo %d, role %s", tc.withGloo, j.Roles[tc.role].Name)
 	}
+	collective, err := fromPaddleJob(example(t, "paddlejob-resnet.yaml"))
+	require.NoError(t, err)
+	tmpl, err := inject(collective, collective.Roles[0], sc, image)
+	require.NoError(t, err)
+	assert.False(t, slices.ContainsFunc(tmpl.Spec.Containers[0].Command, func(a string) bool { return strings.HasPrefix(a, "--with-gloo") }),
+		"no parameter servers: no gloo store to name")
 	j.WithGloo = 1
 	sts, err := statefulSet(j, j.Roles[0], sc, image)
 	require.NoError(t, err)
@@ -212,7 +228,7 @@ func TestTheSidecarIsInjected(t *testing.T) {
 	pod := sts.Spec.Template.Spec
 	assert.Equal(t, "img:v1", pod.InitContainers[0].Image)
 	c := pod.Containers[0]
-	assert.Equal(t, []string{"/elastic/coordinator", "sidecar", "--role=worker", "--hold-when-done", "--with-gloo", "--", "python", "train.py"}, c.Command)
+	assert.Equal(t, []string{"/elastic/coordinator", "sidecar", "--role=worker", "--hold-when-done", "--with-gloo=1", "--", "python", "train.py"}, c.Command)
 	assert.Nil(t, c.Args)
 	env := map[string]string{}
 	for _, v := range c.Env {
@@ -230,7 +246,7 @@ func TestTheSidecarIsInjected(t *testing.T) {
 	assert.Equal(t, "elastic-etcd-tls", c.VolumeMounts[len(c.VolumeMounts)-1].Name)
 
 	j.Intranet = IntranetHost
-	tmpl, err := inject(j, j.Roles[0], sc, image)
+	tmpl, err = inject(j, j.Roles[0], sc, image)
 	require.NoError(t, err)
 	assert.True(t, tmpl.Spec.HostNetwork)
 	j.Intranet = IntranetService

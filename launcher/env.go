@@ -46,9 +46,13 @@ type Topology struct {
 	// the scheduler node's if there is one, else the master's.
 	SchedulerHost string
 	SchedulerPort int
-	// WithGloo sets PaddlePaddle's gloo variables, with rendezvous over
-	// HTTP at the master.
-	WithGloo bool
+	// Gloo is PaddlePaddle's gloo level (withGloo: 0 none, 1 workers, 2
+	// workers and servers), with rendezvous over HTTP; GlooEndpoint is
+	// the store of a job with parameter servers, which the first server
+	// starts (a collective job's first worker starts its own at its
+	// endpoint).
+	Gloo         int
+	GlooEndpoint string
 }
 
 // Env returns the variables of DESIGN §5 for the process with local rank
@@ -115,10 +119,12 @@ func (t Topology) Env(local int) []string {
 	default:
 		env["PADDLE_TRAINER_ID"] = itoa(global)
 	}
-	if t.WithGloo {
-		env["PADDLE_WITH_GLOO"] = "1"
+	if t.Gloo > 0 {
+		env["PADDLE_WITH_GLOO"] = itoa(t.Gloo)
 		env["PADDLE_GLOO_RENDEZVOUS"] = "3"
-		env["PADDLE_GLOO_HTTP_ENDPOINT"] = master
+		if t.GlooEndpoint != "" {
+			env["PADDLE_GLOO_HTTP_ENDPOINT"] = t.GlooEndpoint
+		}
 	}
 	out := make([]string, 0, len(env))
 	for k, v := range env {

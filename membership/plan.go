@@ -54,6 +54,10 @@ type Plan struct {
 	WorldSize int `json:"worldSize,omitempty"`
 	// Master is host:port of the rank-0 worker's rendezvous store.
 	Master string `json:"master,omitempty"`
+	// Gloo is host:port of PaddlePaddle's gloo HTTP store in a job with
+	// parameter servers: the first server starts it, on its node's master
+	// port, which it has no other use for.
+	Gloo string `json:"gloo,omitempty"`
 	// Restarts counts the restarts the job has spent of its budget;
 	// MaxRestarts is the budget.
 	Restarts    int `json:"restarts"`
@@ -151,11 +155,14 @@ func (p Plan) Validate() error {
 			return fmt.Errorf("plan: a failure belongs to phase stop, with a rank >= 0")
 		}
 	}
-	if p.Master != "" {
-		if _, port, err := net.SplitHostPort(p.Master); err != nil {
-			return fmt.Errorf("plan: master %q: %v", p.Master, err)
+	for _, a := range []struct{ name, addr string }{{"master", p.Master}, {"gloo", p.Gloo}} {
+		if a.addr == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(a.addr); err != nil {
+			return fmt.Errorf("plan: %s %q: %v", a.name, a.addr, err)
 		} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return fmt.Errorf("plan: master %q: bad port", p.Master)
+			return fmt.Errorf("plan: %s %q: bad port", a.name, a.addr)
 		}
 	}
 	return nil
@@ -188,6 +195,9 @@ type Endpoints struct {
 	// MasterAddr and MasterPort serve the rank-0 rendezvous store.
 	MasterAddr string
 	MasterPort int
+	// Gloo is host:port of PaddlePaddle's gloo HTTP store ("" without
+	// parameter servers).
+	Gloo string
 	// SchedulerAddr and SchedulerPort are the scheduler node's first
 	// endpoint, or the master when the job has no scheduler.
 	SchedulerAddr string
@@ -205,6 +215,7 @@ func (p Plan) Endpoints() Endpoints {
 		e.MasterPort, _ = strconv.Atoi(port)
 	}
 	e.SchedulerAddr, e.SchedulerPort = e.MasterAddr, e.MasterPort
+	e.Gloo = p.Gloo
 	for _, m := range p.Members {
 		e.Nodes[m.Role]++
 		e.Processes[m.Role] += m.NProc

@@ -10,15 +10,15 @@ import (
 // Processes runs a node's workload as real processes through a launcher.
 type Processes struct {
 	Launcher *launcher.Launcher
-	// WithGloo sets PaddlePaddle's gloo variables.
-	WithGloo bool
+	// Gloo is PaddlePaddle's gloo level (launcher.Topology.Gloo).
+	Gloo int
 }
 
 var _ Workload = (*Processes)(nil)
 
 // Start implements Workload.
 func (p *Processes) Start(_ context.Context, a Assignment) (<-chan Exit, error) {
-	exits, err := p.Launcher.Start(TopologyOf(a, p.WithGloo), a.Member.Lease)
+	exits, err := p.Launcher.Start(TopologyOf(a, p.Gloo), a.Member.Lease)
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +48,7 @@ func (p *Processes) SetDeadline(lease int64, at time.Time) {
 }
 
 // TopologyOf is what the processes of a member are told of its generation.
-func TopologyOf(a Assignment, withGloo bool) launcher.Topology {
+func TopologyOf(a Assignment, gloo int) launcher.Topology {
 	p, m := a.Plan, a.Member
 	e := p.Endpoints()
 	return launcher.Topology{
@@ -57,6 +57,6 @@ func TopologyOf(a Assignment, withGloo bool) launcher.Topology {
 		WorldSize: e.Processes[m.Role], Host: m.Host, Ports: m.Ports,
 		MasterAddr: e.MasterAddr, MasterPort: e.MasterPort,
 		TrainerEndpoints: e.Trainers, TrainerHosts: e.TrainerHosts, PServerEndpoints: e.PServers, HeterEndpoints: e.Heters,
-		SchedulerHost: e.SchedulerAddr, SchedulerPort: e.SchedulerPort, WithGloo: withGloo,
+		SchedulerHost: e.SchedulerAddr, SchedulerPort: e.SchedulerPort, Gloo: gloo, GlooEndpoint: e.Gloo,
 	}
 }

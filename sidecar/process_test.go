@@ -15,9 +15,9 @@ func TestTopologyOf(t *testing.T) {
 	ps0 := membership.Member{Node: "p0", Role: membership.RolePS, Rank: 0, Host: "10.0.1.1", Ports: []int{8000}, NProc: 1}
 	ps1 := membership.Member{Node: "p1", Role: membership.RolePS, Rank: 1, Host: "10.0.1.2", Ports: []int{8000}, NProc: 1}
 	plan := membership.Plan{Generation: 4, Phase: membership.PhaseRun, Members: []membership.Member{w0, w1, ps0, ps1},
-		WorldSize: 4, Master: "10.0.0.1:29500", Restarts: 1, MaxRestarts: 3}
+		WorldSize: 4, Master: "10.0.0.1:29500", Gloo: "10.0.1.1:29500", Restarts: 1, MaxRestarts: 3}
 
-	worker := sidecar.TopologyOf(sidecar.Assignment{Job: "j", Plan: plan, Member: w1}, false)
+	worker := sidecar.TopologyOf(sidecar.Assignment{Job: "j", Plan: plan, Member: w1}, 0)
 	assert.Equal(t, 1, worker.NodeRank)
 	assert.Equal(t, 2, worker.NNodes)
 	assert.Equal(t, 2, worker.GlobalRankBase)
@@ -29,7 +29,9 @@ func TestTopologyOf(t *testing.T) {
 	assert.Equal(t, 29500, worker.MasterPort)
 	assert.Equal(t, "10.0.0.1", worker.SchedulerHost, "no scheduler node: the master")
 
-	ps := sidecar.TopologyOf(sidecar.Assignment{Job: "j", Plan: plan, Member: ps1}, false)
+	ps := sidecar.TopologyOf(sidecar.Assignment{Job: "j", Plan: plan, Member: ps1}, 2)
+	assert.Equal(t, 2, ps.Gloo)
+	assert.Equal(t, "10.0.1.1:29500", ps.GlooEndpoint, "the first server's store")
 	assert.Equal(t, 2, ps.NNodes)
 	assert.Equal(t, 2, ps.WorldSize, "PS processes count within their role")
 	assert.Equal(t, 1, ps.NodeRank)

@@ -21,7 +21,7 @@ func newRunCommand(env lookupEnv) *cobra.Command {
 		job, np, listen, dataDir, logLevel, successPolicy string
 		nproc, faultTolerance, maxRestarts                int
 		ttl, grace                                        time.Duration
-		withGloo                                          bool
+		withGloo                                          int
 	)
 	cmd := &cobra.Command{
 		Use:   "run --np N|MIN:MAX [--nproc-per-node K] [--listen-client-urls URL] -- CMD [ARGS...]",
@@ -59,6 +59,9 @@ when it fails.`,
 			if ttl < membership.MinTTL {
 				return usagef("--ttl %s: at least %s", ttl, membership.MinTTL)
 			}
+			if withGloo < 0 || withGloo > 2 {
+				return usagef("--with-gloo %d: want 0, 1 or 2", withGloo)
+			}
 			spec := membership.DefaultSpec(target)
 			spec.FaultTolerance, spec.MaxRestarts = faultTolerance, maxRestarts
 			spec.SuccessPolicy = membership.SuccessPolicy(successPolicy)
@@ -74,8 +77,8 @@ when it fails.`,
 				return fmt.Errorf("find this program to start sidecars: %w", err)
 			}
 			var sidecarArgs []string
-			if withGloo {
-				sidecarArgs = append(sidecarArgs, "--with-gloo")
+			if withGloo > 0 {
+				sidecarArgs = append(sidecarArgs, fmt.Sprintf("--with-gloo=%d", withGloo))
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
@@ -107,7 +110,8 @@ when it fails.`,
 	fs.StringVar(&successPolicy, "success-policy", string(membership.SuccessAllWorkers), "AllWorkers or Rank0")
 	fs.DurationVar(&ttl, "ttl", membership.DefaultTTL, "sidecars' lease TTL")
 	fs.DurationVar(&grace, "grace-period", launcher.DefaultGrace, "time between SIGTERM and SIGKILL when stopping training processes")
-	fs.BoolVar(&withGloo, "with-gloo", false, "set PaddlePaddle's gloo variables")
+	fs.IntVar(&withGloo, "with-gloo", 0, "PaddlePaddle's withGloo, 1 or 2: set PADDLE_WITH_GLOO and PADDLE_GLOO_RENDEZVOUS=3; --with-gloo alone is 1")
+	fs.Lookup("with-gloo").NoOptDefVal = "1"
 	fs.StringVar(&logLevel, "log-level", "warn", "log level of the coordinator and sidecars")
 	return cmd
 }

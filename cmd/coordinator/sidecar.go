@@ -41,7 +41,7 @@ type sidecarOptions struct {
 	heter          int
 	successPolicy  string
 	cleanPodPolicy string
-	withGloo       bool
+	gloo           int
 	waitTimeout    time.Duration
 	logLevel       string
 	pod            string // the Kubernetes pod, from POD_NAME
@@ -108,7 +108,8 @@ written for paddle.distributed.launch works unchanged.`,
 	fs.IntVar(&o.schedulers, "schedulers", 0, "scheduler nodes of the job (MindSpore), 0 or 1; 1 for a node of --role scheduler")
 	fs.StringVar(&o.successPolicy, "success-policy", string(membership.SuccessAllWorkers), "AllWorkers or Rank0")
 	fs.StringVar(&o.cleanPodPolicy, "clean-pod-policy", string(membership.CleanPodNever), "Always, Never, OnFailure or OnCompletion (for the Kubernetes bridge)")
-	fs.BoolVar(&o.withGloo, "with-gloo", false, "set PaddlePaddle's gloo variables (PADDLE_WITH_GLOO, PADDLE_GLOO_RENDEZVOUS)")
+	fs.IntVar(&o.gloo, "with-gloo", 0, "PaddlePaddle's withGloo: 1 (workers) or 2 (workers and servers) sets PADDLE_WITH_GLOO and PADDLE_GLOO_RENDEZVOUS=3, and in a job with parameter servers PADDLE_GLOO_HTTP_ENDPOINT, the first server's store; --with-gloo alone is 1")
+	fs.Lookup("with-gloo").NoOptDefVal = "1"
 	fs.DurationVar(&o.waitTimeout, "wait-timeout", envSeconds(env, "PADDLE_ELASTIC_TIMEOUT"),
 		"give up after waiting this long without running; 0 waits forever"+envNote("PADDLE_ELASTIC_TIMEOUT"))
 	fs.StringVar(&o.intranet, "intranet", fromEnv(env, "PodIP", "ELASTIC_INTRANET"),
@@ -241,6 +242,9 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 	if o.cgroup != "auto" && o.cgroup != "off" {
 		return usagef("--cgroup %q: want auto or off", o.cgroup)
 	}
+	if o.gloo < 0 || o.gloo > 2 {
+		return usagef("--with-gloo %d: want 0, 1 or 2", o.gloo)
+	}
 	logger, err := newLogger(cmd.ErrOrStderr(), "sidecar", o.logLevel)
 	if err != nil {
 		return err
@@ -282,7 +286,7 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 	defer l.Close()
 	agent, err = sidecar.New(sidecar.Config{
 		Client: cli, Keys: keys, Job: o.job, Node: node, TTL: o.ttl, FenceMargin: o.fenceMargin, Spec: spec,
-		Workload: &sidecar.Processes{Launcher: l, WithGloo: o.withGloo}, StopGrace: o.grace, WaitTimeout: o.waitTimeout, Logger: logger,
+		Workload: &sidecar.Processes{Launcher: l, Gloo: o.gloo}, StopGrace: o.grace, WaitTimeout: o.waitTimeout, Logger: logger,
 	})
 	if err != nil {
 		return usageError{err}
