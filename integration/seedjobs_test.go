@@ -85,8 +85,9 @@ func TestTheSeedsPaddleJobsAndMSJobRunUnchanged(t *testing.T) {
 		e.kubectl("", "apply", "-f", filepath.Join("testdata", "kubernetes", "examples", f))
 	}
 
-	// PaddleJob, parameter servers: the image's command wrapped; the
-	// workers get gloo and the servers' endpoints.
+	// PaddleJob, parameter servers: the image's command wrapped; every
+	// role gets gloo, its store at the first server (as paddle-operator
+	// does), and the workers the servers' endpoints.
 	paddlePhase := func(job string) string {
 		u, err := e.dyn.Resource(paddleJobs).Namespace(e.ns).Get(t.Context(), job, metav1.GetOptions{})
 		if err != nil {
@@ -101,7 +102,7 @@ func TestTheSeedsPaddleJobsAndMSJobRunUnchanged(t *testing.T) {
 	}
 	sts, err := e.c.Client.AppsV1().StatefulSets(e.ns).Get(t.Context(), "wide-and-deep-worker", metav1.GetOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, []string{"/elastic/coordinator", "sidecar", "--role=worker", "--hold-when-done", "--with-gloo", "--", "python", "train.py"},
+	assert.Equal(t, []string{"/elastic/coordinator", "sidecar", "--role=worker", "--hold-when-done", "--with-gloo=1", "--", "python", "train.py"},
 		sts.Spec.Template.Spec.Containers[0].Command, "the image's entrypoint and command, wrapped")
 	worker := e.podEnv("wide-and-deep", "wide-and-deep-worker-0")
 	assert.Equal(t, "TRAINER", worker["TRAINING_ROLE"])
@@ -109,16 +110,28 @@ func TestTheSeedsPaddleJobsAndMSJobRunUnchanged(t *testing.T) {
 	assert.Len(t, strings.Split(worker["PADDLE_PSERVERS_IP_PORT_LIST"], ","), 2)
 	assert.Contains(t, worker["PADDLE_PSERVERS_IP_PORT_LIST"], podIP(t, e.c, e.ns, "wide-and-deep-ps-0")+":")
 	assert.Equal(t, "1", worker["PADDLE_WITH_GLOO"])
-	ps := e.podEnv("wide-and-deep", "wide-and-deep-ps-1")
-	assert.Equal(t, "PSERVER", ps["TRAINING_ROLE"])
-	assert.Empty(t, ps["PADDLE_WITH_GLOO"], "withGloo 1: workers only")
+	assert.Equal(t, "3", worker["PADDLE_GLOO_RENDEZVOUS"])
+	store := worker["PADDLE_GLOO_HTTP_ENDPOINT"]
+	assert.NotContains(t, worker["PADDLE_PSERVERS_IP_PORT_LIST"], store, "on a port of its own")
+	var first string
+	for _, pod := range []string{"wide-and-deep-ps-0", "wide-and-deep-ps-1"} {
+		ps := e.podEnv("wide-and-deep", pod)
+		assert.Equal(t, "PSERVER", ps["TRAINING_ROLE"])
+		assert.Equal(t, "1", ps["PADDLE_WITH_GLOO"], "the first server starts the store only if told to use gloo")
+		assert.Equal(t, store, ps["PADDLE_GLOO_HTTP_ENDPOINT"])
+		if ps["PADDLE_PSERVER_ID"] == "0" {
+			first = ps["POD_IP"]
+		}
+	}
+	assert.True(t, strings.HasPrefix(store, first+":"), "the store is the first server's (PADDLE_PSERVER_ID 0, at %s): %s", first, store)
 	resnet := e.podEnv("resnet", "resnet-worker-1")
 	assert.Equal(t, "2", resnet["PADDLE_TRAINERS_NUM"])
 	assert.Len(t, strings.Split(resnet["PADDLE_TRAINER_ENDPOINTS"], ","), 2)
 	rsts, err := e.c.Client.AppsV1().StatefulSets(e.ns).Get(t.Context(), "resnet-worker", metav1.GetOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, []string{"/elastic/coordinator", "sidecar", "--role=worker", "--hold-when-done", "--with-gloo", "--", "python", "-m", "paddle.distributed.launch", "train_fleet.py"},
-		rsts.Spec.Template.Spec.Containers[0].Command)
+	assert.Equal(t, []string{"/elastic/coordinator", "sidecar", "--role=worker", "--hold-when-done", "--", "python", "-m", "paddle.distributed.launch", "train_fleet.py"},
+		rsts.Spec.Template.Spec.Containers[0].Command, "collective: paddle-operator sets no gloo variables")
+	assert.Empty(t, resnet["PADDLE_WITH_GLOO"])
 
 	// MSJob: a scheduler, four workers; MindSpore's variables point at the
 	// scheduler's pod.
