@@ -12,6 +12,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	// Mozilla's CA roots, used where the system has none: the image is
+	// the binary alone, and the job controller reads images' commands
+	// from registries over HTTPS.
+	_ "golang.org/x/crypto/x509roots/fallback"
+
 	// The process guard and `commit` run from here, before the rest of
 	// the binary initialises.
 	_ "github.com/elastictraining/coordinator/cmd/coordinator/internal/fastpath"
