@@ -119,14 +119,16 @@ chaos: build
 # static binary on an empty root, user 65532 (internal/ociimage). The
 # tarball loads with `docker load -i`, `ctr images import` or
 # `kind load image-archive`; `make push REGISTRY=registry.example.com/team`.
-VERSION  := $(shell cat VERSION)
-IMAGE    ?= elastic-coordinator:$(VERSION)
-REGISTRY ?=
+VERSION   ?= $(shell cat VERSION)
+IMAGE     ?= elastic-coordinator:$(VERSION)
+IMAGE_TAR ?= $(BIN)/elastic-coordinator.tar
+IMAGE_DIR ?= $(BIN)/image
+REGISTRY  ?=
 image:
-	@mkdir -p $(BIN)/image
-	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/image/coordinator ./cmd/coordinator
-	$(GO) run ./hack/image -binary $(BIN)/image/coordinator -tag $(IMAGE) -version $(VERSION) -out $(BIN)/elastic-coordinator.tar
+	@mkdir -p $(IMAGE_DIR)
+	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(IMAGE_DIR)/coordinator ./cmd/coordinator
+	$(GO) run ./hack/image -binary $(IMAGE_DIR)/coordinator -tag $(IMAGE) -version $(VERSION) -out $(IMAGE_TAR)
 
 push: image
 	@test -n "$(REGISTRY)" || { echo "push: set REGISTRY, e.g. make push REGISTRY=registry.example.com/team"; exit 2; }
-	$(GO) run ./hack/image -binary $(BIN)/image/coordinator -tag $(IMAGE) -version $(VERSION) -push $(REGISTRY)/$(IMAGE)
+	$(GO) run ./hack/image -binary $(IMAGE_DIR)/coordinator -tag $(IMAGE) -version $(VERSION) -push $(REGISTRY)/$(IMAGE)

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
@@ -25,34 +24,31 @@ import (
 )
 
 // The image as `make image` builds it: opened from its tarball, its
-// entrypoint, user and binary are checked, and the binary in it runs, as the
-// image's user where the test may switch to it.
+// entrypoint, user and binary are checked, and the binary runs inside the
+// image's own file system (a chroot, as the image's user, where the test
+// may), as a container and the init container that copies it out run it.
 func TestTheImageRunsItsStaticBinaryAsNonRoot(t *testing.T) {
 	dir := t.TempDir()
-	for _, d := range []string{filepath.Dir(dir), dir} { // the image's user runs the binary from here
-		require.NoError(t, os.Chmod(d, 0o755))
-	}
-	binary := filepath.Join(dir, "coordinator")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.version=v9.9.9", "-o", binary, "./cmd/coordinator")
-	build.Dir = "../.."
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "%s", out)
-
-	img, err := ociimage.Build(binary, runtime.GOARCH, "v9.9.9", time.Unix(0, 0))
-	require.NoError(t, err)
-	again, err := ociimage.Build(binary, runtime.GOARCH, "v9.9.9", time.Unix(0, 0))
-	require.NoError(t, err)
-	d1, _ := img.Digest()
-	d2, _ := again.Digest()
-	assert.Equal(t, d1, d2, "one binary, one image")
-
 	archive := filepath.Join(dir, "image.tar")
-	require.NoError(t, ociimage.WriteTarball(img, "elastic-coordinator:v9.9.9", archive))
+	makeImage := func() {
+		make := exec.Command("make", "image", "VERSION=v9.9.9", "IMAGE_TAR="+archive, "IMAGE_DIR="+filepath.Join(dir, "build"))
+		make.Dir = "../.."
+		out, err := make.CombinedOutput()
+		require.NoError(t, err, "make image:\n%s", out)
+	}
+	makeImage()
 	tag, err := name.NewTag("elastic-coordinator:v9.9.9")
 	require.NoError(t, err)
 	opened, err := tarball.ImageFromPath(archive, &tag)
 	require.NoError(t, err)
+	first, err := opened.Digest()
+	require.NoError(t, err)
+	makeImage()
+	again, err := tarball.ImageFromPath(archive, &tag)
+	require.NoError(t, err)
+	second, err := again.Digest()
+	require.NoError(t, err)
+	assert.Equal(t, first, second, "one source, one image")
 
 	cfg, err := opened.ConfigFile()
 	require.NoError(t, err)
@@ -64,8 +60,8 @@ func TestTheImageRunsItsStaticBinaryAsNonRoot(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, layers, 1, "no base image: one layer")
 
-	// The binary out of the image's file system.
-	var inImage []byte
+	// The image's file system, unpacked.
+	root := filepath.Join(dir, "rootfs")
 	tr := tar.NewReader(mutate.Extract(opened))
 	for {
 		h, err := tr.Next()
@@ -73,28 +69,83 @@ func TestTheImageRunsItsStaticBinaryAsNonRoot(t *testing.T) {
 			break
 		}
 		require.NoError(t, err)
-		if "/"+h.Name == ociimage.BinaryPath {
-			assert.Equal(t, int64(0o755), h.Mode&0o777)
-			inImage, err = io.ReadAll(tr)
+		path := filepath.Join(root, h.Name)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			require.NoError(t, os.MkdirAll(path, 0o755))
+			require.NoError(t, os.Chmod(path, os.FileMode(h.Mode&0o777)|modeBits(h.Mode)))
+		case tar.TypeReg:
+			require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+			data, err := io.ReadAll(tr)
 			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(path, data, os.FileMode(h.Mode&0o777)))
 		}
 	}
-	require.NotEmpty(t, inImage, "no %s in the image", ociimage.BinaryPath)
-	exe := filepath.Join(dir, "from-image")
-	require.NoError(t, os.WriteFile(exe, inImage, 0o755))
+	for _, d := range []string{filepath.Dir(dir), dir, root} { // the image's user walks down to it
+		require.NoError(t, os.Chmod(d, 0o755))
+	}
+	inImage, err := os.ReadFile(filepath.Join(root, ociimage.BinaryPath))
+	require.NoError(t, err, "no %s in the image", ociimage.BinaryPath)
+	st, err := os.Stat(filepath.Join(root, ociimage.BinaryPath))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o755), st.Mode().Perm())
 	f, err := elf.NewFile(bytes.NewReader(inImage))
 	require.NoError(t, err)
 	for _, p := range f.Progs {
 		assert.NotEqual(t, elf.PT_INTERP, p.Type, "static: no dynamic loader, as an empty image has none")
 	}
+	passwd, err := os.ReadFile(filepath.Join(root, "etc", "passwd"))
+	require.NoError(t, err)
+	assert.Contains(t, string(passwd), ":65532:65532:", "the image's user has a name")
 
-	run := exec.Command(exe, "version")
-	if os.Getuid() == 0 {
-		run.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65532, Gid: 65532}}
+	// Run inside it, as its user, the way a container does; what the
+	// init container runs (install) needs /proc, which a container has.
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(ociimage.BinaryPath, args...)
+		cmd.Env = []string{"PATH=/usr/local/bin"}
+		if os.Getuid() == 0 {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root, Credential: &syscall.Credential{Uid: 65532, Gid: 65532}}
+			cmd.Dir = "/"
+		} else {
+			cmd.Path = filepath.Join(root, ociimage.BinaryPath)
+		}
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%v: %s", args, out)
+		return string(out)
 	}
-	got, err := run.CombinedOutput()
-	require.NoError(t, err, "%s", got)
-	assert.Contains(t, string(got), "coordinator v9.9.9")
+	if os.Getuid() == 0 {
+		proc := filepath.Join(root, "proc")
+		require.NoError(t, os.MkdirAll(proc, 0o555))
+		require.NoError(t, syscall.Mount("proc", proc, "proc", 0, ""))
+		t.Cleanup(func() { _ = syscall.Unmount(proc, syscall.MNT_DETACH) })
+	}
+	assert.Contains(t, run("version"), "coordinator v9.9.9")
+	target := "/tmp/elastic/coordinator"
+	if os.Getuid() != 0 {
+		target = filepath.Join(root, target)
+	}
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "tmp", "elastic"), 0o777))
+	require.NoError(t, os.Chmod(filepath.Join(root, "tmp", "elastic"), 0o777))
+	run("install", target)
+	copied, err := os.ReadFile(filepath.Join(root, "tmp", "elastic", "coordinator"))
+	require.NoError(t, err)
+	assert.Equal(t, inImage, copied, "install copies the binary out, for the training container")
+}
+
+// modeBits are a tar header's setuid, setgid and sticky bits as a FileMode.
+func modeBits(mode int64) os.FileMode {
+	var m os.FileMode
+	if mode&0o1000 != 0 {
+		m |= os.ModeSticky
+	}
+	if mode&0o2000 != 0 {
+		m |= os.ModeSetgid
+	}
+	if mode&0o4000 != 0 {
+		m |= os.ModeSetuid
+	}
+	return m
 }
 
 // deploy/ names the image `make image` builds: the tag is VERSION's.
