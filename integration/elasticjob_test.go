@@ -236,6 +236,17 @@ func TestABadElasticJobIsRefusedNamingTheField(t *testing.T) {
 		{"no containers", "apiVersion: elastictraining.io/v1\nkind: ElasticJob\nmetadata: {name: bad7}\nspec: {worker: {replicas: 1, template: {spec: {containers: []}}}}\n",
 			"spec.worker.template.spec.containers: Invalid value"},
 		{"long name", elasticJobYAML("a-job-whose-name-is-far-too-long-for-its-pods", 2, ""), "metadata.name: at most 40 characters"},
+		{"dotted name", elasticJobYAML("bad.name", 2, ""), "metadata.name: a DNS-1123 label"},
+		{"command a string", strings.Replace(elasticJobYAML("bad8", 2, ""), "command: [", "command: x #", 1),
+			"spec.worker.template.spec.containers[0].command: Invalid value: \"string\""},
+		{"container name", strings.Replace(elasticJobYAML("bad9", 2, ""), "name: trainer", "name: Bad_Name", 1),
+			"spec.worker.template.spec.containers[0].name: Invalid value: \"Bad_Name\""},
+		{"a quantity", strings.Replace(elasticJobYAML("bad10", 2, ""), "image: trainer:v1", "image: trainer:v1\n            resources: {limits: {cpu: abc}}", 1),
+			"spec.worker.template.spec.containers[0].resources.limits.cpu: Invalid value: \"abc\""},
+		{"a label", strings.Replace(elasticJobYAML("bad11", 2, ""), "    template:\n", "    template:\n      metadata: {labels: {tier: 1}}\n", 1),
+			"spec.worker.template.metadata.labels.tier: Invalid value: \"integer\""},
+		{"above the autoscaler's bound", strings.Replace(elasticJobYAML("bad12", 4, ""), "replicas: 4", "replicas: 4\n    maxReplicas: 3", 1),
+			"spec.worker.replicas: Invalid value: must not exceed spec.worker.maxReplicas"},
 	} {
 		err := e.createJob(tc.manifest)
 		require.Error(t, err, tc.name)

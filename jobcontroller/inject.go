@@ -118,6 +118,10 @@ func inject(j Job, r Role, sc Sidecar, command commandOf) (corev1.PodTemplateSpe
 	if len(spec.Containers) == 0 {
 		return t, templateError{role: string(r.Name), problem: "no containers"}
 	}
+	// A StatefulSet's pods restart always; the sidecar decides what a
+	// training process's exit means (paddle-operator's pods of Never or
+	// OnFailure were bare pods).
+	spec.RestartPolicy = corev1.RestartPolicyAlways
 	if j.Intranet == IntranetHost {
 		spec.HostNetwork, spec.DNSPolicy = true, corev1.DNSClusterFirstWithHostNet
 	}

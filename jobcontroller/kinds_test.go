@@ -220,6 +220,7 @@ func TestTheSidecarIsInjected(t *testing.T) {
 	assert.False(t, slices.ContainsFunc(tmpl.Spec.Containers[0].Command, func(a string) bool { return strings.HasPrefix(a, "--with-gloo") }),
 		"no parameter servers: no gloo store to name")
 	j.WithGloo = 1
+	j.Roles[0].Template.Spec.RestartPolicy = corev1.RestartPolicyNever // valid in paddle-operator's bare pods
 	sts, err := statefulSet(j, j.Roles[0], sc, image)
 	require.NoError(t, err)
 	assert.Equal(t, "wide-and-deep-worker", sts.Name)
@@ -230,6 +231,7 @@ func TestTheSidecarIsInjected(t *testing.T) {
 	c := pod.Containers[0]
 	assert.Equal(t, []string{"/elastic/coordinator", "sidecar", "--role=worker", "--hold-when-done", "--with-gloo=1", "--", "python", "train.py"}, c.Command)
 	assert.Nil(t, c.Args)
+	assert.Equal(t, corev1.RestartPolicyAlways, pod.RestartPolicy, "the only policy a StatefulSet takes; the sidecar answers exits")
 	env := map[string]string{}
 	for _, v := range c.Env {
 		env[v.Name] = v.Value

@@ -109,6 +109,10 @@ func ElasticJob() *apiextensionsv1.CustomResourceDefinition {
 			Message: "must not exceed spec.worker.replicas", FieldPath: ".worker.minReplicas", OptionalOldSelf: ptr(true)},
 		{Rule: "!has(self.worker.maxReplicas) || (has(self.worker.minReplicas) ? self.worker.minReplicas : 1) <= self.worker.maxReplicas",
 			Message: "must not be below spec.worker.minReplicas", FieldPath: ".worker.maxReplicas"},
+		// `kubectl scale` past the autoscaler's bound is refused, not
+		// clamped out of sight.
+		{Rule: "!has(self.worker.maxReplicas) || self.worker.replicas <= self.worker.maxReplicas",
+			Message: "must not exceed spec.worker.maxReplicas", FieldPath: ".worker.replicas"},
 	}
 	root := object(map[string]apiextensionsv1.JSONSchemaProps{"spec": spec, "status": elasticJobStatus()}, "spec")
 	root.XValidations = apiextensionsv1.ValidationRules{{
@@ -117,6 +121,9 @@ func ElasticJob() *apiextensionsv1.CustomResourceDefinition {
 		// job's and the role's.
 		Rule:    "size(self.metadata.name) <= 40",
 		Message: "metadata.name: at most 40 characters; it names the job's StatefulSets and pods",
+	}, {
+		Rule:    "self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",
+		Message: "metadata.name: a DNS-1123 label (lowercase letters, digits and '-'); it names the job's StatefulSets, Services and pods",
 	}}
 	return &apiextensionsv1.CustomResourceDefinition{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinition"},
@@ -275,19 +282,60 @@ func role(description string, ranged bool) apiextensionsv1.JSONSchemaProps {
 	return s
 }
 
+// podTemplate is a pod template's schema: the fields users most often
+// write, and get wrong, are typed, so that the API server refuses a bad one
+// naming it (spec.worker.template.spec.containers[0].command: must be of
+// type array); the rest of the pod is kept as given and checked when the
+// pods are created.
 func podTemplate() apiextensionsv1.JSONSchemaProps {
-	preserve := true
-	container := apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: &preserve, Required: []string{"name"}}
-	podSpec := apiextensionsv1.JSONSchemaProps{
-		Type: "object", XPreserveUnknownFields: &preserve, Required: []string{"containers"},
-		Properties: map[string]apiextensionsv1.JSONSchemaProps{
-			"containers": {Type: "array", MinItems: ptr(int64(1)), Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &container}},
-		},
+	preserve := ptr(true)
+	str := apiextensionsv1.JSONSchemaProps{Type: "string"}
+	strings := apiextensionsv1.JSONSchemaProps{Type: "array", Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &str}}
+	stringMap := apiextensionsv1.JSONSchemaProps{Type: "object", AdditionalProperties: &apiextensionsv1.JSONSchemaPropsOrBool{Allows: true, Schema: &str}}
+	quantity := apiextensionsv1.JSONSchemaProps{XIntOrString: true, AnyOf: []apiextensionsv1.JSONSchemaProps{{Type: "integer"}, {Type: "string"}},
+		Pattern: `^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$`}
+	quantities := apiextensionsv1.JSONSchemaProps{Type: "object", AdditionalProperties: &apiextensionsv1.JSONSchemaPropsOrBool{Allows: true, Schema: &quantity}}
+	kept := func(required ...string) apiextensionsv1.JSONSchemaProps {
+		return apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: preserve, Required: required}
 	}
+	list := func(item apiextensionsv1.JSONSchemaProps) apiextensionsv1.JSONSchemaProps {
+		return apiextensionsv1.JSONSchemaProps{Type: "array", Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &item}}
+	}
+	envVar := kept("name")
+	envVar.Properties = map[string]apiextensionsv1.JSONSchemaProps{"name": str, "value": str, "valueFrom": kept()}
+	port := kept("containerPort")
+	port.Properties = map[string]apiextensionsv1.JSONSchemaProps{
+		"containerPort": {Type: "integer", Format: "int32", Minimum: ptr(1.0), Maximum: ptr(65535.0)},
+		"name":          str,
+		"protocol":      stringEnum("", "TCP", "UDP", "SCTP"),
+	}
+	mount := kept("name", "mountPath")
+	mount.Properties = map[string]apiextensionsv1.JSONSchemaProps{"name": str, "mountPath": str}
+	container := kept("name")
+	container.Properties = map[string]apiextensionsv1.JSONSchemaProps{
+		"name": {Type: "string", MaxLength: ptr(int64(63)), Pattern: "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+			Description: "a DNS-1123 label: lowercase letters, digits and '-'"},
+		"image": str, "command": strings, "args": strings, "workingDir": str,
+		"env": list(envVar), "ports": list(port), "volumeMounts": list(mount),
+		"resources": {Type: "object", XPreserveUnknownFields: preserve,
+			Properties: map[string]apiextensionsv1.JSONSchemaProps{"requests": quantities, "limits": quantities}},
+	}
+	podSpec := kept("containers")
+	podSpec.Properties = map[string]apiextensionsv1.JSONSchemaProps{
+		"containers":     {Type: "array", MinItems: ptr(int64(1)), Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &container}},
+		"initContainers": list(container),
+		"restartPolicy": stringEnum("the controller's pods restart always; the sidecar answers the training processes' exits",
+			"Always", "OnFailure", "Never"),
+		"nodeSelector":       stringMap,
+		"serviceAccountName": str, "schedulerName": str, "priorityClassName": str,
+		"tolerations": list(kept()), "volumes": list(kept("name")),
+	}
+	metadata := apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: preserve,
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{"labels": stringMap, "annotations": stringMap}}
 	return apiextensionsv1.JSONSchemaProps{
 		Type: "object", Description: "the pods' template; the sidecar is injected into it",
 		Properties: map[string]apiextensionsv1.JSONSchemaProps{
-			"metadata": {Type: "object", XPreserveUnknownFields: &preserve},
+			"metadata": metadata,
 			"spec":     podSpec,
 		},
 		Required: []string{"spec"},
