@@ -73,14 +73,19 @@ func (t *term) status(u *unstructured.Unstructured, j *Job, old jobv1.ElasticJob
 	name := u.GetName()
 	next := jobv1.ElasticJobStatus{
 		Phase:              jobv1.PhasePending,
-		Selector:           labelsString(name, membership.RoleWorker),
 		ObservedGeneration: u.GetGeneration(),
 		Conditions:         old.Conditions,
 	}
-	if s, err := t.sets.StatefulSets(u.GetNamespace()).Get(StatefulSetName(name, membership.RoleWorker)); err == nil {
+	rec := t.recordsOf(name)
+	// The job's id is its name: while another resource of that name holds
+	// it, the workers of that name are the other's, and neither their
+	// count nor their selector (an HPA's) is this job's.
+	if rec.Spec == nil || (j != nil && rec.Spec.Owner == j.Spec.Owner) {
+		next.Selector = labelsString(name, membership.RoleWorker)
+	}
+	if s, err := t.sets.StatefulSets(u.GetNamespace()).Get(StatefulSetName(name, membership.RoleWorker)); err == nil && owns(s.OwnerReferences, u.GetUID()) {
 		next.Replicas = s.Status.Replicas
 	}
-	rec := t.recordsOf(name)
 	if j != nil && rec.Spec != nil && rec.Spec.Owner == j.Spec.Owner && rec.Status != nil {
 		s := rec.Status
 		next.Phase, next.Generation, next.NP = string(s.Phase), s.Generation, s.NP
