@@ -138,6 +138,13 @@ func rankRole(candidates []membership.LiveNode, n int, prevRank func(string) (in
 	}
 	byOldRank(survivors)
 	byOldRank(excludedTail)
+	// Pods of a StatefulSet come in by ordinal: worker-0 is rank 0 of a
+	// first generation (as the operators number their pods, and MSJob's
+	// success policy names worker 0), and the lowest ordinals are
+	// preferred, as a scale-down keeps them.
+	if allHaveOrdinals(newcomers, func(n membership.LiveNode) membership.LiveNode { return n }) {
+		sort.SliceStable(newcomers, func(i, j int) bool { return *newcomers[i].Ordinal < *newcomers[j].Ordinal })
+	}
 	if len(survivors) > n && allHaveOrdinals(survivors, func(w withRank) membership.LiveNode { return w.node }) {
 		sort.SliceStable(survivors, func(i, j int) bool { return *survivors[i].node.Ordinal < *survivors[j].node.Ordinal })
 		survivors = survivors[:n]

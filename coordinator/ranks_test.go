@@ -125,6 +125,11 @@ func TestAssignRanks(t *testing.T) {
 		{name: "ordinals never reorder a table that fits", spec: spec("4"),
 			live: withOrdinals(live("p3", "p1", "p0", "p2"), 3, 1, 0, 2), prev: prevTable("p3", "p1", "p0", "p2"),
 			want: map[string]int{"p3": 0, "p1": 1, "p0": 2, "p2": 3}},
+		{name: "a first generation of a StatefulSet's pods is ranked by ordinal", spec: spec("3"),
+			live: withOrdinals(live("p2", "p0", "p1"), 2, 0, 1), want: map[string]int{"p0": 0, "p1": 1, "p2": 2}},
+		{name: "newcomers take the holes lowest ordinal first, the lowest preferred", spec: spec("3"),
+			live: withOrdinals(live("p0", "p5", "p3", "p2"), 0, 5, 3, 2), prev: prevTable("p0", "p1"),
+			want: map[string]int{"p0": 0, "p2": 1, "p3": 2}},
 		{name: "a leaving node takes no rank", spec: spec("2"), live: leaving(live("a", "b", "c"), "a"), prev: prevTable("a", "b"),
 			want: map[string]int{"b": 1, "c": 0}},
 	} {
