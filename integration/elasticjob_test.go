@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -113,10 +114,11 @@ func TestElasticJobRunsScalesThroughKubectlAndGoesWithItsResource(t *testing.T) 
 	start := time.Now()
 	assert.Equal(t, "elasticjob.elastictraining.io/train created\n",
 		e.kubectl(elasticJobYAML("train", 4, "cleanPodPolicy: OnCompletion"), "apply", "-f", "-"))
-	st := e.jobStatus("train", "Running at 4", runningAt(4))
+	e.jobStatus("train", "Running at 4", runningAt(4))
 	t.Logf("create → 4 trainers running: %s", time.Since(start).Round(time.Millisecond))
+	// The StatefulSet's count comes with its own status, a moment apart.
+	st := e.jobStatus("train", "4 replicas", func(s jobv1.ElasticJobStatus) bool { return s.Replicas == 4 })
 	assert.Equal(t, "4", st.NP)
-	assert.Equal(t, int32(4), st.Replicas)
 	assert.Equal(t, "elastic.job=train,elastic.role=worker", st.Selector)
 
 	// What the controller made: a StatefulSet with the sidecar injected,
@@ -189,6 +191,18 @@ func TestElasticJobRunsScalesThroughKubectlAndGoesWithItsResource(t *testing.T) 
 			assert.NotContains(t, line, " step=0 ", "a trainer of generation %d started from step 0", after.Generation)
 		}
 	}
+
+	// An HorizontalPodAutoscaler scales it through the same subresource:
+	// its minimum is enforced before any metric is read.
+	_, err = e.c.Client.AutoscalingV2().HorizontalPodAutoscalers(e.ns).Create(t.Context(), &autoscalingv2.HorizontalPodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Name: "train"},
+		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: jobv1.Group + "/" + jobv1.Version, Kind: jobv1.Kind, Name: "train"},
+			MinReplicas:    new(int32(4)), MaxReplicas: 4,
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	e.jobStatus("train", "Running at 4, the HPA's minimum", runningAt(4))
 
 	// Deleted: everything goes, in Kubernetes and in etcd.
 	e.kubectl("", "delete", "elasticjob", "train", "--wait=false")
@@ -300,11 +314,20 @@ func TestElasticJobCleanPodPolicyAndProblems(t *testing.T) {
 	assert.Contains(t, st.Problem, "container trainer has no command")
 	assert.Eventually(t, func() bool { return hasEvent(e.events("nocmd"), "InvalidTemplate", "no command") }, 10*time.Second, 50*time.Millisecond)
 
-	// Deleted, whatever its policy: the job's pods go with it.
-	require.NoError(t, e.dyn.Resource(jobv1.GroupVersionResource).Namespace(e.ns).Delete(t.Context(), "done-never", metav1.DeleteOptions{}))
-	require.Eventually(t, func() bool {
-		return kubetest.RunningPods(t.Context(), e.c.Client, e.ns, "elastic.job=done-never") == 0
-	}, 60*time.Second, 50*time.Millisecond, "the pods outlived their job")
+	// Deleted, whatever its policy: the job's pods, StatefulSets and
+	// records go with it.
+	for _, policy := range []string{"OnCompletion", "Never", "Always", "OnFailure"} {
+		e.kubectl("", "delete", "elasticjob", "done-"+strings.ToLower(policy), "--wait=false")
+	}
+	for _, policy := range []string{"OnCompletion", "Never", "Always", "OnFailure"} {
+		name := "done-" + strings.ToLower(policy)
+		require.Eventually(t, func() bool {
+			_, stsErr := e.c.Client.AppsV1().StatefulSets(e.ns).Get(t.Context(), name+"-worker", metav1.GetOptions{})
+			resp, err := e.etcd.Client(t).Get(t.Context(), membership.DefaultKeys().Spec(name), clientv3.WithCountOnly())
+			return apierrors.IsNotFound(stsErr) && err == nil && resp.Count == 0 &&
+				kubetest.RunningPods(t.Context(), e.c.Client, e.ns, "elastic.job="+name) == 0
+		}, 60*time.Second, 50*time.Millisecond, "what job %s (cleanPodPolicy %s) owned outlived it", name, policy)
+	}
 }
 
 // TestAllNamespacesRunsTheJobsOfEveryNamespace runs the coordinator with
