@@ -28,6 +28,21 @@ const (
 	allocatableCPU = 2348
 )
 
+// nodeCPU is each node's allocatable CPU in millicores.
+func nodeCPU() map[string]int64 {
+	out := make(map[string]int64, nodeCount)
+	for i := range nodeCount {
+		cpu := int64(17000)
+		if i < bigNodes {
+			cpu = 18000
+		}
+		out[nodeName(i)] = cpu
+	}
+	return out
+}
+
+func nodeName(i int) string { return fmt.Sprintf("edl-node-%03d", i) }
+
 // addNodes registers the seed's nodes with kwok, each with a pod CIDR of
 // its own, and removes the control plane's default node.
 func addNodes(ctx context.Context, kube kubernetes.Interface) error {
@@ -39,7 +54,7 @@ func addNodes(ctx context.Context, kube kubernetes.Interface) error {
 		}
 		capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("128Gi"),
 			corev1.ResourcePods: resource.MustParse("110")}
-		name := fmt.Sprintf("edl-node-%03d", i)
+		name := nodeName(i)
 		node := &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: name,
 				Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},

@@ -59,6 +59,10 @@ type sample struct {
 	nginx        int     // nginx pods Running
 	trainers     int     // trainer pods Running
 	nginxPending int
+	// stranded is the free CPU of the nodes where no trainer fits (less
+	// than 5 CPU free), over the allocatable: room only a smaller pod
+	// could use.
+	stranded float64
 }
 
 // mark is a step of the schedule: nginx set to n replicas.
@@ -155,6 +159,21 @@ func (p *pass) sampleEvery(ctx context.Context, period time.Duration) {
 		s := sample{at: now}
 		var running int64
 		seen, run := map[string]bool{}, map[string]bool{}
+		free := nodeCPU()
+		for _, pod := range pods.Items {
+			if pod.Spec.NodeName != "" && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+				for _, c := range pod.Spec.Containers {
+					free[pod.Spec.NodeName] -= c.Resources.Requests.Cpu().MilliValue()
+				}
+			}
+		}
+		var stranded int64
+		for _, f := range free {
+			if f > 0 && f < 5000 {
+				stranded += f
+			}
+		}
+		s.stranded = float64(stranded) / (allocatableCPU * 1000)
 		for _, pod := range pods.Items {
 			job := pod.Labels["elastic.job"]
 			isRunning := pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -150,6 +151,9 @@ func report(results map[int]map[string][]*pass, compress int, out string) error 
 			}
 		}
 		fmt.Fprintln(w)
+		if c == 2 {
+			phases(w, byMode)
+		}
 		if err := plots(c, byMode, out); err != nil {
 			return err
 		}
@@ -217,4 +221,82 @@ func plots(c int, byMode map[string][]*pass, out string) error {
 		return err
 	}
 	return draw("edl-case2-utilization.png", "Case 2: CPU utilization (requests of Running pods / allocatable)", "%", []series{util})
+}
+
+// phases prints case 2's utilization at each step of nginx, and the CPU
+// stranded on nodes where no trainer fits: what fragmentation leaves.
+func phases(w io.Writer, byMode map[string][]*pass) {
+	fmt.Fprintln(w, "Utilization / stranded CPU (free on nodes with room for no trainer) by step of nginx, averages over the passes:")
+	fmt.Fprintln(w)
+	var header []string
+	for _, mode := range []string{modeOff, modeEDL, modeOn} {
+		ps := byMode[mode]
+		if len(ps) == 0 {
+			continue
+		}
+		steps := nginxSteps(ps[0])
+		if header == nil {
+			header = steps
+			fmt.Fprintf(w, "| | %s |\n|---|%s\n", strings.Join(header, " | "), strings.Repeat("---|", len(header)))
+		}
+		util, stranded := make([]float64, len(steps)), make([]float64, len(steps))
+		for _, p := range ps {
+			u, st := stepAverages(p)
+			for i := range min(len(u), len(util)) {
+				util[i] += u[i] / float64(len(ps))
+				stranded[i] += st[i] / float64(len(ps))
+			}
+		}
+		cells := make([]string, len(steps))
+		for i := range steps {
+			cells[i] = fmt.Sprintf("%.1f %% / %.1f %%", 100*util[i], 100*stranded[i])
+		}
+		fmt.Fprintf(w, "| %s | %s |\n", modeNames[mode], strings.Join(cells, " | "))
+	}
+	fmt.Fprintln(w)
+}
+
+// nginxSteps names the pass's windows: from each change of nginx to the
+// next, the first from the last job's arrival.
+func nginxSteps(p *pass) []string {
+	var out []string
+	for _, mk := range p.marks {
+		if mk.what == "nginx" {
+			out = append(out, fmt.Sprintf("nginx %d", mk.value))
+		}
+	}
+	if len(out) > 0 {
+		out[0] += " (from the start: nginx alone, then the jobs)"
+	}
+	return out
+}
+
+// stepAverages averages utilization and stranded CPU over each window
+// between changes of nginx.
+func stepAverages(p *pass) (util, stranded []float64) {
+	var bounds []time.Duration
+	for _, mk := range p.marks {
+		if mk.what == "nginx" {
+			bounds = append(bounds, mk.at)
+		}
+	}
+	bounds = append(bounds, time.Duration(1<<62))
+	util, stranded = make([]float64, len(bounds)-1), make([]float64, len(bounds)-1)
+	counts := make([]int, len(bounds)-1)
+	for _, s := range p.samples {
+		for i := range len(bounds) - 1 {
+			if s.at >= bounds[i] && s.at < bounds[i+1] {
+				util[i] += s.utilization
+				stranded[i] += s.stranded
+				counts[i]++
+			}
+		}
+	}
+	for i, n := range counts {
+		if n > 0 {
+			util[i] /= float64(n)
+			stranded[i] /= float64(n)
+		}
+	}
+	return util, stranded
 }
