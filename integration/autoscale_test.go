@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/internal/kubetest"
@@ -72,9 +73,34 @@ func TestTheAutoscalerMakesRoomForAHigherPriorityAndGrowsBack(t *testing.T) {
 	// The jobs grow into the room: nine workers in all, each running.
 	e.waitWorkers(jobs, "the jobs fill the nine workers' room", func(total int) bool { return total == 9 })
 
-	// Four web pods of a higher priority need 12 CPU: the jobs give room,
-	// and every web pod runs.
+	// Four web pods of a higher priority need 12 CPU: the jobs give room
+	// as soon as the web ReplicaSet is asked for them, before they exist
+	// (a quota on their priority class holds them back here, so that the
+	// room cannot have been made for the pods themselves).
+	quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "hold-web"}, Spec: corev1.ResourceQuotaSpec{
+		Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")},
+		ScopeSelector: &corev1.ScopeSelector{MatchExpressions: []corev1.ScopedResourceSelectorRequirement{{
+			ScopeName: corev1.ResourceQuotaScopePriorityClass, Operator: corev1.ScopeSelectorOpIn, Values: []string{high.Name}}}},
+	}}
+	_, err = e.c.Client.CoreV1().ResourceQuotas(e.ns).Create(t.Context(), quota, metav1.CreateOptions{})
+	require.NoError(t, err)
 	web := e.webDeployment(pool, high.Name, 4)
+	e.waitWorkers(jobs, "the jobs make room for the web pods to come", func(total int) bool { return total <= 6 && total >= 2 })
+	assert.Zero(t, kubetest.RunningPods(t.Context(), e.c.Client, e.ns, "app=web"), "the quota holds the web pods back")
+	assert.Eventually(t, func() bool {
+		events, err := e.c.Client.CoreV1().Events(e.ns).List(t.Context(), metav1.ListOptions{FieldSelector: "reason=Autoscaled"})
+		return err == nil && hasEvent(events.Items, "Autoscaled", "(to be created, ")
+	}, 10*time.Second, 50*time.Millisecond, "the room was made for pods not yet created")
+	// The quota goes, and the ReplicaSet is nudged to try again at once
+	// (it backs off after refusals): every web pod runs.
+	require.NoError(t, e.c.Client.CoreV1().ResourceQuotas(e.ns).Delete(t.Context(), quota.Name, metav1.DeleteOptions{}))
+	rsList, err := e.c.Client.AppsV1().ReplicaSets(e.ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app=web"})
+	require.NoError(t, err)
+	for _, rs := range rsList.Items {
+		_, err := e.c.Client.AppsV1().ReplicaSets(e.ns).Patch(t.Context(), rs.Name, types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{"test/nudge":"1"}}}`), metav1.PatchOptions{})
+		require.NoError(t, err)
+	}
 	require.Eventually(t, func() bool { return kubetest.RunningPods(t.Context(), e.c.Client, e.ns, "app=web") == 4 },
 		120*time.Second, 50*time.Millisecond, "the web pods never all ran:\n%s", e.bridge.out)
 	e.waitWorkers(jobs, "the jobs keep to the room the web pods leave", func(total int) bool { return total <= 6 && total >= 2 })
