@@ -118,5 +118,5 @@ func run(binary string, passes, compress int, cases, modes, scheduler, logs, out
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
-	return report(results, compress, out)
+	return report(results, compress, scheduler, out)
 }

@@ -28,11 +28,13 @@ type measures struct {
 	util, offPeak   float64       // percent
 	nginxRamp       time.Duration // scale-up steps of nginx: to every pod Running
 	restarts        float64       // per job
+	perJobHour      float64       // restarts per job-hour, in the seed's time
 }
 
 func measure(p *pass) measures {
 	var m measures
 	end := p.samples[len(p.samples)-1].at
+	var jobHours float64
 	for _, j := range p.jobs {
 		seen := j.seen
 		if seen == 0 {
@@ -41,6 +43,10 @@ func measure(p *pass) measures {
 		m.pending += or(j.running, end) - seen
 		m.strict += or(j.trained, end) - seen
 		m.restarts += float64(max(j.generation-1, 0))
+		jobHours += (end - j.submitted).Hours() * float64(p.env.compress)
+	}
+	if jobHours > 0 {
+		m.perJobHour = m.restarts / jobHours
 	}
 	if n := len(p.jobs); n > 0 {
 		m.pending /= time.Duration(n)
@@ -106,11 +112,12 @@ func mean(ps []*pass) measures {
 		m.util += x.util / float64(len(ps))
 		m.offPeak += x.offPeak / float64(len(ps))
 		m.restarts += x.restarts / float64(len(ps))
+		m.perJobHour += x.perJobHour / float64(len(ps))
 	}
 	return m
 }
 
-func report(results map[int]map[string][]*pass, compress int, out string) error {
+func report(results map[int]map[string][]*pass, compress int, scheduler, out string) error {
 	f, err := os.Create(filepath.Join(out, "edl.md"))
 	if err != nil {
 		return err
@@ -118,7 +125,7 @@ func report(results map[int]map[string][]*pass, compress int, out string) error 
 	defer f.Close()
 	w := io.MultiWriter(os.Stdout, f)
 	fmt.Fprintf(w, "# The seed's EDL experiment, reproduced (make bench-edl)\n\n")
-	fmt.Fprintf(w, "kube-apiserver, kube-scheduler and controller-manager with kwok: 133 nodes, 2,348 allocatable CPU; the real `coordinator serve --kubernetes`; a simulated node (the real sidecar agent, an in-memory trainer) for every Running pod. Trainers 5 CPU / 8 Gi, 2 parameter servers of 4 CPU / 5 Gi a job, nginx 3 CPU / 3 Gi of a higher PriorityClass. The seed's schedule runs **%d× faster** (times below are as measured, in the compressed run; the autoscaler's cooldown and period are compressed alike). Averages over the passes; the seed's over 10.\n\n", compress)
+	fmt.Fprintf(w, "kube-apiserver, kube-scheduler and controller-manager with kwok: 133 nodes, 2,348 allocatable CPU; the real `coordinator serve --kubernetes`; a simulated node (the real sidecar agent, an in-memory trainer) for every Running pod. Trainers 5 CPU / 8 Gi, 2 parameter servers of 4 CPU / 5 Gi a job, nginx 3 CPU / 3 Gi of a higher PriorityClass. The seed's schedule runs **%d× faster** (times below are as measured, in the compressed run; the autoscaler's cooldown and period are compressed alike; restarts per job-hour are per hour of the seed's schedule). Every pod is placed by the kube-scheduler's %q profile, in every mode alike. Averages over the passes; the seed's over 10.\n\n", compress, scheduler)
 	for _, c := range []int{1, 2} {
 		byMode, ok := results[c]
 		if !ok {
@@ -130,11 +137,11 @@ func report(results map[int]map[string][]*pass, compress int, out string) error 
 		}
 		fmt.Fprintf(w, "## Case %d (%d passes a mode)\n\n", c, passes)
 		if c == 1 {
-			fmt.Fprintln(w, "| | seed: pending | pending (first pod Running) | pending (first generation with ≥ min trainers) | seed: utilization | utilization | restarts / job |")
-			fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+			fmt.Fprintln(w, "| | seed: pending | pending (first pod Running) | pending (first generation with ≥ min trainers) | seed: utilization | utilization | restarts / job | restarts / job-hour |")
+			fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 		} else {
-			fmt.Fprintln(w, "| | seed: pending | pending (first pod Running) | pending (first generation with ≥ min trainers) | seed: utilization | utilization | seed: off-peak | off-peak | nginx scale-up to all Running | restarts / job |")
-			fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
+			fmt.Fprintln(w, "| | seed: pending | pending (first pod Running) | pending (first generation with ≥ min trainers) | seed: utilization | utilization | seed: off-peak | off-peak | nginx scale-up to all Running | restarts / job | restarts / job-hour |")
+			fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
 		}
 		for _, mode := range []string{modeOff, modeEDL, modeOn} {
 			ps := byMode[mode]
@@ -143,11 +150,11 @@ func report(results map[int]map[string][]*pass, compress int, out string) error 
 			}
 			m, s := mean(ps), seed[c][mode]
 			if c == 1 {
-				fmt.Fprintf(w, "| %s | %.1f s | %.1f s | %.1f s | %.2f %% | %.2f %% | %.1f |\n", modeNames[mode], s.pending,
-					m.pending.Seconds(), m.strict.Seconds(), s.util, m.util, m.restarts)
+				fmt.Fprintf(w, "| %s | %.1f s | %.1f s | %.1f s | %.2f %% | %.2f %% | %.1f | %.0f |\n", modeNames[mode], s.pending,
+					m.pending.Seconds(), m.strict.Seconds(), s.util, m.util, m.restarts, m.perJobHour)
 			} else {
-				fmt.Fprintf(w, "| %s | %.1f s | %.1f s | %.1f s | %.2f %% | %.2f %% | %.2f %% | %.2f %% | %.1f s | %.1f |\n", modeNames[mode], s.pending,
-					m.pending.Seconds(), m.strict.Seconds(), s.util, m.util, s.offPeak, m.offPeak, m.nginxRamp.Seconds(), m.restarts)
+				fmt.Fprintf(w, "| %s | %.1f s | %.1f s | %.1f s | %.2f %% | %.2f %% | %.2f %% | %.2f %% | %.1f s | %.1f | %.0f |\n", modeNames[mode], s.pending,
+					m.pending.Seconds(), m.strict.Seconds(), s.util, m.util, s.offPeak, m.offPeak, m.nginxRamp.Seconds(), m.restarts, m.perJobHour)
 			}
 		}
 		fmt.Fprintln(w)

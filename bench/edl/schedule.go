@@ -3,6 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -59,6 +63,7 @@ func (p *pass) scaleJob(ctx context.Context, name string, n int) error {
 // nginx sets the nginx Deployment's replicas, creating it the first time:
 // 3 CPU and 3 Gi a pod, of a priority above the jobs'.
 func (p *pass) nginx(ctx context.Context, replicas int32) error {
+	p.dumpNodes(ctx, fmt.Sprintf("before nginx → %d", replicas))
 	p.mark("nginx", int(replicas))
 	deployments := p.env.kube.AppsV1().Deployments(p.ns)
 	if _, err := deployments.Get(ctx, "nginx", metav1.GetOptions{}); err == nil {
@@ -150,6 +155,7 @@ func (p *pass) case2(ctx context.Context) error {
 			return err
 		}
 	}
+	p.dumpNodes(ctx, "at the end")
 	return nil
 }
 
@@ -159,4 +165,52 @@ func (p *pass) submit(ctx context.Context, i, fixed int) error {
 	p.jobs = append(p.jobs, &jobTimes{name: name, submitted: time.Since(p.start)})
 	p.mu.Unlock()
 	return p.submitJob(ctx, name, fixed)
+}
+
+// dumpNodes writes, with -logs, how many nodes hold each mix of pods
+// (nginx, trainers, servers, free CPU): where the room went.
+func (p *pass) dumpNodes(ctx context.Context, when string) {
+	if p.env.logs == "" {
+		return
+	}
+	pods, err := p.env.kube.CoreV1().Pods(p.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	type mix struct{ nginx, trainers, servers int }
+	free, mixes := nodeCPU(), map[string]*mix{}
+	for name := range free {
+		mixes[name] = &mix{}
+	}
+	for _, pod := range pods.Items {
+		m := mixes[pod.Spec.NodeName]
+		if m == nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		for _, c := range pod.Spec.Containers {
+			free[pod.Spec.NodeName] -= c.Resources.Requests.Cpu().MilliValue()
+		}
+		switch {
+		case pod.Labels["app"] == "nginx":
+			m.nginx++
+		case pod.Labels["elastic.role"] == "worker":
+			m.trainers++
+		default:
+			m.servers++
+		}
+	}
+	counts := map[string]int{}
+	for name, m := range mixes {
+		counts[fmt.Sprintf("%d nginx + %d trainers + %d servers, %d CPU free", m.nginx, m.trainers, m.servers, free[name]/1000)]++
+	}
+	keys := slices.Sorted(maps.Keys(counts))
+	f, err := os.OpenFile(filepath.Join(p.env.logs, p.ns+".nodes"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "%s (%s):\n", when, time.Since(p.start).Round(time.Second))
+	for _, k := range keys {
+		fmt.Fprintf(f, "  %3d nodes: %s\n", counts[k], k)
+	}
 }
