@@ -95,7 +95,7 @@ bench-edl-sim:
 # 2, autoscaling off, EDL's rule and --autoscale, EDL_PASSES each, the
 # schedule EDL_COMPRESS times faster; tables and plots in bench/results.
 EDL_PASSES ?= 3
-EDL_COMPRESS ?= 5
+EDL_COMPRESS ?= 2
 bench-edl: build kube-tools
 	@mkdir -p bench/results
 	KUBE_BIN_DIR=$(abspath $(BIN)) $(GO) run ./bench/edl -coordinator $(BIN)/coordinator -passes $(EDL_PASSES) -compress $(EDL_COMPRESS) -out bench/results
