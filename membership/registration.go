@@ -287,7 +287,7 @@ func (r *Registration) register(ctx context.Context, old clientv3.LeaseID) error
 	r.mu.Lock()
 	record := r.record
 	r.mu.Unlock()
-	if err := r.create(ctx, lease, old, record); err != nil {
+	if fenceAt, err = r.create(ctx, lease, fenceAt, old, record); err != nil {
 		// The lease expires by itself; revoking is only tidier.
 		revokeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_, _ = r.cfg.Client.Revoke(revokeCtx, lease)
@@ -352,10 +352,13 @@ func (r *Registration) fenceTime(sent time.Time, ttl int64) time.Time {
 // this registration's previous lease, is revoked instead: its processes are
 // gone, and it may outlive its TTL by far when etcd lost its quorum (a new
 // leader extends every lease), keeping the node out of the job for nothing.
-func (r *Registration) create(ctx context.Context, lease, old clientv3.LeaseID, record Node) error {
+// The wait can outlast the new lease's TTL (a dead sidecar's of a longer
+// one): the lease is renewed meanwhile, as nothing depends on it yet, and
+// create returns its fence time.
+func (r *Registration) create(ctx context.Context, lease clientv3.LeaseID, fenceAt time.Time, old clientv3.LeaseID, record Node) (time.Time, error) {
 	value, err := Encode(record)
 	if err != nil {
-		return err
+		return fenceAt, err
 	}
 	var waitedFor clientv3.LeaseID
 	var waitUntil time.Time
@@ -366,10 +369,10 @@ func (r *Registration) create(ctx context.Context, lease, old clientv3.LeaseID, 
 			Else(clientv3.OpGet(r.key)).
 			Commit()
 		if err != nil {
-			return fmt.Errorf("create node record: %w", err)
+			return fenceAt, fmt.Errorf("create node record: %w", err)
 		}
 		if resp.Succeeded {
-			return nil
+			return fenceAt, nil
 		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 {
@@ -378,7 +381,7 @@ func (r *Registration) create(ctx context.Context, lease, old clientv3.LeaseID, 
 		holder, rev := clientv3.LeaseID(kvs[0].Lease), kvs[0].ModRevision
 		if old != 0 && holder == old {
 			if _, err := r.cfg.Client.Revoke(ctx, old); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-				return fmt.Errorf("revoke the previous lease: %w", err)
+				return fenceAt, fmt.Errorf("revoke the previous lease: %w", err)
 			}
 			continue
 		}
@@ -393,12 +396,17 @@ func (r *Registration) create(ctx context.Context, lease, old clientv3.LeaseID, 
 			r.logger.Warn("the node's record is held under another lease; waiting for it to expire", "lease", fmt.Sprintf("%x", holder))
 		}
 		if !time.Now().Before(waitUntil) {
-			return fmt.Errorf("%w: node %s of job %s is registered by another sidecar that is alive (lease %x is still renewed); give this node another --node-id",
+			return fenceAt, fmt.Errorf("%w: node %s of job %s is registered by another sidecar that is alive (lease %x is still renewed); give this node another --node-id",
 				ErrNodeTaken, record.ID, r.cfg.Job, holder)
 		}
-		if err := r.waitGone(ctx, rev, waitUntil); err != nil {
-			return err
+		until := waitUntil
+		if renewBy := fenceAt.Add(-r.cfg.TTL / 2); renewBy.Before(until) {
+			until = renewBy
 		}
+		if err := r.waitGone(ctx, rev, until); err != nil {
+			return fenceAt, err
+		}
+		fenceAt = r.refresh(ctx, lease, fenceAt)
 	}
 }
 

@@ -40,7 +40,9 @@ func TestARecordUnderTheNodesOwnOldLeaseIsRevokedNotWaitedFor(t *testing.T) {
 		logger: hclog.NewNullLogger()}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // far less than the old lease's minute
 	defer cancel()
-	require.NoError(t, r.create(ctx, fresh.ID, old.ID, node))
+	fenceAt := r.fenceTime(time.Now(), 5)
+	_, err = r.create(ctx, fresh.ID, fenceAt, old.ID, node)
+	require.NoError(t, err)
 
 	got, err := cli.Get(t.Context(), key)
 	require.NoError(t, err)
@@ -57,7 +59,8 @@ func TestARecordUnderTheNodesOwnOldLeaseIsRevokedNotWaitedFor(t *testing.T) {
 	require.NoError(t, err)
 	short, cancelShort := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancelShort()
-	assert.Error(t, r.create(short, fresh.ID, old.ID, node))
+	_, err = r.create(short, fresh.ID, fenceAt, old.ID, node)
+	assert.Error(t, err)
 	ttl, err = cli.TimeToLive(t.Context(), other.ID)
 	require.NoError(t, err)
 	assert.Positive(t, ttl.TTL, "another sidecar's lease is left alone")

@@ -183,3 +183,30 @@ func TestABlockedWriteDoesNotDelayTheFence(t *testing.T) {
 	proxy.Resume()
 	<-written
 }
+
+// A record left by a dead sidecar under a lease of a longer TTL than this
+// one's: the registration waits it out, and the lease it will write under
+// stays alive meanwhile (it expired during the wait, and registering failed
+// with "requested lease not found").
+func TestAWaitLongerThanTheTTLKeepsTheNewLeaseAlive(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	keys := membership.DefaultKeys()
+	dead, err := cli.Grant(t.Context(), 5)
+	require.NoError(t, err)
+	value, err := membership.Encode(testNode("n1"))
+	require.NoError(t, err)
+	_, err = cli.Put(t.Context(), keys.Node("job", "n1"), value, clientv3.WithLease(dead.ID))
+	require.NoError(t, err)
+
+	start := time.Now()
+	reg, err := membership.Register(t.Context(), membership.RegistrationConfig{
+		Client: cli, Keys: keys, Job: "job", Node: testNode("n1"), TTL: 2 * time.Second,
+	})
+	require.NoError(t, err)
+	defer reg.Close()
+	assert.Greater(t, time.Since(start), 3*time.Second, "the dead sidecar's record was waited out")
+	_, lease, ok := readNode(t, srv, reg.Key())
+	require.True(t, ok)
+	assert.Equal(t, int64(reg.Lease()), lease)
+}
