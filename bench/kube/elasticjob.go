@@ -92,6 +92,9 @@ func measureElasticJobs(ctx context.Context, c *kubetest.Cluster, binary, dir st
 			return out, fmt.Errorf("apply: %w", err)
 		}
 		out.apply = append(out.apply, at.Sub(t0))
+		if err := settled(ctx, c, ns, name, workers); err != nil {
+			return out, err
+		}
 
 		for _, n := range []int{workers / 2, workers} {
 			t0 := time.Now()
@@ -103,6 +106,9 @@ func measureElasticJobs(ctx context.Context, c *kubetest.Cluster, binary, dir st
 				return out, fmt.Errorf("scale to %d: %w", n, err)
 			}
 			gen = next
+			if err := settled(ctx, c, ns, name, n); err != nil {
+				return out, err
+			}
 			if n < workers {
 				out.down = append(out.down, at.Sub(t0))
 			} else {
@@ -208,13 +214,23 @@ func scale(ctx context.Context, jobs dynamic.ResourceInterface, name string, n i
 
 // gone waits for a deleted job's pods to be gone.
 func gone(ctx context.Context, c *kubetest.Cluster, ns, job string) error {
+	return settled(ctx, c, ns, job, 0)
+}
+
+// settled waits until the job has exactly n pods, none being deleted: a
+// step is timed from a cluster at rest, not while the last one's pods are
+// still coming or going (a scale back up before a scale-down's pods went
+// would only take back nodes still on standby).
+func settled(ctx context.Context, c *kubetest.Cluster, ns, job string, n int) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
 		pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "elastic.job=" + job})
-		if err == nil && len(pods.Items) == 0 {
+		if err == nil && len(pods.Items) == n && !slices.ContainsFunc(pods.Items, func(p corev1.Pod) bool {
+			return p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning
+		}) {
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return fmt.Errorf("the pods of job %s outlived it", job)
+	return fmt.Errorf("job %s never settled at %d pods", job, n)
 }
