@@ -18,6 +18,7 @@ type Settler struct {
 	settle, maxSettle time.Duration
 	waiting           map[string]int // the targets held back when they last moved
 	first, last       time.Time      // when they first appeared, and last moved
+	seen              time.Time      // the last pass that held any back
 }
 
 // moved reports whether the targets held back moved since ref: a job came
@@ -65,9 +66,15 @@ func (s *Settler) Filter(plan Plan, now time.Time) ([]Decision, time.Time) {
 		}
 	}
 	if len(waiting) == 0 {
-		s.waiting = nil
+		// A growth that comes and goes from pass to pass (room taken
+		// and given back) keeps its first sight, so that it is carried
+		// out within maxSettle all the same.
+		if now.Sub(s.seen) > s.settle {
+			s.waiting = nil
+		}
 		return act, time.Time{}
 	}
+	s.seen = now
 	targets := map[string]int{}
 	for _, d := range waiting {
 		targets[d.Job] = d.To

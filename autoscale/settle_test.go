@@ -64,3 +64,23 @@ func TestSmallMovesOfAWaitingGrowthDoNotHoldItBack(t *testing.T) {
 	act, _ := s.Filter(planOf(autoscale.Decision{Job: "a", From: 2, To: 31}), t0.Add(time.Second))
 	assert.Equal(t, []autoscale.Decision{{Job: "a", From: 2, To: 31}}, act, "the growth as it is when it is due")
 }
+
+func TestAGrowthThatComesAndGoesIsCarriedOutWithinMaxSettle(t *testing.T) {
+	s := autoscale.NewSettler(time.Second, 3*time.Second)
+	var applied bool
+	for i := range 20 {
+		now := t0.Add(time.Duration(i) * 500 * time.Millisecond)
+		plan := planOf()
+		if i%2 == 0 { // room taken and given back at every other pass
+			plan = planOf(autoscale.Decision{Job: "a", From: 2, To: 8})
+		}
+		act, _ := s.Filter(plan, now)
+		if len(act) > 0 {
+			applied = true
+			assert.GreaterOrEqual(t, now.Sub(t0), time.Second, "not before the settle")
+			assert.LessOrEqual(t, now.Sub(t0), 3*time.Second, "within maxSettle")
+			break
+		}
+	}
+	assert.True(t, applied, "a growth that flickers is carried out within maxSettle")
+}

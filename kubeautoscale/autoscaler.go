@@ -53,7 +53,6 @@ type Config struct {
 type Autoscaler struct {
 	cfg     Config
 	policy  *autoscale.Policy
-	settler *autoscale.Settler // used by the pass loop alone
 	logger  hclog.Logger
 	metrics *metrics
 
@@ -111,7 +110,7 @@ func New(cfg Config) (*Autoscaler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Autoscaler{cfg: cfg, policy: policy, settler: autoscale.NewSettler(cfg.Settle, cfg.MaxSettle),
+	return &Autoscaler{cfg: cfg, policy: policy,
 		logger: cfg.Logger.Named("autoscaler"), metrics: m,
 		changed: map[string]time.Time{}, seen: map[string]int{}, wrote: map[string]written{}}, nil
 }
@@ -128,6 +127,7 @@ func (a *Autoscaler) Lead(ctx context.Context) error {
 		jobs:       map[string]*membership.JobRecords{},
 		created:    map[string]int64{},
 		reported:   map[string]membership.AutoscalerStatus{},
+		settler:    autoscale.NewSettler(a.cfg.Settle, a.cfg.MaxSettle),
 	}
 	return t.run(ctx)
 }
@@ -141,8 +141,9 @@ type term struct {
 	factory informers.SharedInformerFactory
 	nodes   cache.SharedIndexInformer
 	pods    cache.SharedIndexInformer
-	expect  *expectations
-	wake    *time.Timer // a pass when held decisions are due
+	loads   *workloads
+	settler *autoscale.Settler // of this term: nothing held in another carries over
+	wake    *time.Timer        // a pass when held decisions are due or an expectation lapses
 
 	mu      sync.Mutex
 	jobs    map[string]*membership.JobRecords
@@ -172,7 +173,7 @@ func (t *term) run(ctx context.Context) error {
 			return err
 		}
 	}
-	t.expect = newExpectations(ctx, t.cfg.Kube, t.factory, t.poke, t.logger.Warn)
+	t.loads = newWorkloads(ctx, t.cfg.Kube, t.factory, t.poke, t.logger.Warn)
 	t.factory.Start(ctx.Done())
 	defer t.factory.Shutdown()
 	defer func() {
@@ -189,7 +190,7 @@ func (t *term) run(ctx context.Context) error {
 	}()
 	defer wg.Wait()
 
-	if !cache.WaitForCacheSync(ctx.Done(), append([]cache.InformerSynced{t.nodes.HasSynced, t.pods.HasSynced}, t.expect.synced()...)...) {
+	if !cache.WaitForCacheSync(ctx.Done(), append([]cache.InformerSynced{t.nodes.HasSynced, t.pods.HasSynced}, t.loads.synced()...)...) {
 		return ctx.Err()
 	}
 	t.logger.Info("autoscaling", "namespace", namespaceName(t.cfg.Namespace), "cooldown", t.policy.Config().Cooldown)
@@ -317,8 +318,11 @@ func (t *term) pass(ctx context.Context) {
 	now := time.Now()
 	nodes := listAs[*corev1.Node](t.nodes)
 	pods := listAs[*corev1.Pod](t.pods)
-	pods = append(pods, t.expect.pods(pods, now)...)
-	v := buildView(nodes, pods, t.candidates())
+	controllers := t.loads.snapshot()
+	expected, lapses := controllers.expected(pods, now)
+	candidates := t.candidates()
+	holds := controllers.roomKeeper(pods, candidates, now)
+	v := buildView(nodes, append(pods, expected...), candidates, holds)
 	if t.cfg.Namespace != "" {
 		for id, j := range v.jobs {
 			if j.namespace != t.cfg.Namespace {
@@ -336,8 +340,11 @@ func (t *term) pass(ctx context.Context) {
 	if t.wake != nil {
 		t.wake.Stop()
 	}
+	if due.IsZero() || (!lapses.IsZero() && lapses.Before(due)) {
+		due = lapses
+	}
 	if !due.IsZero() {
-		t.wake = time.AfterFunc(due.Sub(now), t.poke)
+		t.wake = time.AfterFunc(max(due.Sub(now), 0), t.poke)
 	}
 
 	t.metrics.utilization.Set(v.utilization)

@@ -48,9 +48,10 @@ type jobView struct {
 }
 
 // buildView turns the informers' nodes and pods and etcd's candidates into
-// a snapshot. A job none of whose worker pods exists yet is left out: its
+// a snapshot; holdsRoom says whether a pod being deleted still takes its
+// room. A job none of whose worker pods exists yet is left out: its
 // workers' request is not known.
-func buildView(nodes []*corev1.Node, pods []*corev1.Pod, candidates map[string]candidate) view {
+func buildView(nodes []*corev1.Node, pods []*corev1.Pod, candidates map[string]candidate, holdsRoom func(*corev1.Pod) bool) view {
 	v := view{jobs: map[string]*jobView{}}
 	used := map[string]autoscale.Resources{}
 	var allocatable, running int64
@@ -98,11 +99,9 @@ func buildView(nodes []*corev1.Node, pods []*corev1.Pod, candidates map[string]c
 			running += req.MilliCPU
 		}
 		switch {
-		case p.Spec.NodeName != "" && p.DeletionTimestamp != nil:
-			// Its room is as good as free: counted as taken, the room
-			// a shrink is freeing would be asked of the jobs again at
-			// the next pass, and a workload scaling down would free
-			// nothing for the jobs until its last pod went.
+		case p.Spec.NodeName != "" && p.DeletionTimestamp != nil && !holdsRoom(p):
+			// Being deleted and not replaced: its room is as good as
+			// free (controllers.roomKeeper).
 		case p.Spec.NodeName != "":
 			if u, ok := used[p.Spec.NodeName]; ok {
 				used[p.Spec.NodeName] = u.Add(req)

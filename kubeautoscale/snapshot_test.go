@@ -2,6 +2,7 @@ package kubeautoscale
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -39,7 +40,7 @@ func TestTheViewCountsWhatIsPlacedAndWhatWaits(t *testing.T) {
 	nodes := []*corev1.Node{node("a-0", "16"), node("a-1", "16"), cordoned,
 		node("g-0", "16", corev1.Taint{Key: "gpu", Effect: corev1.TaintEffectNoSchedule})}
 	terminating := pod("train-worker-2", "train", "worker", "a-1", corev1.PodRunning, "5")
-	terminating.DeletionTimestamp = &metav1.Time{}
+	terminating.DeletionTimestamp = &metav1.Time{Time: time.Now().Add(30 * time.Second)}
 	nominated := pod("web-2", "", "", "", corev1.PodPending, "3")
 	nominated.Status.NominatedNodeName = "a-1"
 	withInit := pod("web-3", "", "", "", corev1.PodPending, "1")
@@ -57,15 +58,16 @@ func TestTheViewCountsWhatIsPlacedAndWhatWaits(t *testing.T) {
 	}
 	spec := membership.DefaultSpec(membership.NP{Min: 1, Max: 8})
 	spec.Target = 4
-	v := buildView(nodes, pods, map[string]candidate{"train": {id: "train", spec: spec, created: 7}})
+	candidates := map[string]candidate{"train": {id: "train", spec: spec, created: 7}}
+	v := buildView(nodes, pods, candidates, (*controllers)(nil).roomKeeper(pods, candidates, time.Now()))
 
 	require.Len(t, v.snapshot.Nodes, 3, "the cordoned node takes no pods")
 	used := map[string]int64{}
 	for _, n := range v.snapshot.Nodes {
 		used[n.Name] = n.Used.MilliCPU
 	}
-	assert.Equal(t, map[string]int64{"a-0": 10000, "a-1": 6000, "g-0": 0}, used,
-		"bound pods and nominated ones hold their room; finished ones and those being deleted do not")
+	assert.Equal(t, map[string]int64{"a-0": 10000, "a-1": 11000, "g-0": 0}, used,
+		"bound pods, nominated ones and a worker below the target being replaced hold their room; finished ones do not")
 	require.Len(t, v.snapshot.Jobs, 1)
 	j := v.snapshot.Jobs[0]
 	assert.Equal(t, []autoscale.Worker{{Node: "a-0", Ordinal: 0}, {Node: "a-0", Ordinal: 1}}, j.Placed)

@@ -77,7 +77,7 @@ func (o *kubeOptions) register(fs *pflag.FlagSet, env lookupEnv) {
 		"the least fraction of a job's size a growth must add")
 	fs.DurationVar(&o.autoscalePeriod, "autoscale-period", 30*time.Second, "a pass at least this often; passes follow changes of nodes, pods and jobs")
 	fs.DurationVar(&o.autoscaleSettle, "autoscale-settle", time.Second,
-		"a growth is carried out once the room it was decided from has not changed for this long (15 s at most; 0: at once), so that a job takes what another workload frees in one step; room for pods of a higher priority is made at once")
+		"a growth is carried out once the room it was decided from has not changed for this long (a growth waits 15 s at most, or this if longer; 0: at once), so that a job takes what another workload frees in one step; room for pods of a higher priority is made at once")
 	o.pod = fromEnv(env, "", "POD_NAME")
 }
 
