@@ -32,10 +32,16 @@ func (g *goneLeases) get(job string, lease int64) (time.Time, bool) {
 	return at, ok
 }
 
+// set notes that the lease was gone at at; the earliest sight stands (a
+// revocation that returns late, after the node itself revoked the lease,
+// must not push the wait back).
 func (g *goneLeases) set(job string, lease int64, at time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.at[goneLease{job, lease}] = at
+	k := goneLease{job, lease}
+	if was, ok := g.at[k]; !ok || at.Before(was) {
+		g.at[k] = at
+	}
 }
 
 // keep forgets the job's leases that are not in live: their eviction

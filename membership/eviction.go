@@ -114,7 +114,13 @@ func Evict(ctx context.Context, cli *clientv3.Client, keys Keys, req EvictReques
 		// revoke now; its record expires and the next attempt starts over.
 		return fmt.Errorf("evict node %s: etcd too slow to revoke safely; will retry", req.Node)
 	}
-	if _, err := cli.Revoke(ctx, req.Lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	// Bounded: a revocation held up by a lost quorum would hold up the
+	// caller, who meanwhile sees nothing, not even the node revoking the
+	// lease itself when it registers again. The record stands; the next
+	// attempt finds the lease gone, or the node registered anew.
+	revokeCtx, cancel := context.WithTimeout(ctx, evictionSlack/2)
+	defer cancel()
+	if _, err := cli.Revoke(revokeCtx, req.Lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return fmt.Errorf("evict node %s: revoke: %w", req.Node, err)
 	}
 	return nil
