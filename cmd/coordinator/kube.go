@@ -161,8 +161,8 @@ func (o *kubeOptions) parse() (parsedKube, error) {
 }
 
 // leaderTasks builds the bridge and the job controller. A flag that cannot
-// work is a usage error; a kubeconfig that cannot be read is an error the
-// caller logs. The controller alone may be off, with the reason logged:
+// work is a usage error; a kubeconfig that cannot be read ends serve too.
+// The controller alone may be off, with the reason logged:
 // the bridge still serves the jobs written as workloads.
 func (o *kubeOptions) leaderTasks(ctx context.Context, cli *clientv3.Client, keys membership.Keys, etcdEndpoints string, logger hclog.Logger, reg prometheus.Registerer) ([]coordinator.LeaderTask, error) {
 	p, err := o.parse()

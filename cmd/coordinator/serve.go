@@ -52,8 +52,8 @@ through their scale subresource, writes the ConfigMap JOB-elastic with the
 endpoints of every generation, keeps a headless Service per pod that asks for
 one (annotation elastic.intranet: Service), evicts the node of a deleted or
 failed pod at once, and applies the job's cleanPodPolicy when it ends. It needs
-only a Role in that namespace (see deploy/). Without a usable kubeconfig it
-says so and runs without the bridge.
+only a Role in that namespace (see deploy/). Without a usable kubeconfig (or,
+without --kubeconfig, outside a cluster) it says so and exits.
 
 It also runs the namespace's ElasticJob, PaddleJob and MSJob resources: a
 StatefulSet per role with the sidecar injected (its binary copied from
@@ -118,14 +118,12 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var tasks []coordinator.LeaderTask
 	if o.kube.enabled {
+		// --kubernetes that cannot reach Kubernetes (no kubeconfig, not in a
+		// cluster) is a command line that cannot work: a replica that stayed
+		// Ready without its bridge would hide that from whoever deployed it.
 		kubeTasks, err := o.kube.leaderTasks(ctx, cli, keys, o.etcd.endpoints, logger, reg)
 		if err != nil {
-			var usage usageError
-			if errors.As(err, &usage) {
-				return err
-			}
-			// Not a reason to crash-loop: the etcd side of every job goes on.
-			logger.Error("kubernetes bridge off", "error", err)
+			return err
 		}
 		tasks = append(tasks, kubeTasks...)
 	}
