@@ -192,12 +192,12 @@ func (e *kubeEnv) webDeployment(pool, priorityClass string, replicas int32) *app
 	return d
 }
 
+// scaleDeployment patches the scale subresource, as `kubectl scale` does: a
+// read and an update would conflict with the controller's status writes.
 func (e *kubeEnv) scaleDeployment(d *appsv1.Deployment, replicas int32) {
 	e.t.Helper()
-	s, err := e.c.Client.AppsV1().Deployments(e.ns).GetScale(e.t.Context(), d.Name, metav1.GetOptions{})
-	require.NoError(e.t, err)
-	s.Spec.Replicas = replicas
-	_, err = e.c.Client.AppsV1().Deployments(e.ns).UpdateScale(e.t.Context(), d.Name, s, metav1.UpdateOptions{})
+	_, err := e.c.Client.AppsV1().Deployments(e.ns).Patch(e.t.Context(), d.Name, types.MergePatchType,
+		fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas), metav1.PatchOptions{}, "scale")
 	require.NoError(e.t, err)
 }
 
