@@ -230,5 +230,90 @@ func (e *kubeEnv) waitWorkers(jobs []string, what string, ok func(total int) boo
 			settled = settled && err == nil && st.WorldSize == r && st.Ready == r && string(st.Phase) == "Running"
 		}
 		return settled && ok(total)
-	}, 180*time.Second, 50*time.Millisecond, "%s; last %v\n%s", what, last, e.bridge.out)
+	}, 180*time.Second, 50*time.Millisecond, "%s; last %v\n%s", what, lazy(func() string { return fmt.Sprint(last) }), e.bridge.out)
+}
+
+// lazy is a message argument read when the message is printed, not when
+// the assertion is called.
+type lazy func() string
+
+func (l lazy) String() string { return l() }
+
+// TestAScaleDownFreesWholeWorkersWithDeletionCosts: web pods (3 CPU) fill
+// four 12-CPU nodes, four a node, and an elastic job of 4-CPU workers
+// waits for room. Left to itself, the web ReplicaSet sheds four pods from
+// four nodes when it scales to 12 (it takes them from the nodes holding
+// most), and the 3-CPU holes fit no worker. With --autoscale-deletion-cost
+// the autoscaler has given the pods costs that make it empty one node: the
+// job grows to three workers there. A cost someone else set is left alone.
+func TestAScaleDownFreesWholeWorkersWithDeletionCosts(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t, kubeOptions{injected: true, autoscale: true, deletionCost: true,
+		bridgeArgs: []string{"--autoscale-cooldown", "2s", "--autoscale-period", "5s"},
+		toyEnv:     []string{"TOY_STEPS=1000000", "TOY_INTERVAL=0.2"}})
+	applyCRDs(t, e.c, e.dyn)
+	pool := e.ns
+	e.addPoolNodes(pool, 4, "12")
+	high := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: pool + "-web"}, Value: 1000}
+	_, err := e.c.Client.SchedulingV1().PriorityClasses().Create(t.Context(), high, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = e.c.Client.SchedulingV1().PriorityClasses().Delete(t.Context(), high.Name, metav1.DeleteOptions{})
+	})
+	web := e.webDeployment(pool, high.Name, 16)
+	require.Eventually(t, func() bool { return kubetest.RunningPods(t.Context(), e.c.Client, e.ns, "app=web") == 16 },
+		120*time.Second, 50*time.Millisecond, "the web pods never all ran")
+	webPods := func() []corev1.Pod {
+		list, err := e.c.Client.CoreV1().Pods(e.ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app=web"})
+		require.NoError(t, err)
+		var out []corev1.Pod
+		for _, p := range list.Items {
+			if p.DeletionTimestamp == nil {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	perNode := func(pods []corev1.Pod) map[string]int {
+		out := map[string]int{}
+		for _, p := range pods {
+			out[p.Spec.NodeName]++
+		}
+		return out
+	}
+	require.Equal(t, map[string]int{pool + "-0": 4, pool + "-1": 4, pool + "-2": 4, pool + "-3": 4}, perNode(webPods()), "the scheduler fills every node")
+
+	// Someone else's cost, above any the autoscaler sets, on a pod of the
+	// last node, whose pods would go last anyway.
+	var theirs string
+	for _, p := range webPods() {
+		if p.Spec.NodeName == pool+"-3" {
+			theirs = p.Name
+			break
+		}
+	}
+	_, err = e.c.Client.CoreV1().Pods(e.ns).Patch(t.Context(), theirs, types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"controller.kubernetes.io/pod-deletion-cost":"2000000000"}}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+
+	require.NoError(t, e.createJob(autoscaledJobYAML("a", pool)))
+	require.Eventually(t, func() bool {
+		for _, p := range webPods() {
+			if p.Name != theirs && p.Annotations["elastic.autoscaler/deletion-cost"] == "" {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 50*time.Millisecond, "the web pods never got their deletion costs:\n%s", e.bridge.out)
+
+	e.scaleDeployment(web, 12)
+	require.Eventually(t, func() bool { return len(webPods()) == 12 }, 60*time.Second, 50*time.Millisecond)
+	counts := perNode(webPods())
+	assert.Len(t, counts, 3, "the four pods shed are one node's: %v", counts)
+	e.waitWorkers([]string{"a"}, "the job grows into the emptied node", func(total int) bool { return total == 3 })
+
+	p, err := e.c.Client.CoreV1().Pods(e.ns).Get(t.Context(), theirs, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "2000000000", p.Annotations["controller.kubernetes.io/pod-deletion-cost"], "someone else's cost is left alone")
+	assert.Empty(t, p.Annotations["elastic.autoscaler/deletion-cost"])
 }

@@ -112,6 +112,9 @@ type kubeOptions struct {
 	// autoscale grants the test's ServiceAccount deploy/autoscaler's
 	// rules and runs serve with --autoscale.
 	autoscale bool
+	// deletionCost adds deploy/autoscaler-deletion-cost's rules and
+	// --autoscale-deletion-cost to autoscale.
+	deletionCost bool
 }
 
 // toyTrainer is testdata/toytrainer.sh.
@@ -144,6 +147,12 @@ func newKubeEnv(t *testing.T, o kubeOptions) *kubeEnv {
 		manifest = strings.Replace(manifest, "kind: ClusterRoleBinding\nmetadata:\n  name: elastic-autoscaler", "kind: ClusterRoleBinding\nmetadata:\n  name: elastic-autoscaler-"+e.ns, 1)
 		e.apply(manifest, "")
 		o.bridgeArgs = append(o.bridgeArgs, "--autoscale")
+	}
+	if o.deletionCost {
+		manifest := strings.ReplaceAll(mustRead(t, filepath.Join(repoRoot, "deploy", "autoscaler-deletion-cost", "rbac.yaml")), "namespace: elastic-system", "namespace: "+e.ns)
+		manifest = strings.Replace(manifest, "kind: ClusterRoleBinding\nmetadata:\n  name: elastic-autoscaler-deletion-cost", "kind: ClusterRoleBinding\nmetadata:\n  name: elastic-autoscaler-deletion-cost-"+e.ns, 1)
+		e.apply(manifest, "")
+		o.bridgeArgs = append(o.bridgeArgs, "--autoscale-deletion-cost")
 	}
 	tok, err := c.Client.CoreV1().ServiceAccounts(e.ns).CreateToken(t.Context(), "elastic-coordinator",
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{}}, metav1.CreateOptions{})

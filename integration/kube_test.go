@@ -39,7 +39,8 @@ func TestDeployManifestsApplyServerSide(t *testing.T) {
 		"crd/elasticjobs.elastictraining.io", "crd/paddlejobs.batch.paddlepaddle.org", "crd/msjobs.mindspore.gitee.com")
 	kubectl("apply", "--server-side", "-f", "deploy/samples/")
 	// The opt-in overlays render and the API server takes them.
-	for overlay, flag := range map[string]string{"deploy/autoscaler/": "--autoscale", "deploy/all-namespaces/": "--all-namespaces"} {
+	for overlay, flag := range map[string]string{"deploy/autoscaler/": "--autoscale", "deploy/all-namespaces/": "--all-namespaces",
+		"deploy/autoscaler-deletion-cost/": "--autoscale-deletion-cost"} {
 		assert.Contains(t, kubectl("kustomize", overlay), "- "+flag, overlay)
 		kubectl("apply", "--server-side", "--dry-run=server", "-k", overlay)
 	}

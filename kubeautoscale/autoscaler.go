@@ -45,8 +45,13 @@ type Config struct {
 	// carried out (autoscale.Settler); zero carries them out at once.
 	// MaxSettle is the most they wait; 15 s if zero.
 	Settle, MaxSettle time.Duration
-	Logger            hclog.Logger
-	Registerer        prometheus.Registerer
+	// DeletionCost has the autoscaler set the deletion cost of other
+	// workloads' ReplicaSet pods, so that their scale-downs free room for
+	// whole workers rather than holes too small for one
+	// (autoscale.DeletionCosts). It needs patch on pods.
+	DeletionCost bool
+	Logger       hclog.Logger
+	Registerer   prometheus.Registerer
 }
 
 // Autoscaler is the leader task that resizes elastic jobs.
@@ -144,6 +149,7 @@ type term struct {
 	loads   *workloads
 	settler *autoscale.Settler // of this term: nothing held in another carries over
 	wake    *time.Timer        // a pass when held decisions are due or an expectation lapses
+	steerer *costSteerer       // nil without Config.DeletionCost
 
 	mu      sync.Mutex
 	jobs    map[string]*membership.JobRecords
@@ -183,11 +189,11 @@ func (t *term) run(ctx context.Context) error {
 	}()
 
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t.followEtcd(ctx)
-	}()
+	wg.Go(func() { t.followEtcd(ctx) })
+	if t.cfg.DeletionCost {
+		t.steerer = newCostSteerer(t.cfg.Kube, t.pods.GetStore(), t.logger, t.metrics.costs)
+		wg.Go(func() { t.steerer.run(ctx) })
+	}
 	defer wg.Wait()
 
 	if !cache.WaitForCacheSync(ctx.Done(), append([]cache.InformerSynced{t.nodes.HasSynced, t.pods.HasSynced}, t.loads.synced()...)...) {
@@ -334,6 +340,11 @@ func (t *term) pass(ctx context.Context) {
 	for i := range v.snapshot.Jobs {
 		j := &v.snapshot.Jobs[i]
 		j.Target, j.Changed = t.sawTarget(j.ID, j.Target, now)
+	}
+	if t.steerer != nil {
+		if worker, eligible, ok := autoscale.GrowthWorker(v.snapshot.Jobs); ok {
+			t.steerer.wish(autoscale.DeletionCosts(v.snapshot.Nodes, replicaPods(pods), worker, eligible))
+		}
 	}
 	plan := t.policy.Decide(v.snapshot, now)
 	act, due := t.settler.Filter(plan, now)

@@ -15,6 +15,7 @@ type metrics struct {
 	decisions   *prometheus.CounterVec
 	passes      prometheus.Counter
 	failures    prometheus.Counter
+	costs       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -33,11 +34,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "passes of the policy"}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "elastic_autoscaler_write_failures_total",
 			Help: "decisions that could not be carried out (retried at the next pass)"}),
+		costs: prometheus.NewCounter(prometheus.CounterOpts{Name: "elastic_autoscaler_deletion_cost_patches_total",
+			Help: "pods of other workloads' ReplicaSets given a deletion cost (--autoscale-deletion-cost)"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.utilization, m.pending, m.target, m.desired, m.decisions, m.passes, m.failures} {
+	for _, c := range []prometheus.Collector{m.utilization, m.pending, m.target, m.desired, m.decisions, m.passes, m.failures, m.costs} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register autoscaler metrics: %w", err)
 		}

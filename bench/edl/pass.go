@@ -94,7 +94,7 @@ func (p *pass) run(ctx context.Context) error {
 	args := []string{"serve", "--etcd-endpoints", p.env.etcdURL, "--listen-metrics", "127.0.0.1:0", "--kubernetes",
 		"--kubeconfig", p.env.cluster.Kubeconfig, "--namespace", p.ns, "--sidecar-image", "bench", "--log-level", level}
 	if p.mode == modeOn {
-		args = append(args, "--autoscale", "--autoscale-cooldown", (60 * time.Second / time.Duration(p.env.compress)).String(),
+		args = append(args, "--autoscale", "--autoscale-deletion-cost", "--autoscale-cooldown", (60 * time.Second / time.Duration(p.env.compress)).String(),
 			"--autoscale-period", (30 * time.Second / time.Duration(p.env.compress)).String())
 	}
 	serve := exec.Command(p.env.binary, args...)

@@ -47,6 +47,7 @@ type kubeOptions struct {
 	autoscaleMinGainFr float64
 	autoscalePeriod    time.Duration
 	autoscaleSettle    time.Duration
+	deletionCost       bool
 }
 
 func (o *kubeOptions) register(fs *pflag.FlagSet, env lookupEnv) {
@@ -78,6 +79,8 @@ func (o *kubeOptions) register(fs *pflag.FlagSet, env lookupEnv) {
 	fs.DurationVar(&o.autoscalePeriod, "autoscale-period", 30*time.Second, "a pass at least this often; passes follow changes of nodes, pods and jobs")
 	fs.DurationVar(&o.autoscaleSettle, "autoscale-settle", time.Second,
 		"a growth is carried out once the room it was decided from has not changed for this long (a growth waits 15 s at most, or this if longer; 0: at once), so that a job takes what another workload frees in one step; room for pods of a higher priority is made at once")
+	fs.BoolVar(&o.deletionCost, "autoscale-deletion-cost", false,
+		"with --autoscale, set the deletion cost of other workloads' ReplicaSet pods so that their scale-downs free room for whole workers, not holes too small for one (needs patch on pods: deploy/autoscaler-deletion-cost)")
 	o.pod = fromEnv(env, "", "POD_NAME")
 }
 
@@ -188,7 +191,7 @@ func (o *kubeOptions) leaderTasks(ctx context.Context, cli *clientv3.Client, key
 	if o.autoscale {
 		scaler, err := kubeautoscale.New(kubeautoscale.Config{
 			Kube: c.kube, Dynamic: c.dyn, Etcd: cli, Keys: keys, Namespace: jobsNamespace, Policy: p.autoscale,
-			Period: o.autoscalePeriod, Settle: o.autoscaleSettle, Logger: logger, Registerer: reg,
+			Period: o.autoscalePeriod, Settle: o.autoscaleSettle, DeletionCost: o.deletionCost, Logger: logger, Registerer: reg,
 		})
 		if err != nil {
 			return nil, err

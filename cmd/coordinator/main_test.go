@@ -44,6 +44,7 @@ func TestBadInputIsOneLineAndExitCode2(t *testing.T) {
 		{[]string{"serve", "--etcd-endpoints", "http://127.0.0.1:1", "--kubernetes", "--job-kinds", "Foo"}, `--job-kinds "Foo"`},
 		{[]string{"serve", "--etcd-endpoints", "http://127.0.0.1:1", "--kubernetes", "--registry-mirror", "bad"}, "want REGISTRY=MIRROR"},
 		{[]string{"serve", "--etcd-endpoints", "http://127.0.0.1:1", "--kubernetes", "--workload-resource", "x"}, "want RESOURCE.VERSION.GROUP"},
+		{[]string{"serve", "--etcd-endpoints", "http://127.0.0.1:1", "--kubernetes", "--autoscale-deletion-cost"}, "--autoscale-deletion-cost needs --autoscale"},
 		{[]string{"certs", "--out", "/nonexistent-dir-for-test", "--etcd-members", "0"}, "--etcd-members 0: want 1..9"},
 		{[]string{"certs"}, "--out: a directory"},
 		{[]string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "j", "--np", "1:100001", "--", "true"}, "more than the maximum of 100000"},

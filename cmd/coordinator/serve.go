@@ -66,7 +66,10 @@ ElasticJob's minReplicas..maxReplicas, a PaddleJob's requests..limits, or np
 MIN:MAX in etcd) to what the nodes can place, one whole worker per node,
 shrinking them for pending pods of a higher priority and never below their
 minimum; growth waits --autoscale-cooldown after a change. It reads every
-node and pod (a ClusterRole: deploy/autoscaler).`,
+node and pod (a ClusterRole: deploy/autoscaler). With
+--autoscale-deletion-cost it also sets the deletion cost of other
+workloads' ReplicaSet pods, so that their scale-downs free room for whole
+workers (deploy/autoscaler-deletion-cost).`,
 		Example: `  coordinator serve --etcd-endpoints https://etcd:2379 --cacert ca.crt --cert client.crt --key client.key
   coordinator serve --etcd-endpoints https://etcd:2379 --cacert ca.crt --cert coordinator.crt --key coordinator.key \
       --etcd-enable-auth --kubernetes --namespace training --sidecar-etcd-secret elastic-sidecar-etcd --sidecar-etcd-auth`,
@@ -95,6 +98,9 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	}
 	if o.kube.autoscale && !o.kube.enabled {
 		return usagef("--autoscale needs --kubernetes: it resizes jobs to what the cluster's nodes can place")
+	}
+	if o.kube.deletionCost && !o.kube.autoscale {
+		return usagef("--autoscale-deletion-cost needs --autoscale: it steers scale-downs to free room for the jobs it grows")
 	}
 	if o.kube.enabled {
 		if _, err := o.kube.parse(); err != nil {

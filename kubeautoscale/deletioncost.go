@@ -1,0 +1,166 @@
+package kubeautoscale
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/flowcontrol"
+
+	"github.com/elastictraining/coordinator/autoscale"
+)
+
+// Annotations of a deletion cost.
+const (
+	// annotationDeletionCost is what a ReplicaSet's scale-down reads: the
+	// pods of the lowest cost go first.
+	annotationDeletionCost = "controller.kubernetes.io/pod-deletion-cost"
+	// annotationCostSet is the cost the autoscaler set. A cost that is not
+	// the one it set is someone else's, and left alone.
+	annotationCostSet = "elastic.autoscaler/deletion-cost"
+)
+
+// replicaPods are the pods whose deletion costs the autoscaler steers:
+// bound, not going, owned by a ReplicaSet, and not an elastic job's.
+func replicaPods(pods []*corev1.Pod) []autoscale.ReplicaPod {
+	var out []autoscale.ReplicaPod
+	for _, p := range pods {
+		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil || p.Labels[labelJob] != "" ||
+			p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		owner := metav1.GetControllerOf(p)
+		if owner == nil || owner.Kind != "ReplicaSet" || ownedByOthers(p) {
+			continue
+		}
+		out = append(out, autoscale.ReplicaPod{Name: p.Namespace + "/" + p.Name, Owner: p.Namespace + "/" + owner.Name,
+			Node: p.Spec.NodeName, Request: podRequest(p)})
+	}
+	return out
+}
+
+// ownedByOthers reports a deletion cost someone else set.
+func ownedByOthers(p *corev1.Pod) bool {
+	cost, ok := p.Annotations[annotationDeletionCost]
+	return ok && cost != p.Annotations[annotationCostSet]
+}
+
+// costSteerer writes the deletion costs the passes want onto the pods, in
+// the background: hundreds of patches must not hold up a pass that makes
+// room for pods of a higher priority. Only the latest wish counts.
+type costSteerer struct {
+	kube    kubernetes.Interface
+	pods    cache.Store
+	logger  hclog.Logger
+	patches prometheus.Counter
+	// limit keeps the patches to a share of the client's rate, which the
+	// bridge and the job controller use too: a round of hundreds must not
+	// delay a job's scale.
+	limit flowcontrol.RateLimiter
+
+	mu   sync.Mutex
+	want map[string]int32 // namespace/name → cost
+	gen  int              // bumped by every wish
+	kick chan struct{}
+}
+
+func newCostSteerer(kube kubernetes.Interface, pods cache.Store, logger hclog.Logger, patches prometheus.Counter) *costSteerer {
+	return &costSteerer{kube: kube, pods: pods, logger: logger, patches: patches,
+		limit: flowcontrol.NewTokenBucketRateLimiter(costPatchesPerSecond, costPatchesPerSecond), kick: make(chan struct{}, 1)}
+}
+
+// costPatchesPerSecond is the steerer's share of the client's 50 a second.
+const costPatchesPerSecond = 20
+
+// wish replaces the costs wanted.
+func (s *costSteerer) wish(want map[string]int32) {
+	s.mu.Lock()
+	s.want, s.gen = want, s.gen+1
+	s.mu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run patches the pods whose cost is not the one wanted, until ctx ends;
+// a new wish restarts the round.
+func (s *costSteerer) run(ctx context.Context) {
+	written := map[string]int32{} // what this steerer last set, ahead of the informer
+	warned := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.kick:
+		}
+		s.mu.Lock()
+		want, gen := s.want, s.gen
+		s.mu.Unlock()
+		for key := range written {
+			if _, ok := want[key]; !ok {
+				delete(written, key)
+			}
+		}
+		for key, cost := range want {
+			if ctx.Err() != nil || s.stale(gen) {
+				break
+			}
+			if c, ok := written[key]; ok && c == cost {
+				continue
+			}
+			err := s.patch(ctx, key, cost)
+			if err == nil {
+				written[key] = cost
+				continue
+			}
+			if !warned {
+				s.logger.Warn("cannot set pods' deletion costs (deploy/autoscaler-deletion-cost grants it)", "pod", key, "error", err)
+				warned = true
+			}
+			if apierrors.IsForbidden(err) {
+				break
+			}
+		}
+	}
+}
+
+func (s *costSteerer) stale(gen int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gen != gen
+}
+
+// patch sets one pod's cost unless it has it, or has someone else's.
+func (s *costSteerer) patch(ctx context.Context, key string, cost int32) error {
+	obj, ok, err := s.pods.GetByKey(key)
+	if err != nil || !ok {
+		return err
+	}
+	p, ok := obj.(*corev1.Pod)
+	value := strconv.Itoa(int(cost))
+	if !ok || p.Annotations[annotationDeletionCost] == value || ownedByOthers(p) {
+		return nil
+	}
+	if err := s.limit.Wait(ctx); err != nil {
+		return nil // ctx ended
+	}
+	body := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q,%q:%q}}}`, annotationDeletionCost, value, annotationCostSet, value)
+	_, err = s.kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, body, metav1.PatchOptions{})
+	switch {
+	case err == nil:
+		s.patches.Inc()
+	case apierrors.IsNotFound(err) || ctx.Err() != nil:
+		return nil
+	}
+	return err
+}
