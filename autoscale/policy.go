@@ -20,7 +20,9 @@ type Config struct {
 	// MinGain is the fewest workers a growth must add, and MinGainFraction
 	// the least fraction of the job's size (default 1 and 0.1): a restart
 	// that adds less is not worth its cost. Neither holds back a job still
-	// below its minimum.
+	// below its minimum, nor a growth to the job's maximum: that is its
+	// last until it shrinks, so it cannot churn, and held back the room
+	// would stay idle for as long as the job runs.
 	MinGain         int
 	MinGainFraction float64
 }
@@ -227,7 +229,7 @@ func (p *Policy) Decide(s Snapshot, now time.Time) Plan {
 			if j.frozen || j.added == 0 || j.size()-j.added < j.Min {
 				continue
 			}
-			if gain, need := j.size()-j.current(), p.minGain(j.current()); gain > 0 && gain < need {
+			if gain, need := j.size()-j.current(), p.minGain(j.current()); gain > 0 && gain < need && j.size() < j.Max {
 				j.releaseAdded(c)
 				j.frozen, short = true, true
 				plan.HeldBack[j.ID] = fmt.Sprintf("growth to %d adds %d workers, less than the minimum gain of %d", j.current()+gain, gain, need)

@@ -106,6 +106,12 @@ func TestGrowthWaitsForTheCooldownAndTheMinimumGain(t *testing.T) {
 	assert.Empty(t, plan.Decisions)
 	assert.Equal(t, 20, plan.Desired["a"])
 	assert.Equal(t, "growth to 21 adds 1 workers, less than the minimum gain of 2", plan.HeldBack["a"])
+
+	// Unless it takes the job to its maximum: its last growth, whose room
+	// would otherwise stay idle.
+	job.Max = 21
+	plan = decide(t, cfg, autoscale.Snapshot{Nodes: small, Jobs: []autoscale.Job{job}}, t0.Add(time.Hour))
+	assert.Equal(t, map[string]int{"a": 21}, targets(plan))
 }
 
 func TestPodsOfAHigherPriorityGetRoomFromTheLowestPriorityMostFulfilledJobs(t *testing.T) {

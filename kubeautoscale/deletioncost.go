@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
@@ -81,6 +82,15 @@ func newCostSteerer(kube kubernetes.Interface, pods cache.Store, logger hclog.Lo
 // costPatchesPerSecond is the steerer's share of the client's 50 a second.
 const costPatchesPerSecond = 20
 
+// A round starts once the wishes have stopped changing for costQuiet, or
+// costMaxQuiet after the first: while a workload scales up, every pod it
+// places changes the costs, and patching each step would load the API
+// server the scale-up waits on for nothing; costs matter at a scale-down.
+const (
+	costQuiet    = time.Second
+	costMaxQuiet = 10 * time.Second
+)
+
 // wish replaces the costs wanted.
 func (s *costSteerer) wish(want map[string]int32) {
 	s.mu.Lock()
@@ -103,6 +113,9 @@ func (s *costSteerer) run(ctx context.Context) {
 			return
 		case <-s.kick:
 		}
+		if !s.quiet(ctx) {
+			return
+		}
 		s.mu.Lock()
 		want, gen := s.want, s.gen
 		s.mu.Unlock()
@@ -111,6 +124,7 @@ func (s *costSteerer) run(ctx context.Context) {
 				delete(written, key)
 			}
 		}
+		patched := 0
 		for key, cost := range want {
 			if ctx.Err() != nil || s.stale(gen) {
 				break
@@ -118,9 +132,12 @@ func (s *costSteerer) run(ctx context.Context) {
 			if c, ok := written[key]; ok && c == cost {
 				continue
 			}
-			err := s.patch(ctx, key, cost)
+			did, err := s.patch(ctx, key, cost)
 			if err == nil {
 				written[key] = cost
+				if did {
+					patched++
+				}
 				continue
 			}
 			if !warned {
@@ -131,6 +148,26 @@ func (s *costSteerer) run(ctx context.Context) {
 				break
 			}
 		}
+		if patched > 0 {
+			s.logger.Debug("deletion costs set", "pods", patched, "wanted", len(want))
+		}
+	}
+}
+
+// quiet waits for the wishes to stop changing (costQuiet), costMaxQuiet
+// at most; false if ctx ended.
+func (s *costSteerer) quiet(ctx context.Context) bool {
+	deadline := time.After(costMaxQuiet)
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-deadline:
+			return true
+		case <-s.kick:
+		case <-time.After(costQuiet):
+			return true
+		}
 	}
 }
 
@@ -140,27 +177,29 @@ func (s *costSteerer) stale(gen int) bool {
 	return s.gen != gen
 }
 
-// patch sets one pod's cost unless it has it, or has someone else's.
-func (s *costSteerer) patch(ctx context.Context, key string, cost int32) error {
+// patch sets one pod's cost unless it has it, or has someone else's, and
+// says whether it did.
+func (s *costSteerer) patch(ctx context.Context, key string, cost int32) (bool, error) {
 	obj, ok, err := s.pods.GetByKey(key)
 	if err != nil || !ok {
-		return err
+		return false, err
 	}
 	p, ok := obj.(*corev1.Pod)
 	value := strconv.Itoa(int(cost))
 	if !ok || p.Annotations[annotationDeletionCost] == value || ownedByOthers(p) {
-		return nil
+		return false, nil
 	}
 	if err := s.limit.Wait(ctx); err != nil {
-		return nil // ctx ended
+		return false, nil // ctx ended
 	}
 	body := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q,%q:%q}}}`, annotationDeletionCost, value, annotationCostSet, value)
 	_, err = s.kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, body, metav1.PatchOptions{})
 	switch {
 	case err == nil:
 		s.patches.Inc()
+		return true, nil
 	case apierrors.IsNotFound(err) || ctx.Err() != nil:
-		return nil
+		return false, nil
 	}
-	return err
+	return false, err
 }

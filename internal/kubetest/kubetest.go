@@ -142,7 +142,14 @@ func Start(ctx context.Context, dir string) (c *Cluster, err error) {
 		{"kube-scheduler", []string{"--config=" + schedulerConfig, "--secure-port=0"}},
 		{"kwok", []string{"--kubeconfig=" + c.Kubeconfig, "--manage-all-nodes=false",
 			"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake", "--node-ip=10.0.0.1", "--cidr=10.0.0.1/24",
-			"--server-address=127.0.0.1:0"}},
+			"--server-address=127.0.0.1:0",
+			// Heartbeats by node Lease, as kubelets do: kwok's status
+			// heartbeat (20 s plus up to 25 s of jitter) came later than the
+			// node lifecycle controller's 50 s grace for some of 133 nodes
+			// under load, which marked their pods not Ready and tainted the
+			// nodes, and a ReplicaSet scaling down deletes pods not Ready
+			// first.
+			"--node-lease-duration-seconds=40"}},
 	} {
 		if err := c.run(bin, p.name, p.args...); err != nil {
 			return nil, err
