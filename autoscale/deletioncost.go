@@ -2,9 +2,9 @@ package autoscale
 
 import (
 	"cmp"
+	"hash/fnv"
 	"math"
 	"slices"
-	"sort"
 )
 
 // ReplicaPod is a pod of another workload's ReplicaSet (a Deployment's),
@@ -20,15 +20,24 @@ type ReplicaPod struct {
 }
 
 // Costs of DeletionCosts: a pod's cost is its batch's pods per worker
-// freed, in hundredths, times costNodes, plus its node's place among the
-// nodes, so that a ReplicaSet empties one node's batch before it starts
-// another's of the same worth. A pod whose going frees no worker costs
-// noGainCost.
+// freed, in hundredths (1 at least), times costPlaces, plus its node's
+// place, a hash of the node's name, so that a ReplicaSet empties one
+// node's batch before it starts another's of the same worth, and a node
+// that joins or leaves moves no other node's costs. A pod whose going
+// frees no worker costs noGainCost; one on a node that takes no pods
+// (cordoned, not Ready) costs 0, the first to go.
 const (
-	costNodes  = 1000
-	maxPerGain = 99_999
-	noGainCost = (maxPerGain + 1) * costNodes
+	costPlaces = 100_000
+	maxPerGain = 9_999
+	noGainCost = (maxPerGain + 1) * costPlaces
 )
+
+// place is a node's place among nodes of the same worth.
+func place(node string) int32 {
+	h := fnv.New32a()
+	h.Write([]byte(node))
+	return int32(h.Sum32() % costPlaces)
+}
 
 // GrowthWorker is the request of the worker the next growth would place:
 // that of the job that comes first among those below their maximum
@@ -66,28 +75,23 @@ func DeletionCosts(nodes []Node, pods []ReplicaPod, worker Resources, eligible m
 		return nil
 	}
 	free := make(map[string]Resources, len(nodes))
-	place := make(map[string]int, len(nodes))
-	names := make([]string, 0, len(nodes))
 	for _, n := range nodes {
 		if _, dup := free[n.Name]; !dup {
 			free[n.Name] = n.Allocatable.Sub(n.Used)
-			names = append(names, n.Name)
 		}
-	}
-	sort.Strings(names)
-	for i, name := range names {
-		place[name] = i % costNodes
 	}
 
 	type group struct{ owner, node string }
 	groups := map[group][]ReplicaPod{}
-	for _, p := range pods {
-		if _, ok := free[p.Node]; ok {
-			g := group{p.Owner, p.Node}
-			groups[g] = append(groups[g], p)
-		}
-	}
 	costs := make(map[string]int32, len(pods))
+	for _, p := range pods {
+		if _, ok := free[p.Node]; !ok {
+			costs[p.Name] = 0
+			continue
+		}
+		g := group{p.Owner, p.Node}
+		groups[g] = append(groups[g], p)
+	}
 	for g, on := range groups {
 		slices.SortFunc(on, func(a, b ReplicaPod) int { return cmp.Compare(a.Name, b.Name) })
 		room := free[g.node]
@@ -98,12 +102,12 @@ func DeletionCosts(nodes []Node, pods []ReplicaPod, worker Resources, eligible m
 			take := len(on)
 			if usable {
 				if r, gain := bestBatch(room, on, worker); gain > 0 {
-					perGain := min(int32(math.Round(100*float64(r)/float64(gain))), maxPerGain)
-					cost, take = perGain*costNodes, r
+					perGain := min(max(int32(math.Round(100*float64(r)/float64(gain))), 1), maxPerGain)
+					cost, take = perGain*costPlaces, r
 				}
 			}
 			// A node's later batches never go before its earlier ones.
-			cost = max(cost+int32(place[g.node]), last)
+			cost = max(cost+place(g.node), last)
 			last = cost
 			for _, p := range on[:take] {
 				costs[p.Name] = cost

@@ -130,6 +130,12 @@ func TestDeletionCostsOrderEachReplicaSetAndKeepToTheWorkersNodes(t *testing.T) 
 	assert.Equal(t, 1, workersFreed(tight, shed(costs, mem, 1), autoscale.Resources{MilliCPU: 4000, Memory: 3 << 30}))
 
 	assert.Nil(t, autoscale.DeletionCosts(ns, pods, autoscale.Resources{}, nil), "no worker to make room for")
+
+	// A pod on a node that takes no pods (cordoned, not Ready: not in the
+	// snapshot) goes first.
+	gone := append(slices.Clone(pods), autoscale.ReplicaPod{Name: "web-x-0", Owner: "web", Node: "x", Request: nginx})
+	costs = autoscale.DeletionCosts(ns, gone, cpus(6), nil)
+	assert.Equal(t, "web-x-0", shed(costs, gone, 1)[0].Name)
 }
 
 func TestGrowthWorkerIsTheNextJobToGrow(t *testing.T) {

@@ -21,8 +21,9 @@ type Config struct {
 	// the least fraction of the job's size (default 1 and 0.1): a restart
 	// that adds less is not worth its cost. Neither holds back a job still
 	// below its minimum, nor a growth to the job's maximum: that is its
-	// last until it shrinks, so it cannot churn, and held back the room
-	// would stay idle for as long as the job runs.
+	// last until it shrinks (one restart a shrink at most, after the
+	// cooldown), and held back the room would stay idle for as long as
+	// the job runs.
 	MinGain         int
 	MinGainFraction float64
 }

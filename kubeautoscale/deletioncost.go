@@ -2,7 +2,9 @@ package kubeautoscale
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"sync"
 	"time"
@@ -91,16 +93,28 @@ const (
 	costMaxQuiet = 10 * time.Second
 )
 
-// wish replaces the costs wanted.
+// wish replaces the costs wanted; the same again changes nothing, so
+// that passes that change no cost do not restart a round.
 func (s *costSteerer) wish(want map[string]int32) {
 	s.mu.Lock()
+	if maps.Equal(want, s.want) {
+		s.mu.Unlock()
+		return
+	}
 	s.want, s.gen = want, s.gen+1
 	s.mu.Unlock()
+	s.poke()
+}
+
+func (s *costSteerer) poke() {
 	select {
 	case s.kick <- struct{}{}:
 	default:
 	}
 }
+
+// errChanged is a pod changed since it was read: read it again.
+var errChanged = errors.New("pod changed")
 
 // run patches the pods whose cost is not the one wanted, until ctx ends;
 // a new wish restarts the round.
@@ -124,7 +138,7 @@ func (s *costSteerer) run(ctx context.Context) {
 				delete(written, key)
 			}
 		}
-		patched := 0
+		patched, retry := 0, false
 		for key, cost := range want {
 			if ctx.Err() != nil || s.stale(gen) {
 				break
@@ -133,9 +147,13 @@ func (s *costSteerer) run(ctx context.Context) {
 				continue
 			}
 			did, err := s.patch(ctx, key, cost)
+			if errors.Is(err, errChanged) {
+				retry = true
+				continue
+			}
 			if err == nil {
-				written[key] = cost
 				if did {
+					written[key] = cost
 					patched++
 				}
 				continue
@@ -150,6 +168,10 @@ func (s *costSteerer) run(ctx context.Context) {
 		}
 		if patched > 0 {
 			s.logger.Debug("deletion costs set", "pods", patched, "wanted", len(want))
+		}
+		if retry {
+			// Pods that changed under a patch are read again.
+			time.AfterFunc(costQuiet, s.poke)
 		}
 	}
 }
@@ -192,12 +214,17 @@ func (s *costSteerer) patch(ctx context.Context, key string, cost int32) (bool, 
 	if err := s.limit.Wait(ctx); err != nil {
 		return false, nil // ctx ended
 	}
-	body := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q,%q:%q}}}`, annotationDeletionCost, value, annotationCostSet, value)
+	// The pod as read is a precondition: a cost someone set meanwhile
+	// makes the patch fail (a conflict) rather than be overwritten.
+	body := fmt.Appendf(nil, `{"metadata":{"resourceVersion":%q,"annotations":{%q:%q,%q:%q}}}`,
+		p.ResourceVersion, annotationDeletionCost, value, annotationCostSet, value)
 	_, err = s.kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, body, metav1.PatchOptions{})
 	switch {
 	case err == nil:
 		s.patches.Inc()
 		return true, nil
+	case apierrors.IsConflict(err):
+		return false, errChanged
 	case apierrors.IsNotFound(err) || ctx.Err() != nil:
 		return false, nil
 	}
