@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -37,12 +38,7 @@ func TestTheAutoscalerMakesRoomForAHigherPriorityAndGrowsBack(t *testing.T) {
 	applyCRDs(t, e.c, e.dyn)
 	pool := e.ns
 	e.addPoolNodes(pool, 3, "12")
-	high := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: pool + "-web"}, Value: 1000}
-	_, err := e.c.Client.SchedulingV1().PriorityClasses().Create(t.Context(), high, metav1.CreateOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = e.c.Client.SchedulingV1().PriorityClasses().Delete(t.Context(), high.Name, metav1.DeleteOptions{})
-	})
+	high := e.webPriorityClass(pool)
 
 	jobs := []string{"a", "b"}
 	for _, name := range jobs {
@@ -83,7 +79,7 @@ func TestTheAutoscalerMakesRoomForAHigherPriorityAndGrowsBack(t *testing.T) {
 		ScopeSelector: &corev1.ScopeSelector{MatchExpressions: []corev1.ScopedResourceSelectorRequirement{{
 			ScopeName: corev1.ResourceQuotaScopePriorityClass, Operator: corev1.ScopeSelectorOpIn, Values: []string{high.Name}}}},
 	}}
-	_, err = e.c.Client.CoreV1().ResourceQuotas(e.ns).Create(t.Context(), quota, metav1.CreateOptions{})
+	_, err := e.c.Client.CoreV1().ResourceQuotas(e.ns).Create(t.Context(), quota, metav1.CreateOptions{})
 	require.NoError(t, err)
 	web := e.webDeployment(pool, high.Name, 4)
 	e.waitWorkers(jobs, "the jobs make room for the web pods to come", func(total int) bool { return total <= 6 && total >= 2 })
@@ -171,6 +167,19 @@ func (e *kubeEnv) addPoolNodes(pool string, n int, cpu string) {
 	}
 }
 
+// webPriorityClass creates the pool's PriorityClass for web pods, above
+// the jobs', and deletes it when the test ends.
+func (e *kubeEnv) webPriorityClass(pool string) *schedulingv1.PriorityClass {
+	e.t.Helper()
+	high := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: pool + "-web"}, Value: 1000}
+	_, err := e.c.Client.SchedulingV1().PriorityClasses().Create(e.t.Context(), high, metav1.CreateOptions{})
+	require.NoError(e.t, err)
+	e.t.Cleanup(func() {
+		_ = e.c.Client.SchedulingV1().PriorityClasses().Delete(context.Background(), high.Name, metav1.DeleteOptions{})
+	})
+	return high
+}
+
 // webDeployment creates the web Deployment: replicas pods of 3 CPU at the
 // priority class, on the pool's nodes.
 func (e *kubeEnv) webDeployment(pool, priorityClass string, replicas int32) *appsv1.Deployment {
@@ -256,12 +265,7 @@ func TestAScaleDownFreesWholeWorkersWithDeletionCosts(t *testing.T) {
 	applyCRDs(t, e.c, e.dyn)
 	pool := e.ns
 	e.addPoolNodes(pool, 4, "12")
-	high := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: pool + "-web"}, Value: 1000}
-	_, err := e.c.Client.SchedulingV1().PriorityClasses().Create(t.Context(), high, metav1.CreateOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = e.c.Client.SchedulingV1().PriorityClasses().Delete(t.Context(), high.Name, metav1.DeleteOptions{})
-	})
+	high := e.webPriorityClass(pool)
 	web := e.webDeployment(pool, high.Name, 16)
 	require.Eventually(t, func() bool { return kubetest.RunningPods(t.Context(), e.c.Client, e.ns, "app=web") == 16 },
 		120*time.Second, 50*time.Millisecond, "the web pods never all ran")
@@ -308,7 +312,7 @@ func TestAScaleDownFreesWholeWorkersWithDeletionCosts(t *testing.T) {
 			theirs = p
 		}
 	}
-	_, err = e.c.Client.CoreV1().Pods(e.ns).Patch(t.Context(), theirs.Name, types.MergePatchType,
+	_, err := e.c.Client.CoreV1().Pods(e.ns).Patch(t.Context(), theirs.Name, types.MergePatchType,
 		[]byte(`{"metadata":{"annotations":{"controller.kubernetes.io/pod-deletion-cost":"2000000000"}}}`), metav1.PatchOptions{})
 	require.NoError(t, err)
 
