@@ -112,7 +112,14 @@ func (c *Client) Plan(ctx context.Context, job string) (membership.Plan, error) 
 	if len(resp.Kvs) == 0 {
 		return membership.Plan{}, fmt.Errorf("%w: %s has no plan", ErrJobNotFound, job)
 	}
-	return membership.DecodePlan(resp.Kvs[0].Value)
+	p, err := membership.DecodePlan(resp.Kvs[0].Value)
+	if err != nil {
+		return membership.Plan{}, err
+	}
+	if err := membership.ResolvePlan(ctx, c.cli, c.keys, job, &p, resp.Kvs[0].ModRevision, nil); err != nil {
+		return membership.Plan{}, err
+	}
+	return p, nil
 }
 
 // Nodes returns a job's node records in join order. Malformed records are

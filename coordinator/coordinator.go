@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/elastictraining/coordinator/membership"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +26,9 @@ type Coordinator struct {
 	leading atomic.Bool
 	// goneLeases outlives terms: see its type.
 	goneLeases *goneLeases
+	// tables are the rank tables decoded last, shared by the jobs' actors
+	// and kept across terms.
+	tables *membership.TableCache
 }
 
 // New validates cfg and fills its defaults.
@@ -36,7 +40,8 @@ func New(cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: register metrics: %w", err)
 	}
-	return &Coordinator{cfg: cfg, logger: cfg.Logger.Named("coordinator").With("replica", cfg.ID), metrics: m, goneLeases: newGoneLeases()}, nil
+	return &Coordinator{cfg: cfg, logger: cfg.Logger.Named("coordinator").With("replica", cfg.ID), metrics: m, goneLeases: newGoneLeases(),
+		tables: &membership.TableCache{}}, nil
 }
 
 // IsLeader reports whether this replica leads right now.

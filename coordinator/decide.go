@@ -374,7 +374,7 @@ func settling(d *decision, spec *membership.Spec, workers int, tm timing, now ti
 func stopNext(v view, d decision, now, detected time.Time, reason string, restarts int, excluded []string) decision {
 	p := *v.plan
 	next := membership.Plan{
-		Generation: p.Generation + 1, Phase: membership.PhaseStop, Members: p.Members,
+		Generation: p.Generation + 1, Phase: membership.PhaseStop, Members: p.Members, Table: p.Table,
 		Restarts: restarts, MaxRestarts: v.spec.MaxRestarts, Reason: reason, Excluded: excluded, DetectedAt: detected, StopAt: now,
 	}
 	d.plan = &next
@@ -390,7 +390,7 @@ func finish(v view, now time.Time, result membership.JobPhase, exitCode int, rea
 		Reason: reason, DetectedAt: now, StopAt: now}
 	if v.plan != nil {
 		next.Generation = v.plan.Generation + 1
-		next.Members, next.Restarts = v.plan.Members, v.plan.Restarts
+		next.Members, next.Table, next.Restarts = v.plan.Members, v.plan.Table, v.plan.Restarts
 	} else if v.status != nil {
 		next.Generation = v.status.Generation + 1
 	}

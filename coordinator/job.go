@@ -43,7 +43,9 @@ type jobActor struct {
 	statusRev         int64
 	nodes             map[string]nodeEntry
 	evictions         map[evictionID]membership.Eviction
+	tables            membership.StoredTables
 	sorted            []membership.LiveNode // nodes in join order; nil when stale
+	lastTable         *membership.Table     // the table of the last plan resolved or written
 	lastSeq           int64
 	invalidLoggedAtRv map[string]int64
 	// lossesSeen is each node's lease-loss count when last seen; it
@@ -89,6 +91,7 @@ func (a *jobActor) reset() {
 	a.specRev, a.planRev, a.statusRev, a.planExists = 0, 0, 0, false
 	clear(a.nodes)
 	clear(a.evictions)
+	a.tables.Reset()
 	a.sorted = nil
 }
 
@@ -99,8 +102,28 @@ func (a *jobActor) apply(changes []membership.KeyValue) {
 		jk, _ := a.t.c.cfg.Keys.ParseJobKey(kv.Key)
 		a.applyLocked(jk, kv)
 	}
+	a.resolvePlanLocked()
 	a.mu.Unlock()
 	a.poke()
+}
+
+// resolvePlanLocked attaches the rank table the plan names, once the
+// changes of a watch response are applied: the table's chunks come with
+// the plan or before it. The previous plan's table is what a delta
+// applies to.
+func (a *jobActor) resolvePlanLocked() {
+	if a.plan == nil || !a.plan.Unresolved() {
+		return
+	}
+	src := membership.TableSource{Cache: a.t.c.tables, Fetch: a.tables.Snapshot}
+	t, err := src.Resolve(*a.plan.Table, a.plan.Delta, a.lastTable)
+	if err != nil {
+		a.plan, a.planErr = nil, fmt.Errorf("rank table: %w", err)
+		a.logger.Warn("plan unreadable", "error", err)
+		return
+	}
+	a.plan.AttachTable(t)
+	a.lastTable = t
 }
 
 func (a *jobActor) applyLocked(jk membership.JobKey, kv membership.KeyValue) {
@@ -164,6 +187,8 @@ func (a *jobActor) applyLocked(jk membership.JobKey, kv membership.KeyValue) {
 		if err == nil {
 			a.evictions[id] = e
 		}
+	case membership.KindTable:
+		a.tables.Apply(jk, kv)
 	case membership.KindEvent:
 		if seq, err := strconv.ParseInt(jk.Name, 10, 64); err == nil && seq > a.lastSeq {
 			a.lastSeq = seq
@@ -328,11 +353,21 @@ func (a *jobActor) write(ctx context.Context, v view, d decision) error {
 	now := time.Now()
 	var ops []clientv3.Op
 	if d.plan != nil {
-		val, err := membership.Encode(d.plan)
+		var current *membership.Table
+		var currentRef *membership.TableRef
+		if v.plan != nil {
+			current, currentRef = v.plan.RankTable(), v.plan.Table
+		}
+		stored, err := membership.StorePlan(*d.plan, current, currentRef)
 		if err != nil {
 			return err
 		}
-		ops = append(ops, clientv3.OpPut(keys.Plan(a.job), val))
+		tableOps, err := a.tableOps(ctx, stored)
+		if err != nil {
+			return err
+		}
+		d.plan = &stored.Plan
+		ops = append(tableOps, clientv3.OpPut(keys.Plan(a.job), stored.Record))
 	}
 	var status *membership.Status
 	if d.status != nil && !sameStatus(d.status, v.status) {
@@ -410,6 +445,41 @@ func (a *jobActor) write(ctx context.Context, v view, d decision) error {
 	return nil
 }
 
+// tableOps are the operations that store a new plan's rank table with the
+// plan and delete the tables before it. A table of one chunk goes into the
+// plan's transaction; a larger one is written first, chunk by chunk, each
+// write fenced on the lead: until the plan names them, no one reads them.
+func (a *jobActor) tableOps(ctx context.Context, stored membership.StoredPlan) ([]clientv3.Op, error) {
+	if len(stored.Chunks) == 0 {
+		return nil, nil
+	}
+	keys := a.t.c.cfg.Keys
+	ref := stored.Plan.Table
+	var ops []clientv3.Op
+	for i, c := range stored.Chunks {
+		put := clientv3.OpPut(keys.TableChunk(a.job, ref.Generation, i), string(c))
+		if len(stored.Chunks) == 1 {
+			ops = append(ops, put)
+			break
+		}
+		a.t.c.metrics.writes.Inc()
+		resp, err := a.t.c.cfg.Client.Txn(ctx).If(a.t.fence).Then(put).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("store rank table chunk %d of %d: %w", i+1, len(stored.Chunks), err)
+		}
+		if !resp.Succeeded {
+			return nil, ErrNotLeader
+		}
+	}
+	// Every other table, and chunks left by an attempt at this generation
+	// that stored more of them, go.
+	tables := keys.Tables(a.job)
+	return append(ops,
+		clientv3.OpDelete(tables, clientv3.WithRange(keys.TableGeneration(a.job, ref.Generation))),
+		clientv3.OpDelete(keys.TableChunk(a.job, ref.Generation, ref.Chunks), clientv3.WithRange(clientv3.GetPrefixRangeEnd(tables))),
+	), nil
+}
+
 // notCommitted says why a decision's transaction failed: the lead is lost,
 // or the plan moved, which the actor then takes from the answer.
 func (a *jobActor) notCommitted(resp *clientv3.TxnResponse) error {
@@ -455,6 +525,10 @@ func (a *jobActor) committed(rev int64, v view, d decision, status *membership.S
 	if d.plan != nil && rev > a.planRev {
 		p := *d.plan
 		a.plan, a.planErr, a.planRev, a.planExists = &p, nil, rev, true
+		if t := p.RankTable(); t != nil {
+			a.lastTable = t
+			a.t.c.tables.Put(t)
+		}
 	}
 	if status != nil && rev > a.statusRev {
 		a.status, a.statusRev = status, rev

@@ -359,7 +359,7 @@ func (t *term) followEtcd(ctx context.Context) {
 					t.records[jk.Job] = r
 				}
 				touch(jk.Job, r)
-				r.Apply(jk.Kind, kv)
+				r.Apply(jk, kv)
 				touch(jk.Job, r)
 			}
 			t.mu.Unlock()

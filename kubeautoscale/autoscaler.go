@@ -275,7 +275,7 @@ func (t *term) followEtcd(ctx context.Context) {
 					j = &membership.JobRecords{}
 					t.jobs[jk.Job] = j
 				}
-				j.Apply(jk.Kind, kv)
+				j.Apply(jk, kv)
 				if j.Spec == nil && j.Status == nil {
 					delete(t.jobs, jk.Job)
 				}

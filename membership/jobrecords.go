@@ -13,12 +13,14 @@ type JobRecords struct {
 	// SpecCreated is the revision the spec was created at, 0 when there is
 	// none: it orders jobs by age.
 	SpecCreated int64
+
+	tables StoredTables
 }
 
 // Apply records a change of one of the job's keys; other kinds of key are
-// ignored.
-func (j *JobRecords) Apply(kind KeyKind, kv KeyValue) {
-	switch kind {
+// ignored. The plan's rank table is attached once its chunks are in.
+func (j *JobRecords) Apply(jk JobKey, kv KeyValue) {
+	switch jk.Kind {
 	case KindSpec:
 		j.Spec = decoded(kv, DecodeSpec)
 		j.SpecCreated = 0
@@ -27,12 +29,32 @@ func (j *JobRecords) Apply(kind KeyKind, kv KeyValue) {
 		}
 	case KindPlan:
 		j.Plan = decoded(kv, DecodePlan)
+		j.resolvePlan()
+	case KindTable:
+		j.tables.Apply(jk, kv)
+		j.resolvePlan()
 	case KindStatus:
 		j.Status = decoded(kv, DecodeStatus)
 	case KindBridge:
 		j.Bridge = decoded(kv, DecodeBridgeStatus)
 	case KindAutoscaler:
 		j.Autoscaler = decoded(kv, DecodeAutoscalerStatus)
+	}
+}
+
+// resolvePlan attaches the plan's table when its chunks are all there.
+func (j *JobRecords) resolvePlan() {
+	if j.Plan == nil || !j.Plan.Unresolved() {
+		return
+	}
+	snapshot, err := j.tables.Snapshot(*j.Plan.Table)
+	if err != nil {
+		return // not all there yet
+	}
+	if t, err := DecodeTableSnapshot(snapshot, j.Plan.Table.Digest); err == nil {
+		p := *j.Plan
+		p.AttachTable(t)
+		j.Plan = &p
 	}
 }
 

@@ -11,19 +11,19 @@ func TestJobRecordsFollowTheirKeys(t *testing.T) {
 	var j JobRecords
 	spec, err := Encode(DefaultSpec(NP{Min: 2, Max: 2}))
 	require.NoError(t, err)
-	j.Apply(KindSpec, KeyValue{Value: []byte(spec)})
+	j.Apply(JobKey{Kind: KindSpec}, KeyValue{Value: []byte(spec)})
 	require.NotNil(t, j.Spec)
 	assert.Equal(t, 2, j.Spec.NP.Max)
 
-	j.Apply(KindSpec, KeyValue{Value: []byte(`{"np": "abc"}`)})
+	j.Apply(JobKey{Kind: KindSpec}, KeyValue{Value: []byte(`{"np": "abc"}`)})
 	assert.Nil(t, j.Spec, "a malformed record is no record")
-	j.Apply(KindSpec, KeyValue{Value: []byte(spec)})
-	j.Apply(KindSpec, KeyValue{Deleted: true})
+	j.Apply(JobKey{Kind: KindSpec}, KeyValue{Value: []byte(spec)})
+	j.Apply(JobKey{Kind: KindSpec}, KeyValue{Deleted: true})
 	assert.Nil(t, j.Spec, "a deleted record is gone")
 
-	j.Apply(KindBridge, KeyValue{Value: []byte(`{"replicas": 3}`)})
+	j.Apply(JobKey{Kind: KindBridge}, KeyValue{Value: []byte(`{"replicas": 3}`)})
 	require.NotNil(t, j.Bridge)
 	assert.Equal(t, 3, j.Bridge.Replicas)
-	j.Apply(KindNode, KeyValue{Value: []byte(`{}`)})
+	j.Apply(JobKey{Kind: KindNode}, KeyValue{Value: []byte(`{}`)})
 	assert.Nil(t, j.Plan, "other keys are not records of the job")
 }

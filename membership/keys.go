@@ -68,6 +68,7 @@ func ValidateNodeID(id string) error {
 //	<prefix>jobs/<job>/spec
 //	<prefix>jobs/<job>/nodes/<node>
 //	<prefix>jobs/<job>/plan
+//	<prefix>jobs/<job>/tables/<generation>/<chunk>
 //	<prefix>jobs/<job>/status
 //	<prefix>jobs/<job>/events/<seq>
 //	<prefix>jobs/<job>/bridge
@@ -131,6 +132,21 @@ func (k Keys) Bridge(job string) string { return k.Job(job) + "bridge" }
 // Autoscaler is the key of the autoscaler's report on a job.
 func (k Keys) Autoscaler(job string) string { return k.Job(job) + "autoscaler" }
 
+// Tables is the prefix of a job's stored rank tables.
+func (k Keys) Tables(job string) string { return k.Job(job) + "tables/" }
+
+// TableGeneration is the prefix of the chunks of the rank table first
+// committed in generation gen. Generations are zero-padded so that the
+// keys sort by generation and a range can delete the older ones.
+func (k Keys) TableGeneration(job string, gen int64) string {
+	return k.Tables(job) + fmt.Sprintf("%020d/", gen)
+}
+
+// TableChunk is the key of one chunk of a stored rank table.
+func (k Keys) TableChunk(job string, gen int64, chunk int) string {
+	return k.TableGeneration(job, gen) + fmt.Sprintf("%06d", chunk)
+}
+
 // Events is the prefix of a job's event timeline.
 func (k Keys) Events(job string) string { return k.Job(job) + "events/" }
 
@@ -169,6 +185,7 @@ const (
 	KindBridge
 	KindEviction
 	KindAutoscaler
+	KindTable
 )
 
 // JobKey is a key of the schema taken apart.
@@ -180,6 +197,9 @@ type JobKey struct {
 	Name string
 	// Lease is the evicted lease of a KindEviction key.
 	Lease int64
+	// Generation and Chunk locate a KindTable key's chunk.
+	Generation int64
+	Chunk      int
 }
 
 // ParseJobKey takes apart a key under Jobs(). It reports false for keys the
@@ -221,6 +241,15 @@ func (k Keys) ParseJobKey(key string) (JobKey, bool) {
 			return JobKey{}, false
 		}
 		return JobKey{Job: job, Kind: KindEviction, Name: node, Lease: lease}, true
+	}
+	if chunk, ok := strings.CutPrefix(rest, "tables/"); ok {
+		gen, idx, ok := strings.Cut(chunk, "/")
+		g, gerr := strconv.ParseInt(gen, 10, 64)
+		i, ierr := strconv.Atoi(idx)
+		if !ok || gerr != nil || ierr != nil || g < 1 || i < 0 || len(gen) != 20 || len(idx) != 6 {
+			return JobKey{}, false
+		}
+		return JobKey{Job: job, Kind: KindTable, Generation: g, Chunk: i}, true
 	}
 	if seq, ok := strings.CutPrefix(rest, "events/"); ok {
 		if _, err := strconv.ParseUint(seq, 10, 63); err != nil {

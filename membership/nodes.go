@@ -2,9 +2,12 @@ package membership
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
+	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/hashicorp/go-hclog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -128,14 +131,19 @@ type PlanUpdate struct {
 }
 
 // WatchPlan delivers job's plan every time it changes, newest first as in
-// WatchNodes; the channel closes when ctx is done.
-func WatchPlan(ctx context.Context, cli *clientv3.Client, keys Keys, job string, logger hclog.Logger) (<-chan PlanUpdate, error) {
+// WatchNodes; the channel closes when ctx is done. A plan in phase run
+// comes with its rank table attached: the last table it delivered with the
+// plan's delta applied, one from tables (shared by the agents of a
+// process, may be nil), or the stored snapshot. Plans of other phases name
+// the table without attaching it: a node stops whatever it runs.
+func WatchPlan(ctx context.Context, cli *clientv3.Client, keys Keys, job string, tables *TableCache, logger hclog.Logger) (<-chan PlanUpdate, error) {
 	if err := ValidateJobID(job); err != nil {
 		return nil, err
 	}
 	out := make(chan PlanUpdate, 1)
 	go func() {
 		defer close(out)
+		var have *Table
 		_ = Follow(ctx, cli, Range{Key: keys.Plan(job)}, logger, func(u Update) error {
 			pu := PlanUpdate{Revision: u.Revision}
 			if len(u.Changes) == 0 && !u.Reset {
@@ -145,6 +153,17 @@ func WatchPlan(ctx context.Context, cli *clientv3.Client, keys Keys, job string,
 				last := u.Changes[len(u.Changes)-1]
 				if !last.Deleted {
 					p, err := DecodePlan(last.Value)
+					if err == nil && p.Phase == PhaseRun && p.Unresolved() {
+						var t *Table
+						t, err = resolveWatchedTable(ctx, cli, keys, job, tables, p, have, last.ModRevision)
+						if errors.Is(err, ErrTableMissing) {
+							return nil // replaced since: the newer plan follows
+						}
+						if err == nil {
+							p.AttachTable(t)
+							have = t
+						}
+					}
 					if err != nil {
 						pu.Err = err
 					} else {
@@ -157,6 +176,30 @@ func WatchPlan(ctx context.Context, cli *clientv3.Client, keys Keys, job string,
 		})
 	}()
 	return out, nil
+}
+
+// resolveWatchedTable finds the table of a watched plan, reading the
+// snapshot at the plan's revision if it must, and retrying while etcd does
+// not answer.
+func resolveWatchedTable(ctx context.Context, cli *clientv3.Client, keys Keys, job string, tables *TableCache, p Plan, have *Table, rev int64) (*Table, error) {
+	retry := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(50*time.Millisecond),
+		backoff.WithMaxInterval(time.Second),
+		backoff.WithMaxElapsedTime(0))
+	src := TableSource{Cache: tables, Fetch: func(ref TableRef) ([]byte, error) {
+		return ReadTableSnapshot(ctx, cli, keys, job, ref, rev)
+	}}
+	for {
+		t, err := src.Resolve(*p.Table, p.Delta, have)
+		if err == nil || errors.Is(err, ErrInvalidRecord) || errors.Is(err, ErrTableMissing) || ctx.Err() != nil {
+			return t, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(retry.NextBackOff()):
+		}
+	}
 }
 
 // sendLatest replaces whatever out holds with v. Only one goroutine may send

@@ -48,8 +48,14 @@ type Plan struct {
 	Phase      Phase `json:"phase"`
 	// Members is, in phase run, the rank table to start. In phase stop it is
 	// the rank table of the previous run: the nodes that must ack the stop,
-	// and the ranks that survivors keep.
-	Members []Member `json:"members"`
+	// and the ranks that survivors keep. The coordinator does not store it
+	// in the record but names it in Table (and Delta); a reader resolves it
+	// with a TableSource. A record without Table carries it inline.
+	Members []Member `json:"members,omitempty"`
+	// Table names the stored rank table that Members is.
+	Table *TableRef `json:"table,omitempty"`
+	// Delta, in phase run, turns the previous run's table into this one.
+	Delta *TableDeltaRef `json:"delta,omitempty"`
 	// WorldSize is the number of worker processes in phase run.
 	WorldSize int `json:"worldSize,omitempty"`
 	// Master is host:port of the rank-0 worker's rendezvous store.
@@ -82,7 +88,22 @@ type Plan struct {
 	StopAt     time.Time `json:"stopAt,omitzero"`
 	AckedAt    time.Time `json:"ackedAt,omitzero"`
 	RunAt      time.Time `json:"runAt,omitzero"`
+
+	// table is the resolved Table, when Members came from one: it indexes
+	// the members by node.
+	table *Table
 }
+
+// AttachTable sets the plan's members to t's.
+func (p *Plan) AttachTable(t *Table) {
+	p.Members, p.table = t.Members, t
+}
+
+// RankTable is the table attached to p, nil when none was.
+func (p Plan) RankTable() *Table { return p.table }
+
+// Unresolved reports whether p names a table that is not attached yet.
+func (p Plan) Unresolved() bool { return p.Table != nil && p.table == nil }
 
 // Failure is the first process failure reported in a generation.
 type Failure struct {
@@ -97,6 +118,9 @@ func (p Plan) Final() bool { return p.Result != "" }
 
 // Member returns the entry of node in p.Members.
 func (p Plan) Member(node string) (Member, bool) {
+	if p.table != nil {
+		return p.table.Member(node)
+	}
 	for _, m := range p.Members {
 		if m.Node == node {
 			return m, true
@@ -120,6 +144,19 @@ func (p Plan) Validate() error {
 	case "", JobSucceeded, JobFailed:
 	default:
 		return fmt.Errorf("plan: result %q: want %s or %s", p.Result, JobSucceeded, JobFailed)
+	}
+	if p.Table != nil {
+		if err := p.Table.Validate(p.Generation); err != nil {
+			return fmt.Errorf("plan: %w", err)
+		}
+		if len(p.Members) > 0 && p.table == nil {
+			return fmt.Errorf("plan: members both inline and in a table")
+		}
+	} else if p.Delta != nil {
+		return fmt.Errorf("plan: a delta without a table")
+	}
+	if p.Delta != nil && (p.Phase != PhaseRun || !digestPattern.MatchString(p.Delta.Base)) {
+		return fmt.Errorf("plan: a delta belongs to phase run, with a base digest")
 	}
 	type slot struct {
 		role Role
@@ -155,6 +192,10 @@ func (p Plan) Validate() error {
 			return fmt.Errorf("plan: a failure belongs to phase stop, with a rank >= 0")
 		}
 	}
+	return p.validateAddresses()
+}
+
+func (p Plan) validateAddresses() error {
 	for _, a := range []struct{ name, addr string }{{"master", p.Master}, {"gloo", p.Gloo}} {
 		if a.addr == "" {
 			continue

@@ -207,7 +207,7 @@ func (r *run) followEtcd(ctx context.Context) {
 			touched := map[string]bool{}
 			for _, kv := range u.Changes {
 				jk, ok := r.cfg.Keys.ParseJobKey(kv.Key)
-				if !ok || (jk.Kind != membership.KindSpec && jk.Kind != membership.KindPlan && jk.Kind != membership.KindStatus) {
+				if !ok || (jk.Kind != membership.KindSpec && jk.Kind != membership.KindPlan && jk.Kind != membership.KindStatus && jk.Kind != membership.KindTable) {
 					continue
 				}
 				j := r.jobs[jk.Job]
@@ -215,7 +215,7 @@ func (r *run) followEtcd(ctx context.Context) {
 					j = &jobRecords{}
 					r.jobs[jk.Job] = j
 				}
-				j.Apply(jk.Kind, kv)
+				j.Apply(jk, kv)
 				touched[jk.Job] = true
 			}
 			if u.Reset {

@@ -104,7 +104,7 @@ func (r *run) reconcile(ctx context.Context, job string) error {
 	}
 	// The ConfigMap is for the workload's pods and goes with the workload:
 	// without one there is nothing to write it for, and nothing to own it.
-	if rec.Plan != nil && rec.Plan.Phase == membership.PhaseRun && primary != nil {
+	if rec.Plan != nil && rec.Plan.Phase == membership.PhaseRun && !rec.Plan.Unresolved() && primary != nil {
 		if err := r.writeConfigMap(ctx, job, *rec.Plan, *primary); err != nil {
 			problems, failed = append(problems, err.Error()), append(failed, err)
 		}

@@ -86,7 +86,10 @@ type Config struct {
 	// WaitTimeout, if set, is how long the node may wait without running
 	// before Run gives up with ErrWaitTimeout.
 	WaitTimeout time.Duration
-	Logger      hclog.Logger
+	// Tables, if set, shares decoded rank tables between the agents of a
+	// process (simulated nodes); a sidecar needs none.
+	Tables *membership.TableCache
+	Logger hclog.Logger
 }
 
 // Agent follows one job's plans for one node.
@@ -185,7 +188,7 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	plans, err := membership.WatchPlan(watchCtx, a.cfg.Client, a.cfg.Keys, a.cfg.Job, a.cfg.Logger)
+	plans, err := membership.WatchPlan(watchCtx, a.cfg.Client, a.cfg.Keys, a.cfg.Job, a.cfg.Tables, a.cfg.Logger)
 	if err != nil {
 		reg.Close()
 		return Result{}, err

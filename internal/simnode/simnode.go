@@ -165,6 +165,8 @@ type Config struct {
 	// Host is the address it advertises, 127.0.0.1 if empty; Pod and
 	// PodUID name the Kubernetes pod it stands in for, if any.
 	Host, Pod, PodUID string
+	// Tables shares decoded rank tables between the nodes of a process.
+	Tables *membership.TableCache
 	// Logger is silent if nil.
 	Logger hclog.Logger
 }
@@ -212,7 +214,7 @@ func Launch(cfg Config) (*Node, error) {
 	}
 	w := NewWorkload()
 	agent, err := sidecar.New(sidecar.Config{
-		Client: cfg.Client, Keys: cfg.Keys, Job: cfg.Job, TTL: cfg.TTL, Spec: cfg.Spec, Workload: w, Logger: cfg.Logger,
+		Client: cfg.Client, Keys: cfg.Keys, Job: cfg.Job, TTL: cfg.TTL, Spec: cfg.Spec, Workload: w, Logger: cfg.Logger, Tables: cfg.Tables,
 		Node: membership.Node{ID: cfg.ID, Role: cfg.Role, Host: cfg.Host, Ports: ports, NProc: cfg.NProc, MasterPort: cfg.Port,
 			Pod: cfg.Pod, PodUID: cfg.PodUID},
 	})
