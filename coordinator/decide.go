@@ -15,7 +15,9 @@ type view struct {
 	job     string
 	spec    *membership.Spec
 	specErr error
-	// nodes are the valid node records in join order.
+	// idx holds the valid node records, indexed; a view made by hand
+	// gives nodes instead (in join order), and index builds idx from them.
+	idx     *nodeIndex
 	nodes   []membership.LiveNode
 	plan    *membership.Plan
 	planErr error
@@ -32,6 +34,14 @@ type view struct {
 	// the wait sooner than the record's expiry, which etcd stretches by a
 	// full TTL at each of its leader changes.
 	fencedAt map[int64]time.Time
+}
+
+// index is the view's node index.
+func (v *view) index() *nodeIndex {
+	if v.idx == nil {
+		v.idx = indexOf(v.nodes)
+	}
+	return v.idx
 }
 
 // memo is what the leader remembers between decisions of one job beyond
@@ -85,8 +95,8 @@ func decide(v view, m memo, tm timing, now time.Time) decision {
 	case v.spec == nil:
 		// No spec: nothing to aim for. A job with nodes says so; a job
 		// with neither spec nor plan (deleted) is left alone.
-		if v.plan == nil && len(v.nodes) > 0 {
-			d.status = &membership.Status{Phase: membership.JobWaiting, Ready: countRole(v.nodes, membership.RoleWorker),
+		if ix := v.index(); v.plan == nil && len(ix.nodes) > 0 {
+			d.status = &membership.Status{Phase: membership.JobWaiting, Ready: ix.roles[membership.RoleWorker],
 				Message: "waiting for a spec: set np with `coordinator scale` or a sidecar's --np"}
 		}
 		return d
@@ -102,63 +112,74 @@ func decide(v view, m memo, tm timing, now time.Time) decision {
 // nodes, then commits phase run, or ends the job when the failure that
 // stopped it is charged and the job cannot take it.
 func decideStopped(v view, d decision, tm timing, now time.Time) decision {
-	alive := byID(v.nodes)
-	var prev []membership.Member
+	ix := v.index()
 	var gen int64
+	unacked, fencing := 0, 0
+	var pr *progress
 	if v.plan != nil {
-		prev, gen = v.plan.Members, v.plan.Generation
+		gen = v.plan.Generation
 		if d.memo.stopGen != gen {
 			d.memo.stopGen, d.memo.stopSeen, d.memo.evicted = gen, now, nil
 		}
-	}
-
-	var unacked []membership.LiveNode
-	var fencing []string
-	for _, m := range prev {
-		n, ok := alive[m.Node]
-		switch {
-		case ok && int64(n.Lease) == m.Lease:
-			if n.State != membership.NodeStopped || n.Generation < gen {
-				unacked = append(unacked, n)
+		pr = ix.progressOf(v.plan)
+		unacked = pr.present - pr.acked
+		// An evicted member may not know yet, and kills its processes at
+		// its own deadline, before the record expires. A node of the same
+		// name registered since proves nothing: it may be a new pod on
+		// another machine (a StatefulSet's, after a forced deletion).
+		for _, e := range v.evictions {
+			m, ok := v.plan.Member(e.Node)
+			if !ok || m.Lease != e.Lease {
+				continue
 			}
-		case evictedFrom(v.evictions, m):
-			// Evicted: it may not know yet, and kills its processes at
-			// its own deadline, before the record expires. A node of the
-			// same name registered since proves nothing: it may be a new
-			// pod on another machine (a StatefulSet's, after a forced
-			// deletion).
+			if n, ok := ix.lookup(m.Node); ok && int64(n.Lease) == m.Lease {
+				continue // still there under that lease: an ack is awaited
+			}
 			at, known := v.fencedAt[m.Lease]
 			if known && !now.Before(at) {
-				break
+				continue
 			}
-			fencing = append(fencing, m.Node)
+			fencing++
 			if known && (d.wakeAt.IsZero() || at.Before(d.wakeAt)) {
 				d.wakeAt = at
 			}
-		case ok:
-			// Registered again under a new lease: it fenced itself first.
 		}
 	}
-	if len(unacked) > 0 {
-		deadline := d.memo.stopSeen.Add(tm.stopTimeout)
+	if unacked > 0 {
+		// A slow stop is not a dead one: the timeout counts from the
+		// last ack seen.
+		deadline := d.memo.stopSeen
+		if pr.lastAck.After(deadline) {
+			deadline = pr.lastAck
+		}
+		deadline = deadline.Add(tm.stopTimeout)
 		if now.Before(deadline) {
 			d.wakeAt = deadline
 		} else {
-			d.evict = unacked
+			d.evict = unackedMembers(v.plan, ix)
 			d.memo.evicted = map[string]bool{}
-			for _, n := range unacked {
+			ids := make([]string, len(d.evict))
+			for i, n := range d.evict {
 				d.memo.evicted[n.ID] = true
-				d.events = append(d.events, membership.Event{Generation: gen, Type: "NodeEvicted",
-					Message: fmt.Sprintf("node %s did not ack the stop of generation %d within %s; its lease is revoked", n.ID, gen, tm.stopTimeout)})
+				ids[i] = n.ID
 			}
+			// One event for them all, however many: a transaction
+			// holds at most 128 operations.
+			d.events = append(d.events, membership.Event{Generation: gen, Type: "NodeEvicted",
+				Message: fmt.Sprintf("%s did not ack the stop of generation %d within %s of the last ack; evicted", nodeList("node", ids), gen, tm.stopTimeout)})
 		}
 		// No per-ack progress here: the status changes only between phases,
 		// so a change costs O(1) writes however many nodes ack. Progress is
-		// in the node records.
-		d.status = baseStatus(v, membership.JobRestarting, 0, stoppingMessage(*v.plan))
+		// in the node records and elastic_job_unacked_members. A stop
+		// slower than the timeout says so, once.
+		msg := stoppingMessage(*v.plan)
+		if now.Sub(d.memo.stopSeen) > tm.stopTimeout {
+			msg += fmt.Sprintf("; slow: acks still arriving after more than the %s stop timeout", tm.stopTimeout)
+		}
+		d.status = baseStatus(v, membership.JobRestarting, 0, msg)
 		return d
 	}
-	if len(fencing) > 0 {
+	if fencing > 0 {
 		d.status = baseStatus(v, membership.JobRestarting, 0, stoppingMessage(*v.plan))
 		return d // the records' expiry, or wakeAt, wakes the actor
 	}
@@ -168,14 +189,14 @@ func decideStopped(v view, d decision, tm timing, now time.Time) decision {
 
 	restarts, reason, excluded := 0, "first generation", []string(nil)
 	if v.plan != nil {
-		restarts, reason, excluded = v.plan.Restarts, v.plan.Reason, aliveExcludedList(v.plan, alive)
+		restarts, reason, excluded = v.plan.Restarts, v.plan.Reason, aliveExcludedList(v.plan, ix)
 	}
 	if v.plan != nil && v.plan.Failure != nil {
 		f := *v.plan.Failure
 		// A member evicted for a slow stop was alive when the failure
 		// happened: it explains nothing.
 		var lost []string
-		for _, id := range lostMembers(prev, alive) {
+		for _, id := range sortedIDs(pr.lost) {
 			if !d.memo.evicted[id] && !evictedBy(v.evictions, id, "coordinator") {
 				lost = append(lost, id)
 			}
@@ -195,7 +216,7 @@ func decideStopped(v view, d decision, tm timing, now time.Time) decision {
 			}
 			restarts++
 			if v.spec.FaultTolerance == membership.FaultToleranceReplace {
-				if _, ok := alive[f.Node]; ok {
+				if _, ok := ix.lookup(f.Node); ok {
 					excluded = appendUnique(excluded, f.Node)
 				}
 			}
@@ -206,7 +227,7 @@ func decideStopped(v view, d decision, tm timing, now time.Time) decision {
 		excludedSet[id] = true
 	}
 
-	t, short := assignRanks(*v.spec, v.nodes, prev, excludedSet)
+	t, short, _ := ix.ranksFor(v.spec, v.plan, excludedSet)
 	if short != nil {
 		d.memo.pendingSince = time.Time{}
 		d.status = baseStatus(v, membership.JobWaiting, short.available, short.String())
@@ -236,14 +257,6 @@ func decideStopped(v view, d decision, tm timing, now time.Time) decision {
 	return d
 }
 
-// evictedFrom reports whether m's node was evicted under the lease it ran
-// with, and the eviction's record has not expired yet.
-func evictedFrom(evictions []membership.Eviction, m membership.Member) bool {
-	return slices.ContainsFunc(evictions, func(e membership.Eviction) bool {
-		return e.Node == m.Node && e.Lease == m.Lease
-	})
-}
-
 // evictedBy reports whether node has an eviction record written by by.
 func evictedBy(evictions []membership.Eviction, node, by string) bool {
 	return slices.ContainsFunc(evictions, func(e membership.Eviction) bool {
@@ -251,65 +264,62 @@ func evictedBy(evictions []membership.Eviction, node, by string) bool {
 	})
 }
 
-// lostMembers are the members of a table that are gone, came back under
-// another lease, or are leaving.
-func lostMembers(members []membership.Member, alive map[string]membership.LiveNode) []string {
-	var lost []string
-	for _, m := range members {
-		if n, ok := alive[m.Node]; !ok || int64(n.Lease) != m.Lease || n.State == membership.NodeLeaving {
-			lost = append(lost, m.Node)
+// unackedMembers are the members of a stop plan still alive under the
+// lease it names that have not acked it.
+func unackedMembers(p *membership.Plan, ix *nodeIndex) []membership.LiveNode {
+	var out []membership.LiveNode
+	for _, m := range p.Members {
+		n, ok := ix.lookup(m.Node)
+		if ok && int64(n.Lease) == m.Lease && (n.State != membership.NodeStopped || n.Generation < p.Generation) {
+			out = append(out, n)
 		}
 	}
-	return lost
+	return out
+}
+
+func sortedIDs(set map[string]bool) []string {
+	ids := make([]string, 0, len(set))
+	for id := range set {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // decideRunning watches a generation in phase run: lost members, failed or
 // succeeded children, and changes of membership or spec.
 func decideRunning(v view, d decision, tm timing, now time.Time) decision {
 	p := *v.plan
-	alive := byID(v.nodes)
+	ix := v.index()
+	pr := ix.progressOf(v.plan)
 	spec := *v.spec
 
 	// A member lost or leaving is a membership change, whatever the fault
 	// tolerance: the budget and the fault tolerance level are for failures.
-	if lost := lostMembers(p.Members, alive); len(lost) > 0 {
-		reason := fmt.Sprintf("%s lost", nodeList("member", lost))
-		return stopNext(v, d, now, now, reason, p.Restarts, aliveExcludedList(&p, alive))
+	if len(pr.lost) > 0 {
+		reason := fmt.Sprintf("%s lost", nodeList("member", sortedIDs(pr.lost)))
+		return stopNext(v, d, now, now, reason, p.Restarts, aliveExcludedList(&p, ix))
 	}
 
-	var failed []membership.Member
-	ready, workersDone, rank0Done, workers := 0, 0, false, 0
-	for _, m := range p.Members {
-		n := alive[m.Node]
-		current := n.Generation == p.Generation
-		if m.Role == membership.RoleWorker {
-			workers++
-		}
-		switch {
-		case current && n.State == membership.NodeFailed:
-			failed = append(failed, m)
-		case current && n.State == membership.NodeSucceeded:
-			ready++
-			if m.Role == membership.RoleWorker {
-				workersDone++
-				rank0Done = rank0Done || m.Rank == 0
-			}
-		case current && n.State == membership.NodeRunning:
-			ready++
-		}
-	}
-	if len(failed) > 0 {
+	ready, workersDone, rank0Done, workers := pr.ready, pr.workersDone, pr.rank0Done > 0, pr.workers
+	if len(pr.failed) > 0 {
 		// The first to report is the cause; peers often fail after it.
-		sort.SliceStable(failed, func(i, j int) bool { return alive[failed[i].Node].ModRevision < alive[failed[j].Node].ModRevision })
-		f := failed[0]
-		code := alive[f.Node].ExitCode
+		failed := sortedIDs(pr.failed)
+		sort.SliceStable(failed, func(i, j int) bool {
+			a, _ := ix.lookup(failed[i])
+			b, _ := ix.lookup(failed[j])
+			return a.ModRevision < b.ModRevision
+		})
+		n, _ := ix.lookup(failed[0])
+		f, _ := p.Member(failed[0])
+		code := n.ExitCode
 		if code == 0 {
 			code = 1
 		}
 		reason := fmt.Sprintf("node %s (%s rank %d) failed with exit code %d", f.Node, f.Role, f.Rank, code)
 		// Whether it is charged is decided when the stop phase ends: a
 		// member lost meanwhile explains it.
-		d = stopNext(v, d, now, now, reason, p.Restarts, aliveExcludedList(&p, alive))
+		d = stopNext(v, d, now, now, reason, p.Restarts, aliveExcludedList(&p, ix))
 		d.plan.Failure = &membership.Failure{Node: f.Node, Role: f.Role, Rank: f.Rank, ExitCode: code}
 		return d
 	}
@@ -321,8 +331,8 @@ func decideRunning(v view, d decision, tm timing, now time.Time) decision {
 	}
 
 	// Once a worker has finished, the job is finishing: new nodes wait.
-	t, short := assignRanks(spec, v.nodes, p.Members, aliveExcluded(&p, alive))
-	if short == nil && workersDone == 0 && !sameTable(t.members, p.Members) {
+	t, short, same := ix.ranksFor(v.spec, v.plan, aliveExcluded(&p, ix))
+	if short == nil && workersDone == 0 && !same {
 		if settling(&d, &spec, t.workers, tm, now) {
 			d.status = runningStatus(v, p, ready, now)
 			d.status.Message = fmt.Sprintf("%d workers available; restarting at that size when the %s settle window ends", t.workers, tm.settle)
@@ -337,7 +347,7 @@ func decideRunning(v view, d decision, tm timing, now time.Time) decision {
 		if spec.PS != countMembers(p.Members, membership.RolePS) {
 			reason += fmt.Sprintf(", %d → %d ps", countMembers(p.Members, membership.RolePS), spec.PS)
 		}
-		return stopNext(v, d, now, detected, reason, p.Restarts, aliveExcludedList(&p, alive))
+		return stopNext(v, d, now, detected, reason, p.Restarts, aliveExcludedList(&p, ix))
 	}
 	d.memo.pendingSince = time.Time{}
 	d.status = runningStatus(v, p, ready, now)
@@ -489,30 +499,22 @@ func sameStatus(a, b *membership.Status) bool {
 	return x == y
 }
 
-func byID(nodes []membership.LiveNode) map[string]membership.LiveNode {
-	m := make(map[string]membership.LiveNode, len(nodes))
-	for _, n := range nodes {
-		m[n.ID] = n
-	}
-	return m
-}
-
 // aliveExcluded is the plan's excluded set, without nodes that left.
-func aliveExcluded(p *membership.Plan, alive map[string]membership.LiveNode) map[string]bool {
+func aliveExcluded(p *membership.Plan, ix *nodeIndex) map[string]bool {
 	out := map[string]bool{}
-	for _, id := range aliveExcludedList(p, alive) {
+	for _, id := range aliveExcludedList(p, ix) {
 		out[id] = true
 	}
 	return out
 }
 
-func aliveExcludedList(p *membership.Plan, alive map[string]membership.LiveNode) []string {
+func aliveExcludedList(p *membership.Plan, ix *nodeIndex) []string {
 	if p == nil {
 		return nil
 	}
 	var out []string
 	for _, id := range p.Excluded {
-		if _, ok := alive[id]; ok {
+		if _, ok := ix.lookup(id); ok {
 			out = append(out, id)
 		}
 	}
@@ -526,16 +528,6 @@ func appendUnique(list []string, id string) []string {
 		}
 	}
 	return append(list, id)
-}
-
-func countRole(nodes []membership.LiveNode, role membership.Role) int {
-	n := 0
-	for _, x := range nodes {
-		if x.Role == role {
-			n++
-		}
-	}
-	return n
 }
 
 func countMembers(members []membership.Member, role membership.Role) int {

@@ -16,12 +16,6 @@ import (
 	"github.com/elastictraining/coordinator/membership"
 )
 
-// nodeEntry is a node key as last seen.
-type nodeEntry struct {
-	node membership.LiveNode
-	err  error
-}
-
 // jobActor reconciles one job. The watch goroutine feeds it changes through
 // apply; its own goroutine decides and writes, one decision at a time, so a
 // burst of changes costs one decision, not one per change.
@@ -41,10 +35,9 @@ type jobActor struct {
 	status            *membership.Status
 	specRev, planRev  int64
 	statusRev         int64
-	nodes             map[string]nodeEntry
+	nodes             *nodeIndex
 	evictions         map[evictionID]membership.Eviction
 	tables            membership.StoredTables
-	sorted            []membership.LiveNode // nodes in join order; nil when stale
 	lastTable         *membership.Table     // the table of the last plan resolved or written
 	lastSeq           int64
 	invalidLoggedAtRv map[string]int64
@@ -64,7 +57,7 @@ func newJobActor(t *term, job string) *jobActor {
 		backoff.WithMaxElapsedTime(0))
 	return &jobActor{
 		t: t, job: job, logger: t.c.logger.With("job", job),
-		wake: make(chan struct{}, 1), nodes: map[string]nodeEntry{}, evictions: map[evictionID]membership.Eviction{},
+		wake: make(chan struct{}, 1), nodes: newNodeIndex(), evictions: map[evictionID]membership.Eviction{},
 		invalidLoggedAtRv: map[string]int64{}, lossesSeen: map[string]int64{}, retry: retry,
 	}
 }
@@ -89,18 +82,18 @@ func (a *jobActor) reset() {
 	defer a.mu.Unlock()
 	a.spec, a.specErr, a.plan, a.planErr, a.status = nil, nil, nil, nil, nil
 	a.specRev, a.planRev, a.statusRev, a.planExists = 0, 0, 0, false
-	clear(a.nodes)
+	a.nodes.reset()
 	clear(a.evictions)
 	a.tables.Reset()
-	a.sorted = nil
 }
 
 // apply records changes of the job's keys and asks for a decision.
 func (a *jobActor) apply(changes []membership.KeyValue) {
 	a.mu.Lock()
+	now := time.Now()
 	for _, kv := range changes {
 		jk, _ := a.t.c.cfg.Keys.ParseJobKey(kv.Key)
-		a.applyLocked(jk, kv)
+		a.applyLocked(jk, kv, now)
 	}
 	a.resolvePlanLocked()
 	a.mu.Unlock()
@@ -126,7 +119,7 @@ func (a *jobActor) resolvePlanLocked() {
 	a.lastTable = t
 }
 
-func (a *jobActor) applyLocked(jk membership.JobKey, kv membership.KeyValue) {
+func (a *jobActor) applyLocked(jk membership.JobKey, kv membership.KeyValue, now time.Time) {
 	switch jk.Kind {
 	case membership.KindSpec:
 		if kv.ModRevision <= a.specRev {
@@ -159,13 +152,16 @@ func (a *jobActor) applyLocked(jk membership.JobKey, kv membership.KeyValue) {
 			a.status = ptrOrNil(s, err)
 		}
 	case membership.KindNode:
-		a.sorted = nil
 		if kv.Deleted {
-			delete(a.nodes, jk.Name)
+			a.nodes.remove(jk.Name)
 			return
 		}
 		n, err := membership.DecodeLiveNode(kv, jk.Name)
-		a.nodes[jk.Name] = nodeEntry{node: n, err: err}
+		if err != nil {
+			a.nodes.remove(jk.Name)
+		} else {
+			a.nodes.put(n, now)
+		}
 		a.noteInvalid(kv, err)
 		if err == nil {
 			if seen, ok := a.lossesSeen[n.ID]; ok && n.LeaseLosses > seen {
@@ -212,17 +208,10 @@ func ptrOrNil[T any](v T, err error) *T {
 	return &v
 }
 
+// viewLocked is the job as the actor holds it. Its index is the actor's
+// own: a decision on it is made under the actor's lock.
 func (a *jobActor) viewLocked() view {
-	if a.sorted == nil {
-		a.sorted = make([]membership.LiveNode, 0, len(a.nodes))
-		for _, e := range a.nodes {
-			if e.err == nil {
-				a.sorted = append(a.sorted, e.node)
-			}
-		}
-		membership.SortByJoin(a.sorted)
-	}
-	v := view{job: a.job, spec: a.spec, specErr: a.specErr, nodes: a.sorted, plan: a.plan, planErr: a.planErr, status: a.status}
+	v := view{job: a.job, spec: a.spec, specErr: a.specErr, idx: a.nodes, plan: a.plan, planErr: a.planErr, status: a.status}
 	if a.planExists {
 		v.planRev = a.planRev
 	}
@@ -232,6 +221,10 @@ func (a *jobActor) viewLocked() view {
 	return v
 }
 
+// decisionBatch is the least time between two decisions of a job: the
+// changes that arrive meanwhile (thousands of acks) make one decision.
+const decisionBatch = 5 * time.Millisecond
+
 // run decides whenever the job changes or a deadline passes. After a failed
 // write it waits out its backoff whatever happens meanwhile, so that its own
 // writes, echoed by the watch, cannot make it loop.
@@ -239,7 +232,7 @@ func (a *jobActor) run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	var notBefore time.Time
+	var notBefore, batchUntil time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -247,17 +240,23 @@ func (a *jobActor) run(ctx context.Context) {
 		case <-a.wake:
 		case <-timer.C:
 		}
-		if wait := time.Until(notBefore); wait > 0 {
+		until := notBefore
+		if batchUntil.After(until) {
+			until = batchUntil
+		}
+		if wait := time.Until(until); wait > 0 {
 			timer.Stop()
 			timer.Reset(wait)
 			continue
 		}
 		wakeAt, err := a.reconcile(ctx)
+		batchUntil = time.Now().Add(decisionBatch)
 		switch {
 		case errors.Is(err, ErrNotLeader):
 			a.t.stepDown(err)
 			return
 		case err != nil && ctx.Err() == nil:
+			a.t.c.metrics.writeFails.Inc()
 			wait := a.retry.NextBackOff()
 			a.logger.Warn("reconcile failed; retrying", "error", err, "retry_in", wait)
 			notBefore = time.Now().Add(wait)
@@ -278,10 +277,20 @@ func (a *jobActor) run(ctx context.Context) {
 func (a *jobActor) reconcile(ctx context.Context) (time.Time, error) {
 	for range 4 {
 		a.mu.Lock()
-		v := a.viewLocked()
+		evictions := a.viewLocked().evictions
 		a.mu.Unlock()
-		recheck := a.fenceEvictions(ctx, &v)
+		fencedAt, recheck := a.fenceEvictions(ctx, evictions)
+		a.mu.Lock()
+		v := a.viewLocked()
+		v.fencedAt = fencedAt
 		d := decide(v, a.memo, timing{settle: a.t.c.cfg.SettleWindow, stopTimeout: a.t.c.cfg.StopTimeout}, time.Now())
+		unacked := 0
+		if v.plan != nil && v.plan.Phase == membership.PhaseStop {
+			pr := a.nodes.progressOf(v.plan)
+			unacked = pr.present - pr.acked
+		}
+		a.mu.Unlock()
+		a.t.c.metrics.unacked.WithLabelValues(a.job).Set(float64(unacked))
 		if !recheck.IsZero() && (d.wakeAt.IsZero() || recheck.Before(d.wakeAt)) {
 			d.wakeAt = recheck
 		}
@@ -300,22 +309,22 @@ func (a *jobActor) reconcile(ctx context.Context) (time.Time, error) {
 	return time.Time{}, nil
 }
 
-// fenceEvictions sets v.fencedAt: for each evicted lease that this process
+// fenceEvictions returns, for each evicted lease that this process
 // revoked or has seen gone from etcd (in this term or an earlier one), the
 // time by which the evicted node has killed its processes, on this
 // process's clock. The node renewed the lease last before
 // it was gone, so its own deadline falls within a TTL of that; a second more
 // covers SIGKILL taking effect. A lease still there (the revocation follows
 // the record) is asked about again shortly: the time returned, if not zero.
-func (a *jobActor) fenceEvictions(ctx context.Context, v *view) (recheck time.Time) {
+func (a *jobActor) fenceEvictions(ctx context.Context, evictions []membership.Eviction) (fencedAt map[int64]time.Time, recheck time.Time) {
 	gones := a.t.c.goneLeases
-	if len(v.evictions) == 0 {
+	if len(evictions) == 0 {
 		gones.keep(a.job, nil)
-		return time.Time{}
+		return nil, time.Time{}
 	}
 	live := map[int64]bool{}
-	v.fencedAt = map[int64]time.Time{}
-	for _, e := range v.evictions {
+	fencedAt = map[int64]time.Time{}
+	for _, e := range evictions {
 		live[e.Lease] = true
 		gone, ok := gones.get(a.job, e.Lease)
 		if !ok {
@@ -329,10 +338,10 @@ func (a *jobActor) fenceEvictions(ctx context.Context, v *view) (recheck time.Ti
 			gone = time.Now()
 			gones.set(a.job, e.Lease, gone)
 		}
-		v.fencedAt[e.Lease] = gone.Add(time.Duration(e.TTLSeconds)*time.Second + time.Second)
+		fencedAt[e.Lease] = gone.Add(time.Duration(e.TTLSeconds)*time.Second + time.Second)
 	}
 	gones.keep(a.job, live)
-	return recheck
+	return fencedAt, recheck
 }
 
 // errPlanMoved: the plan changed since the decision read it; the actor now
@@ -408,11 +417,13 @@ func (a *jobActor) write(ctx context.Context, v view, d decision) error {
 		}
 		a.t.c.metrics.writes.Inc()
 		planKey := keys.Plan(a.job)
+		began := time.Now()
 		resp, err := a.t.c.cfg.Client.Txn(ctx).
 			If(a.t.fence, clientv3.Compare(clientv3.ModRevision(planKey), "=", v.planRev)).
 			Then(ops...).
 			Else(clientv3.OpGet(a.t.electionKey), clientv3.OpGet(planKey)).
 			Commit()
+		a.t.c.metrics.commitTime.Observe(time.Since(began).Seconds())
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			a.t.forgetEventLease() // someone revoked it; the retry grants another
 		}
@@ -424,25 +435,57 @@ func (a *jobActor) write(ctx context.Context, v view, d decision) error {
 		}
 		a.committed(resp.Header.Revision, v, d, status, seq)
 	}
-	for _, n := range d.evict {
-		a.t.c.metrics.writes.Inc()
-		err := membership.Evict(ctx, a.t.c.cfg.Client, keys, membership.EvictRequest{
-			Job: a.job, Node: n.ID, Lease: n.Lease, By: "coordinator", If: []clientv3.Cmp{a.t.fence},
-			Reason: fmt.Sprintf("did not ack the stop of generation %d in time", v.plan.Generation),
-		})
-		switch {
-		case errors.Is(err, membership.ErrEvictionMoot):
-			continue // the node left, or re-registered, meanwhile
-		case err != nil:
-			return err
-		}
-		// Revoked by now: the node's last renewal came before this
-		// moment, which the wait can count from without asking etcd,
-		// which may be unreachable when it asks.
-		a.t.c.goneLeases.set(a.job, int64(n.Lease), time.Now())
-		a.logger.Warn("evicted node", "node", n.ID)
+	if len(d.evict) == 0 {
+		return nil
 	}
-	return nil
+	return a.evict(ctx, v.plan.Generation, d.evict)
+}
+
+// evictParallelism bounds the evictions in flight: each is a few requests
+// (the lease's TTL, a lease for the record, the record, the revocation).
+const evictParallelism = 16
+
+// evict evicts nodes that did not ack a stop, several at a time. Each
+// eviction is its own small transaction; the first error is returned, and
+// the next decision evicts what is left.
+func (a *jobActor) evict(ctx context.Context, gen int64, nodes []membership.LiveNode) error {
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+		slots    = make(chan struct{}, evictParallelism)
+	)
+	for _, n := range nodes {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			a.t.c.metrics.writes.Inc()
+			err := membership.Evict(ctx, a.t.c.cfg.Client, a.t.c.cfg.Keys, membership.EvictRequest{
+				Job: a.job, Node: n.ID, Lease: n.Lease, By: "coordinator", If: []clientv3.Cmp{a.t.fence},
+				Reason: fmt.Sprintf("did not ack the stop of generation %d in time", gen),
+			})
+			switch {
+			case errors.Is(err, membership.ErrEvictionMoot):
+				return // the node left, or re-registered, meanwhile
+			case err != nil:
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+				return
+			}
+			// Revoked by now: the node's last renewal came before this
+			// moment, which the wait can count from without asking etcd,
+			// which may be unreachable when it asks.
+			a.t.c.goneLeases.set(a.job, int64(n.Lease), time.Now())
+			a.t.c.metrics.evictions.WithLabelValues(a.job).Inc()
+			a.logger.Warn("evicted node", "node", n.ID)
+		}()
+	}
+	wg.Wait()
+	return firstErr
 }
 
 // tableOps are the operations that store a new plan's rank table with the
@@ -495,7 +538,8 @@ func (a *jobActor) notCommitted(resp *clientv3.TxnResponse) error {
 	}
 	a.mu.Lock()
 	jk, _ := a.t.c.cfg.Keys.ParseJobKey(key)
-	a.applyLocked(jk, kv)
+	a.applyLocked(jk, kv, time.Now())
+	a.resolvePlanLocked()
 	a.mu.Unlock()
 	a.logger.Info("the plan changed under a decision; deciding again", "revision", kv.ModRevision)
 	return errPlanMoved

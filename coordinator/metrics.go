@@ -16,6 +16,10 @@ type metrics struct {
 	steps       *prometheus.HistogramVec
 	invalid     prometheus.Counter
 	leaseLosses *prometheus.CounterVec
+	evictions   *prometheus.CounterVec
+	unacked     *prometheus.GaugeVec
+	writeFails  prometheus.Counter
+	commitTime  prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -46,11 +50,25 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		leaseLosses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "elastic_node_lease_losses_total", Help: "Times a node's sidecar lost its lease and fenced itself, as the nodes report it.",
 		}, []string{"job"}),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "elastic_job_evictions_total", Help: "Nodes the coordinator evicted for not acking a stop within the stop timeout of the last ack.",
+		}, []string{"job"}),
+		unacked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "elastic_job_unacked_members", Help: "Members of the job's stop phase that have not acked it yet.",
+		}, []string{"job"}),
+		writeFails: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "elastic_coordinator_etcd_write_failures_total", Help: "Decisions whose writes etcd failed or refused; each is retried after a backoff.",
+		}),
+		commitTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "elastic_coordinator_commit_seconds",
+			Help:    "Time etcd took to commit a decision's transaction: an etcd too slow for the jobs shows here.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.leader, m.writes, m.generations, m.restarts, m.members, m.steps, m.invalid, m.leaseLosses} {
+	for _, c := range []prometheus.Collector{m.leader, m.writes, m.generations, m.restarts, m.members, m.steps, m.invalid, m.leaseLosses, m.evictions, m.unacked, m.writeFails, m.commitTime} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

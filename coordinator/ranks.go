@@ -52,19 +52,10 @@ func assignRanks(spec membership.Spec, live []membership.LiveNode, prev []member
 		prevRank[string(m.Role)+"/"+m.Node] = m.Rank
 	}
 
+	if short := shortOf(spec, func(r membership.Role) int { return len(byRole[r]) }); short != nil {
+		return table{}, short
+	}
 	workers := byRole[membership.RoleWorker]
-	if len(workers) < spec.Workers().Min {
-		return table{}, &shortage{role: membership.RoleWorker, have: len(workers), need: spec.Workers().Min, available: len(workers)}
-	}
-	if ps := byRole[membership.RolePS]; len(ps) < spec.PS {
-		return table{}, &shortage{role: membership.RolePS, have: len(ps), need: spec.PS, available: len(ps)}
-	}
-	if s := byRole[membership.RoleScheduler]; len(s) < spec.Schedulers {
-		return table{}, &shortage{role: membership.RoleScheduler, have: len(s), need: spec.Schedulers, available: len(s)}
-	}
-	if h := byRole[membership.RoleHeter]; len(h) < spec.Heter {
-		return table{}, &shortage{role: membership.RoleHeter, have: len(h), need: spec.Heter, available: len(h)}
-	}
 
 	var t table
 	t.workers = min(len(workers), spec.Workers().Max)
@@ -100,6 +91,25 @@ func assignRanks(spec membership.Spec, live []membership.LiveNode, prev []member
 		}
 	}
 	return t, nil
+}
+
+// shortOf says which role has fewer nodes than spec needs, given how many
+// nodes of each role are not leaving.
+func shortOf(spec membership.Spec, count func(membership.Role) int) *shortage {
+	for _, rc := range []struct {
+		role membership.Role
+		need int
+	}{
+		{membership.RoleWorker, spec.Workers().Min},
+		{membership.RolePS, spec.PS},
+		{membership.RoleScheduler, spec.Schedulers},
+		{membership.RoleHeter, spec.Heter},
+	} {
+		if have := count(rc.role); have < rc.need {
+			return &shortage{role: rc.role, have: have, need: rc.need, available: have}
+		}
+	}
+	return nil
 }
 
 // rankRole picks n of the candidates (in join order) and returns them indexed

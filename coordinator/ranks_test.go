@@ -236,9 +236,9 @@ func TestAssignRanksInvariants(t *testing.T) {
 			seen[m.Node] = true
 		}
 		ranks := workerRanks(got)
-		alive := byID(nodes)
+		alive := indexOf(nodes)
 		for _, p := range prev {
-			if _, ok := alive[p.Node]; !ok || excluded[p.Node] || p.Rank >= n {
+			if _, ok := alive.lookup(p.Node); !ok || excluded[p.Node] || p.Rank >= n {
 				continue
 			}
 			rank, ok := ranks[p.Node]

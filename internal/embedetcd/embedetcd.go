@@ -75,6 +75,13 @@ type Config struct {
 	StartTimeout time.Duration
 }
 
+// HistoryRetention is how much of etcd's history an embedded member keeps
+// before compacting it; QuotaBytes is its database quota.
+const (
+	HistoryRetention = 5 * time.Minute
+	QuotaBytes       = 2 << 30
+)
+
 // Server is a running embedded etcd member.
 type Server struct {
 	etcd      *embed.Etcd
@@ -135,6 +142,14 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		ec.LogOutputs = []string{cfg.LogFile}
 	}
 	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
+	// History is compacted: every membership change writes a revision per
+	// node (acks), which nothing needs once the watchers have it. Five
+	// minutes of history outlast any watcher's reconnect; a watcher later
+	// than that lists again (membership.Follow). The quota is etcd's
+	// default made explicit: 2 GiB, far above what compacted jobs use.
+	ec.AutoCompactionMode = "periodic"
+	ec.AutoCompactionRetention = HistoryRetention.String()
+	ec.QuotaBackendBytes = QuotaBytes
 	if (cfg.CertFile != "") != (clientURL.Scheme == "https") {
 		return nil, fmt.Errorf("embedded etcd: client url %s: use https with a certificate and key, http without", clientURL)
 	}

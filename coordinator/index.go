@@ -1,0 +1,265 @@
+package coordinator
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// nodeIndex is the leader's copy of a job's valid node records, kept so
+// that the change a node reports costs O(1): an ack updates counters of the
+// current plan's progress, and nothing is sorted or rebuilt. Only a change
+// that can change a rank table (a node joins, goes, comes back under
+// another lease, starts leaving) bumps version, after which the join order
+// and the rank table wanted are computed again, once, when asked for.
+type nodeIndex struct {
+	nodes map[string]membership.LiveNode
+	// version counts the changes that can change a rank table.
+	version uint64
+	// roles counts the nodes of each role that are not leaving.
+	roles map[membership.Role]int
+
+	sorted        []membership.LiveNode // join order as of sortedVersion
+	sortedVersion uint64
+
+	progress progress
+	ranks    ranksMemo
+}
+
+func newNodeIndex() *nodeIndex {
+	return &nodeIndex{nodes: map[string]membership.LiveNode{}, roles: map[membership.Role]int{}, version: 1}
+}
+
+// indexOf builds an index of nodes, for decisions on a view made by hand.
+func indexOf(nodes []membership.LiveNode) *nodeIndex {
+	ix := newNodeIndex()
+	for _, n := range nodes {
+		ix.put(n, time.Time{})
+	}
+	return ix
+}
+
+// put records a node's record as it now stands; now is when the leader
+// saw it, the time an ack counts from.
+func (ix *nodeIndex) put(n membership.LiveNode, now time.Time) {
+	old, had := ix.nodes[n.ID]
+	ix.nodes[n.ID] = n
+	ix.progress.change(n.ID, old, had, n, true, now)
+	if !had || !sameForTables(old, n) {
+		ix.version++
+		if had {
+			ix.countRole(old, -1)
+		}
+		ix.countRole(n, 1)
+	}
+}
+
+// remove forgets a node whose record is gone or no longer valid.
+func (ix *nodeIndex) remove(id string) {
+	old, had := ix.nodes[id]
+	if !had {
+		return
+	}
+	delete(ix.nodes, id)
+	ix.progress.change(id, old, true, membership.LiveNode{}, false, time.Time{})
+	ix.countRole(old, -1)
+	ix.version++
+}
+
+func (ix *nodeIndex) reset() {
+	clear(ix.nodes)
+	clear(ix.roles)
+	ix.version++
+	ix.progress = progress{}
+}
+
+func (ix *nodeIndex) countRole(n membership.LiveNode, delta int) {
+	if n.State != membership.NodeLeaving {
+		ix.roles[n.Role] += delta
+	}
+}
+
+// sameForTables reports whether two versions of a node's record place it
+// alike in a rank table: only its acks differ.
+func sameForTables(a, b membership.LiveNode) bool {
+	return a.JoinRevision == b.JoinRevision && a.Lease == b.Lease && a.Role == b.Role && a.Host == b.Host &&
+		a.NProc == b.NProc && a.MasterPort == b.MasterPort && slices.Equal(a.Ports, b.Ports) &&
+		(a.State == membership.NodeLeaving) == (b.State == membership.NodeLeaving) &&
+		(a.Ordinal == nil) == (b.Ordinal == nil) && (a.Ordinal == nil || *a.Ordinal == *b.Ordinal)
+}
+
+func (ix *nodeIndex) lookup(id string) (membership.LiveNode, bool) {
+	n, ok := ix.nodes[id]
+	return n, ok
+}
+
+// joinOrder is the nodes in join order. Their acks may be older than
+// lookup's: the order is rebuilt only when version moves.
+func (ix *nodeIndex) joinOrder() []membership.LiveNode {
+	if ix.sortedVersion != ix.version || ix.sorted == nil {
+		ix.sorted = make([]membership.LiveNode, 0, len(ix.nodes))
+		for _, n := range ix.nodes {
+			ix.sorted = append(ix.sorted, n)
+		}
+		membership.SortByJoin(ix.sorted)
+		ix.sortedVersion = ix.version
+	}
+	return ix.sorted
+}
+
+// progressOf is the progress of plan p's members, counted again from the
+// records only when p is not the plan counted so far.
+func (ix *nodeIndex) progressOf(p *membership.Plan) *progress {
+	if ix.progress.plan != p || !ix.progress.counted {
+		ix.progress = progress{plan: p, counted: true}
+		if p != nil {
+			ix.progress.recount(ix.nodes)
+		}
+	}
+	return &ix.progress
+}
+
+// ranksFor is assignRanks, and whether its table is p's, computed again
+// only when the nodes, the plan, the spec or the excluded nodes changed
+// since the last call. Too few nodes is known from the counts alone.
+func (ix *nodeIndex) ranksFor(spec *membership.Spec, p *membership.Plan, excluded map[string]bool) (table, *shortage, bool) {
+	if short := shortOf(*spec, func(r membership.Role) int { return ix.roles[r] }); short != nil {
+		return table{}, short, false
+	}
+	key := ranksKey{version: ix.version, spec: spec, plan: p, excluded: excludedKey(excluded)}
+	if ix.ranks.valid && ix.ranks.key == key {
+		return ix.ranks.table, ix.ranks.short, ix.ranks.same
+	}
+	var prev []membership.Member
+	if p != nil {
+		prev = p.Members
+	}
+	t, short := assignRanks(*spec, ix.joinOrder(), prev, excluded)
+	same := short == nil && p != nil && sameTable(t.members, p.Members)
+	ix.ranks = ranksMemo{valid: true, key: key, table: t, short: short, same: same}
+	return t, short, same
+}
+
+type ranksKey struct {
+	version  uint64
+	spec     *membership.Spec
+	plan     *membership.Plan
+	excluded string
+}
+
+type ranksMemo struct {
+	valid bool
+	key   ranksKey
+	table table
+	short *shortage
+	same  bool
+}
+
+func excludedKey(excluded map[string]bool) string {
+	ids := make([]string, 0, len(excluded))
+	for id, ok := range excluded {
+		if ok {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return strings.Join(ids, "\x00")
+}
+
+// progress counts how far the members of one plan are, from their records.
+type progress struct {
+	plan    *membership.Plan
+	counted bool
+	// present members are alive under the lease the plan names; acked of
+	// them stopped for the plan's generation (phase stop).
+	present, acked int
+	// In the plan's generation: running or succeeded, succeeded workers,
+	// and whether the rank-0 worker succeeded.
+	ready, workersDone, rank0Done int
+	// workers counts the plan's worker members.
+	workers int
+	// failed members reported a failure in the plan's generation; lost
+	// ones are gone, back under another lease, or leaving.
+	failed, lost map[string]bool
+	// lastAck is when acked or ready last grew, on the leader's clock.
+	lastAck time.Time
+}
+
+// share is what one member adds to its plan's progress.
+type share struct {
+	present, acked, ready, done, rank0, failed, lost bool
+}
+
+func (pr *progress) shareOf(id string, n membership.LiveNode, alive bool) (membership.Member, share, bool) {
+	m, ok := pr.plan.Member(id)
+	if !ok {
+		return m, share{}, false
+	}
+	same := alive && int64(n.Lease) == m.Lease
+	current := alive && n.Generation == pr.plan.Generation
+	s := share{
+		present: same,
+		acked:   same && n.State == membership.NodeStopped && n.Generation >= pr.plan.Generation,
+		ready:   current && (n.State == membership.NodeRunning || n.State == membership.NodeSucceeded),
+		done:    current && n.State == membership.NodeSucceeded && m.Role == membership.RoleWorker,
+		failed:  current && n.State == membership.NodeFailed,
+		lost:    !same || n.State == membership.NodeLeaving,
+	}
+	s.rank0 = s.done && m.Rank == 0
+	return m, s, true
+}
+
+func (pr *progress) recount(nodes map[string]membership.LiveNode) {
+	pr.failed, pr.lost = map[string]bool{}, map[string]bool{}
+	for _, m := range pr.plan.Members {
+		if m.Role == membership.RoleWorker {
+			pr.workers++
+		}
+		n, alive := nodes[m.Node]
+		_, s, _ := pr.shareOf(m.Node, n, alive)
+		pr.apply(m.Node, s, 1)
+	}
+}
+
+func (pr *progress) apply(id string, s share, sign int) {
+	count := func(c *int, b bool) {
+		if b {
+			*c += sign
+		}
+	}
+	count(&pr.present, s.present)
+	count(&pr.acked, s.acked)
+	count(&pr.ready, s.ready)
+	count(&pr.workersDone, s.done)
+	count(&pr.rank0Done, s.rank0)
+	set := func(m map[string]bool, b bool) {
+		if b && sign > 0 {
+			m[id] = true
+		} else if b {
+			delete(m, id)
+		}
+	}
+	set(pr.failed, s.failed)
+	set(pr.lost, s.lost)
+}
+
+// change moves a node's share from its old record (hadOld false: it had
+// none) to its new one (hasNew false: it has none now).
+func (pr *progress) change(id string, old membership.LiveNode, hadOld bool, n membership.LiveNode, hasNew bool, now time.Time) {
+	if pr.plan == nil || !pr.counted {
+		return
+	}
+	_, before, ok := pr.shareOf(id, old, hadOld)
+	if !ok {
+		return // not a member
+	}
+	_, after, _ := pr.shareOf(id, n, hasNew)
+	acked, ready := pr.acked, pr.ready
+	pr.apply(id, before, -1)
+	pr.apply(id, after, 1)
+	if pr.acked > acked || pr.ready > ready {
+		pr.lastAck = now
+	}
+}
