@@ -38,7 +38,7 @@ type jobActor struct {
 	nodes             *nodeIndex
 	evictions         map[evictionID]membership.Eviction
 	tables            membership.StoredTables
-	lastTable         *membership.Table     // the table of the last plan resolved or written
+	lastTable         *membership.Table // the table of the last plan resolved or written
 	lastSeq           int64
 	invalidLoggedAtRv map[string]int64
 	// lossesSeen is each node's lease-loss count when last seen; it
