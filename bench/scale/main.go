@@ -1,0 +1,124 @@
+// Command scale measures how the coordinator absorbs membership changes in
+// jobs of thousands of nodes, to the moment every node runs: real
+// `coordinator etcd` (fsync on) and `coordinator serve` processes, and N
+// sidecar agents (the real sidecar.Agent, with a workload that only counts
+// its starts) in a few agent processes that share the machine with them.
+//
+// For each size it starts N+1 nodes for a job of np N (one standby), then
+// measures: join (every node started at once) → all N running; three times,
+// one member lost (its sidecar gone, its lease revoked, as the Kubernetes
+// bridge does for a failed pod) → all N running again, the standby in its
+// place; one `coordinator scale` to N+1 → all N+1 running. Around each
+// change it reads the coordinator's CPU time, etcd's bytes sent to clients,
+// written to its WAL, its database size and the evictions.
+//
+//	go run ./bench/scale -coordinator bin/coordinator -sizes 1000,2000,5000,10000
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// job is the benchmark's job id.
+const job = "scale"
+
+func main() {
+	var (
+		binary    = flag.String("coordinator", "bin/coordinator", "the coordinator binary")
+		sizes     = flag.String("sizes", "1000,2000,5000,10000", "job sizes (nodes); NxP runs P processes a node")
+		losses    = flag.Int("losses", 3, "member losses measured at each size")
+		procs     = flag.Int("agent-procs", 4, "agent processes")
+		clients   = flag.Int("clients", 8, "etcd clients of each agent process")
+		ttl       = flag.Duration("ttl", 5*time.Second, "the nodes' lease TTL")
+		ttlAt     = flag.String("ttl-at", "", "SIZE=TTL,...: another TTL at these sizes (to compare renewal load)")
+		out       = flag.String("out", "", "append the report to this file")
+		agentMode = flag.String("agents", "", "internal: run as an agent process against this etcd endpoint")
+		nproc     = flag.Int("nproc", 1, "internal: the agent process's processes a node")
+	)
+	flag.Parse()
+	if *agentMode != "" {
+		if err := runAgents(*agentMode, *clients, *ttl, *nproc); err != nil {
+			fmt.Fprintln(os.Stderr, "agents:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	ttls, err := parseTTLs(*ttlAt)
+	if err != nil {
+		fatalf("-ttl-at: %v", err)
+	}
+	var results []result
+	for _, s := range strings.Split(*sizes, ",") {
+		sz, err := parseSize(s)
+		if err != nil {
+			fatalf("-sizes: %v", err)
+		}
+		sz.ttl = *ttl
+		if t, ok := ttls[s]; ok {
+			sz.ttl = t
+		}
+		fmt.Fprintf(os.Stderr, "== %s nodes, TTL %s\n", s, sz.ttl)
+		r, err := measure(*binary, sz, *losses, *procs, *clients)
+		if err != nil {
+			fatalf("%s nodes: %v", s, err)
+		}
+		results = append(results, r)
+		fmt.Fprintln(os.Stderr, r.row())
+	}
+	text := reportText(results, *losses, *procs, *clients)
+	fmt.Print(text)
+	if *out != "" {
+		if err := os.WriteFile(*out, []byte(text), 0o644); err != nil {
+			fatalf("write %s: %v", *out, err)
+		}
+	}
+}
+
+// size is one configuration to measure.
+type size struct {
+	label string
+	nodes int
+	nproc int
+	ttl   time.Duration
+}
+
+func parseSize(s string) (size, error) {
+	n, p, hasP := strings.Cut(s, "x")
+	nodes, err := strconv.Atoi(n)
+	if err != nil || nodes < 2 {
+		return size{}, fmt.Errorf("%q: want NODES or NODESxPROCESSES", s)
+	}
+	nproc := 1
+	if hasP {
+		if nproc, err = strconv.Atoi(p); err != nil || nproc < 1 {
+			return size{}, fmt.Errorf("%q: want NODES or NODESxPROCESSES", s)
+		}
+	}
+	return size{label: s, nodes: nodes, nproc: nproc}, nil
+}
+
+func parseTTLs(s string) (map[string]time.Duration, error) {
+	out := map[string]time.Duration{}
+	if s == "" {
+		return out, nil
+	}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		d, err := time.ParseDuration(v)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("%q: want SIZE=TTL", kv)
+		}
+		out[k] = d
+	}
+	return out, nil
+}
+
+func fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench-scale: "+format+"\n", args...)
+	os.Exit(1)
+}
