@@ -5,13 +5,16 @@ BENCHTIME ?= 20x
 FUZZTIME  ?= 30s
 BIN       := bin
 
-.PHONY: all build test lint bench bench-go bench-restart bench-kube bench-fence bench-edl-sim bench-edl chaos fuzz clean kube-tools image push
+.PHONY: all build test lint bench bench-go bench-scale bench-footprint bench-restart bench-kube bench-fence bench-edl-sim bench-edl chaos fuzz clean kube-tools image push
 
 all: lint build test
 
+# bin/coordinator-sidecar is the sidecar's own binary: the sidecar, guard
+# and commit commands only, stripped (no etcd server, no Kubernetes code).
 build:
 	$(GO) build $(PKGS)
 	$(GO) build -o $(BIN)/coordinator ./cmd/coordinator
+	$(GO) build -tags sidecaronly -trimpath -ldflags "-s -w" -o $(BIN)/coordinator-sidecar ./cmd/coordinator
 
 # The race detector is on: the coordinator, sidecar and keepalive are all
 # concurrent, and the suite is fast enough to afford it. The bridge's tests
@@ -48,6 +51,22 @@ bench-go:
 	@mkdir -p bench/results
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 60m ./coordinator/ | tee bench/results/coordinator.txt
 	$(GO) test -run '^$$' -bench . -benchtime 100x ./launcher/ | tee bench/results/launcher.txt
+
+# Jobs of thousands of nodes, to every node running: real etcd and serve
+# processes, the sidecar agents in a few processes (bench/scale). The
+# 10,000 x 8 job runs with the TTL recommended at that size.
+SCALE_SIZES  ?= 1000,2000,5000,10000,10000x8
+SCALE_LOSSES ?= 3
+bench-scale: build
+	@mkdir -p bench/results
+	$(GO) run ./bench/scale -coordinator $(BIN)/coordinator -sizes $(SCALE_SIZES) -losses $(SCALE_LOSSES) \
+		-ttl-at 10000x8=15s -out bench/results/scale.md
+
+# What every training pod pays for the sidecar: binary size and RSS of the
+# full binary and of bin/coordinator-sidecar.
+bench-footprint: build
+	@mkdir -p bench/results
+	$(GO) run ./bench/footprint -coordinator $(BIN)/coordinator -sidecar $(BIN)/coordinator-sidecar -out bench/results/footprint.md
 
 # Restart latency of `coordinator run` with real processes (python3), and of
 # torchrun for comparison when PyTorch is installed. RESTART_BEFORE=BINARY

@@ -281,6 +281,13 @@ func (r *Registration) register(ctx context.Context, old clientv3.LeaseID) error
 		r.mu.Unlock()
 	}
 	lease, fenceAt, err := r.grant(ctx)
+	// An etcd that answers, but late (thousands of nodes registering at
+	// once), is asked again: a lease with little of its TTL left is worth
+	// nothing, but the next grant may come sooner.
+	for try := 1; errors.Is(err, errGrantLate) && try < grantTries && ctx.Err() == nil; try++ {
+		r.logger.Debug("lease granted too late; granting another", "try", try)
+		lease, fenceAt, err = r.grant(ctx)
+	}
 	if err != nil {
 		return err
 	}
@@ -303,6 +310,38 @@ func (r *Registration) register(ctx context.Context, old clientv3.LeaseID) error
 	return nil
 }
 
+// isBusy reports etcd's refusal of a request while it is behind applying
+// what it committed: a load to wait out, not a failure.
+func isBusy(err error) bool {
+	return err != nil && errors.Is(err, rpctypes.ErrTooManyRequests)
+}
+
+// newBusyBackoff paces the retries of a request etcd refused as too many.
+func newBusyBackoff() *backoff.ExponentialBackOff {
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(50*time.Millisecond),
+		backoff.WithMaxInterval(time.Second),
+		backoff.WithMaxElapsedTime(0))
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// errGrantLate: a lease was granted, but its renewal came too late to
+// leave it most of its TTL.
+var errGrantLate = errors.New("grant lease: etcd answered too late to renew the new lease")
+
+// grantTries bounds the grants of one registration when each comes late.
+const grantTries = 5
+
 // grant grants a lease and returns its fence time. The deadline counts from
 // when the grant was sent, so a grant that took long (etcd was catching up
 // after an outage) is renewed at once, before anything is written under
@@ -310,6 +349,13 @@ func (r *Registration) register(ctx context.Context, old clientv3.LeaseID) error
 func (r *Registration) grant(ctx context.Context) (clientv3.LeaseID, time.Time, error) {
 	sent := time.Now()
 	resp, err := r.cfg.Client.Grant(ctx, int64(r.cfg.TTL/time.Second))
+	for busy := newBusyBackoff(); isBusy(err); {
+		if err := sleepCtx(ctx, busy.NextBackOff()); err != nil {
+			return 0, time.Time{}, err
+		}
+		sent = time.Now()
+		resp, err = r.cfg.Client.Grant(ctx, int64(r.cfg.TTL/time.Second))
+	}
 	if err != nil {
 		return 0, time.Time{}, fmt.Errorf("grant lease: %w", err)
 	}
@@ -318,7 +364,7 @@ func (r *Registration) grant(ctx context.Context) (clientv3.LeaseID, time.Time, 
 		revokeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_, _ = r.cfg.Client.Revoke(revokeCtx, resp.ID)
 		cancel()
-		return 0, time.Time{}, errors.New("grant lease: etcd answered too late to renew the new lease")
+		return 0, time.Time{}, errGrantLate
 	}
 	return resp.ID, fenceAt, nil
 }
@@ -362,12 +408,22 @@ func (r *Registration) create(ctx context.Context, lease clientv3.LeaseID, fence
 	}
 	var waitedFor clientv3.LeaseID
 	var waitUntil time.Time
+	busy := newBusyBackoff()
 	for {
 		resp, err := r.cfg.Client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(r.key), "=", 0)).
 			Then(clientv3.OpPut(r.key, value, clientv3.WithLease(lease))).
 			Else(clientv3.OpGet(r.key)).
 			Commit()
+		if isBusy(err) {
+			// etcd is behind applying (thousands of nodes registering
+			// at once): ask again, keeping the new lease alive.
+			if err := sleepCtx(ctx, busy.NextBackOff()); err != nil {
+				return fenceAt, err
+			}
+			fenceAt = r.refresh(ctx, lease, fenceAt)
+			continue
+		}
 		if err != nil {
 			return fenceAt, fmt.Errorf("create node record: %w", err)
 		}

@@ -71,6 +71,13 @@ func main() {
 			fatalf("coordinator run with %d nodes: %v", n, err)
 		}
 		results = append(results, r...)
+		// The same job with np a range whose maximum is n: the same n
+		// trainers, restarted without waiting for the settle window.
+		rng, err := measureRange(*binary, *python, n, *runs)
+		if err != nil {
+			fatalf("coordinator run with %d nodes, np a range: %v", n, err)
+		}
+		results = append(results, rng)
 		if *torchrun {
 			r, err := measureTorchrun(*python, n, *runs)
 			if err != nil {
@@ -157,6 +164,23 @@ func waitStarted(file string, t0 time.Time, world int, timeout time.Duration) (t
 }
 
 func measureCoordinator(binary, python string, n, runs int) ([]result, error) {
+	return measureJob(binary, python, strconv.Itoa(n), n, runs, true)
+}
+
+// measureRange measures a trainer's kill in a job of np max(1, n/2):n.
+func measureRange(binary, python string, n, runs int) (result, error) {
+	np := fmt.Sprintf("%d:%d", max(1, n/2), n)
+	r, err := measureJob(binary, python, np, n, runs, false)
+	if err != nil {
+		return result{}, err
+	}
+	r[0].scenario = fmt.Sprintf("np %s: kill one trainer → all running", np)
+	return r[0], nil
+}
+
+// measureJob runs `coordinator run --np np` with n nodes: kill one
+// trainer, runs times; and when scale is set, scale to n+1 and back.
+func measureJob(binary, python, np string, n, runs int, scale bool) ([]result, error) {
 	dir, err := os.MkdirTemp("", "bench-restart-")
 	if err != nil {
 		return nil, err
@@ -164,7 +188,7 @@ func measureCoordinator(binary, python string, n, runs int) ([]result, error) {
 	defer os.RemoveAll(dir)
 	log := filepath.Join(dir, "starts.log")
 	script, _ := filepath.Abs("bench/noop_trainer.py")
-	cmd := exec.Command(binary, "run", "--np", strconv.Itoa(n), "--job", "bench", "--max-restarts", "100000",
+	cmd := exec.Command(binary, "run", "--np", np, "--job", "bench", "--max-restarts", "100000",
 		"--grace-period", "5s", "--", python, script)
 	cmd.Env = append(os.Environ(), "BENCH_LOG="+log)
 	var output proctest.Buffer
@@ -213,6 +237,9 @@ func measureCoordinator(binary, python string, n, runs int) ([]result, error) {
 		if err := waitRunning(ctx, client, int64(gen), &reported); err != nil {
 			return nil, err
 		}
+	}
+	if !scale {
+		return []result{kill, reported}, nil
 	}
 	for range runs {
 		for _, step := range []struct {

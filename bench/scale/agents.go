@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -28,6 +29,7 @@ type command struct {
 // when the last of them started; and, after a lose, which node it lost when.
 type report struct {
 	Registered int    `json:"registered"`
+	Restarts   int    `json:"restarts"`
 	Generation int64  `json:"generation"`
 	Running    int    `json:"running"`
 	Last       int64  `json:"last"` // unix nanoseconds
@@ -40,6 +42,7 @@ type report struct {
 type tally struct {
 	mu         sync.Mutex
 	registered int
+	restarts   int // sidecars that failed and were started again
 	started    map[int64]int
 	last       map[int64]time.Time
 	changed    chan struct{}
@@ -65,7 +68,7 @@ func (t *tally) poke() {
 func (t *tally) report() report {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	r := report{Registered: t.registered}
+	r := report{Registered: t.registered, Restarts: t.restarts}
 	for gen := range t.started {
 		r.Generation = max(r.Generation, gen)
 	}
@@ -105,10 +108,24 @@ func (w *workload) SetDeadline(int64, time.Time)              {}
 // agentNode is one simulated node of the process.
 type agentNode struct {
 	id     string
-	agent  *sidecar.Agent
 	cancel context.CancelFunc
 	done   chan struct{}
 	w      *workload
+
+	mu    sync.Mutex
+	agent *sidecar.Agent // the sidecar as last (re)started
+}
+
+func (n *agentNode) currentAgent() *sidecar.Agent {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.agent
+}
+
+func (n *agentNode) setAgent(a *sidecar.Agent) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.agent = a
 }
 
 // runAgents is the agent process: it starts the nodes it is told to, on a
@@ -194,16 +211,20 @@ func runAgents(endpoint string, clients int, ttl time.Duration, nproc int) error
 	return in.Err()
 }
 
-func startNode(cli *clientv3.Client, id string, ttl time.Duration, nproc int, t *tally, tables *membership.TableCache) (*agentNode, error) {
-	w := &workload{t: t}
+func newAgent(cli *clientv3.Client, id string, ttl time.Duration, nproc int, w *workload, tables *membership.TableCache) (*sidecar.Agent, error) {
 	ports := make([]int, nproc)
 	for i := range ports {
 		ports[i] = 6170 + i
 	}
-	agent, err := sidecar.New(sidecar.Config{
+	return sidecar.New(sidecar.Config{
 		Client: cli, Job: job, TTL: ttl, Workload: w, Tables: tables, StopGrace: time.Second,
 		Node: membership.Node{ID: id, Role: membership.RoleWorker, Host: "10.0.0.1", Ports: ports, NProc: nproc, MasterPort: 6169},
 	})
+}
+
+func startNode(cli *clientv3.Client, id string, ttl time.Duration, nproc int, t *tally, tables *membership.TableCache) (*agentNode, error) {
+	w := &workload{t: t}
+	agent, err := newAgent(cli, id, ttl, nproc, w, tables)
 	if err != nil {
 		return nil, err
 	}
@@ -211,10 +232,29 @@ func startNode(cli *clientv3.Client, id string, ttl time.Duration, nproc int, t 
 	n := &agentNode{id: id, agent: agent, cancel: cancel, done: make(chan struct{}), w: w}
 	go func() {
 		defer close(n.done)
-		_, _ = agent.Run(ctx)
+		for {
+			_, err := agent.Run(ctx)
+			if err == nil || ctx.Err() != nil || errors.Is(err, sidecar.ErrLeft) {
+				return // the job ended, the node left, or it was lost on purpose
+			}
+			// A sidecar that fails exits, and its pod restarts it.
+			fmt.Fprintf(os.Stderr, "sidecar %s failed: %v\n", id, err)
+			t.mu.Lock()
+			t.restarts++
+			t.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			if agent, err = newAgent(cli, id, ttl, nproc, w, tables); err != nil {
+				return
+			}
+			n.setAgent(agent)
+		}
 	}()
 	go func() {
-		for agent.Registration() == nil {
+		for n.currentAgent().Registration() == nil {
 			select {
 			case <-n.done:
 				return
@@ -237,12 +277,13 @@ func loseOne(nodes []*agentNode, cli *clientv3.Client) (string, time.Time, error
 		if n == nil || !n.w.started() {
 			continue
 		}
-		reg := n.agent.Registration()
+		agent := n.currentAgent()
+		reg := agent.Registration()
 		if reg == nil {
 			continue
 		}
 		lease := reg.Lease()
-		n.agent.Abandon()
+		agent.Abandon()
 		<-n.done
 		n.cancel()
 		at := time.Now()

@@ -31,7 +31,12 @@ type cluster struct {
 	cli                       *clientv3.Client
 	agents                    []*agentProc
 	logs                      *os.File
+	label                     string
 }
+
+// keepLogs, if set, is where each size's log (etcd, coordinator, agents)
+// is kept.
+var keepLogs string
 
 // agentProc is one agent process and the last report of each kind it sent.
 type agentProc struct {
@@ -55,7 +60,7 @@ func startCluster(binary string, sz size, procs, clients int) (*cluster, error) 
 	if err != nil {
 		return nil, err
 	}
-	c := &cluster{dir: dir}
+	c := &cluster{dir: dir, label: sz.label}
 	if c.logs, err = os.Create(filepath.Join(dir, "log")); err != nil {
 		return nil, err
 	}
@@ -161,11 +166,25 @@ func (c *cluster) close() {
 		_ = c.cli.Close()
 	}
 	_ = c.logs.Close()
+	if keepLogs != "" {
+		_ = os.MkdirAll(keepLogs, 0o755)
+		_ = os.Rename(filepath.Join(c.dir, "log"), filepath.Join(keepLogs, fmt.Sprintf("%s.log", c.label)))
+	}
 	_ = os.RemoveAll(c.dir)
 }
 
 // state sums the agents' reports: nodes registered, and the nodes running
 // the newest generation any agent saw started, with the last start.
+func (c *cluster) restarts() int {
+	n := 0
+	for _, a := range c.agents {
+		a.mu.Lock()
+		n += a.last.Restarts
+		a.mu.Unlock()
+	}
+	return n
+}
+
 func (c *cluster) state() (registered int, gen int64, running int, last time.Time, errs []string) {
 	var reps []report
 	for _, a := range c.agents {

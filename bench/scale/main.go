@@ -40,6 +40,7 @@ func main() {
 		agentMode = flag.String("agents", "", "internal: run as an agent process against this etcd endpoint")
 		nproc     = flag.Int("nproc", 1, "internal: the agent process's processes a node")
 	)
+	flag.StringVar(&keepLogs, "logs", "", "keep each size's log (etcd, coordinator, agents) in this directory")
 	flag.Parse()
 	if *agentMode != "" {
 		if err := runAgents(*agentMode, *clients, *ttl, *nproc); err != nil {

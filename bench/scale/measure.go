@@ -26,6 +26,9 @@ type result struct {
 	evictions               float64
 	renewalsPerSec, idleCPU float64 // etcd, with the job running and nothing changing
 	dbAfterJoin, dbAtEnd    float64
+	// restarts counts sidecars that failed (etcd too slow to register
+	// them) and were started again, as a pod's container is.
+	restarts int
 }
 
 // costs is a reading of the counters a change is charged with.
@@ -182,6 +185,7 @@ func measure(binary string, sz size, losses, procs, clients int) (result, error)
 		return r, err
 	}
 	r.evictions = m["elastic_job_evictions_total"]
+	r.restarts = c.restarts()
 	_, r.peakRSS = processStat(c.serve.Process.Pid)
 	return r, nil
 }

@@ -12,11 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	// Mozilla's CA roots, used where the system has none: the image is
-	// the binary alone, and the job controller reads images' commands
-	// from registries over HTTPS.
-	_ "golang.org/x/crypto/x509roots/fallback"
-
 	// The process guard and `commit` run from here, before the rest of
 	// the binary initialises.
 	_ "github.com/elastictraining/coordinator/cmd/coordinator/internal/fastpath"
@@ -115,18 +110,6 @@ training code resumes from its own checkpoint.`,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(
-		newRunCommand(env),
-		newEtcdCommand(env),
-		newCertsCommand(env),
-		newServeCommand(env),
-		newSidecarCommand(env),
-		newScaleCommand(env),
-		newStatusCommand(env),
-		newInstallCommand(),
-		newCommitCommand(env),
-		newGuardCommand(),
-		newVersionCommand(),
-	)
+	root.AddCommand(subcommands(env)...)
 	return root
 }

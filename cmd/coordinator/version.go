@@ -17,22 +17,39 @@ func newVersionCommand() *cobra.Command {
 		Short: "Print the version",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			v, etcdVersion := version, "unknown"
-			if info, ok := debug.ReadBuildInfo(); ok {
-				if v == "" {
-					v = info.Main.Version
-				}
-				for _, d := range info.Deps {
-					if d.Path == "go.etcd.io/etcd/client/v3" {
-						etcdVersion = d.Version
-					}
-				}
-			}
-			if v == "" || v == "(devel)" {
-				v = "dev"
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "coordinator %s (%s, etcd client %s)\n", v, runtime.Version(), etcdVersion)
+			fmt.Fprintln(cmd.OutOrStdout(), versionLine())
 			return nil
 		},
 	}
+}
+
+// versionLine names this build: the version, the source revision it was
+// built from (and whether the tree had changes), Go and the etcd client.
+// `run` compares it with the sidecar binary's before it uses that.
+func versionLine() string {
+	v, etcdVersion, revision := version, "unknown", ""
+	if info, ok := debug.ReadBuildInfo(); ok {
+		if v == "" {
+			v = info.Main.Version
+		}
+		for _, d := range info.Deps {
+			if d.Path == "go.etcd.io/etcd/client/v3" {
+				etcdVersion = d.Version
+			}
+		}
+		for _, s := range info.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				revision = ", source " + s.Value[:min(12, len(s.Value))] + revision
+			case "vcs.modified":
+				if s.Value == "true" {
+					revision += "+changes"
+				}
+			}
+		}
+	}
+	if v == "" || v == "(devel)" {
+		v = "dev"
+	}
+	return fmt.Sprintf("coordinator %s (%s, etcd client %s%s)", v, runtime.Version(), etcdVersion, revision)
 }
