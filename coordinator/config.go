@@ -43,6 +43,10 @@ type Config struct {
 	// EventRetention is how long a job's events are kept.
 	EventRetention time.Duration
 	Logger         hclog.Logger
+	// TableChunkBytes is the most a stored rank table chunk holds;
+	// membership.TableChunkBytes if zero. Tests make it small to store
+	// tables in many chunks.
+	TableChunkBytes int
 	// Registerer receives the coordinator's metrics; none if nil.
 	Registerer prometheus.Registerer
 	// LeaderTasks run on the leader only, for as long as it leads, such as

@@ -72,7 +72,7 @@ func (ix *nodeIndex) reset() {
 	clear(ix.nodes)
 	clear(ix.roles)
 	ix.version++
-	ix.progress = progress{}
+	ix.progress.counted = false // recounted when asked, keeping lastAck
 }
 
 func (ix *nodeIndex) countRole(n membership.LiveNode, delta int) {
@@ -113,7 +113,14 @@ func (ix *nodeIndex) joinOrder() []membership.LiveNode {
 // records only when p is not the plan counted so far.
 func (ix *nodeIndex) progressOf(p *membership.Plan) *progress {
 	if ix.progress.plan != p || !ix.progress.counted {
-		ix.progress = progress{plan: p, counted: true}
+		// The same generation and phase read again (a watch listed anew,
+		// a plan taken from a failed transaction) keeps the time of its
+		// last ack: the stop timeout counts from there.
+		var lastAck time.Time
+		if was := ix.progress.plan; was != nil && p != nil && was.Generation == p.Generation && was.Phase == p.Phase {
+			lastAck = ix.progress.lastAck
+		}
+		ix.progress = progress{plan: p, counted: true, lastAck: lastAck}
 		if p != nil {
 			ix.progress.recount(ix.nodes)
 		}

@@ -110,13 +110,46 @@ func (a *jobActor) resolvePlanLocked() {
 	}
 	src := membership.TableSource{Cache: a.t.c.tables, Fetch: a.tables.Snapshot}
 	t, err := src.Resolve(*a.plan.Table, a.plan.Delta, a.lastTable)
-	if err != nil {
+	switch {
+	case errors.Is(err, membership.ErrTableMissing):
+		// Not here yet (a plan taken from a failed transaction's answer
+		// comes before the watch brings its table): the actor reads it.
+	case err != nil:
 		a.plan, a.planErr = nil, fmt.Errorf("rank table: %w", err)
 		a.logger.Warn("plan unreadable", "error", err)
-		return
+	default:
+		a.plan.AttachTable(t)
+		a.lastTable = t
 	}
-	a.plan.AttachTable(t)
-	a.lastTable = t
+}
+
+// readPlanTable reads the table of a plan that names one the actor has not
+// seen, at the plan's revision, and attaches it; an error is retried with
+// the actor's backoff.
+func (a *jobActor) readPlanTable(ctx context.Context) error {
+	a.mu.Lock()
+	p, rev := a.plan, a.planRev
+	a.mu.Unlock()
+	if p == nil || !p.Unresolved() {
+		return nil
+	}
+	keys := a.t.c.cfg.Keys
+	snapshot, err := membership.ReadTableSnapshot(ctx, a.t.c.cfg.Client, keys, a.job, *p.Table, rev)
+	if err != nil {
+		return fmt.Errorf("plan of revision %d: %w", rev, err)
+	}
+	t, err := membership.TableSource{Cache: a.t.c.tables, Fetch: func(membership.TableRef) ([]byte, error) { return snapshot, nil }}.
+		Resolve(*p.Table, nil, nil)
+	if err != nil {
+		return fmt.Errorf("plan of revision %d: %w", rev, err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.plan == p { // not replaced meanwhile
+		a.plan.AttachTable(t)
+		a.lastTable = t
+	}
+	return nil
 }
 
 func (a *jobActor) applyLocked(jk membership.JobKey, kv membership.KeyValue, now time.Time) {
@@ -276,7 +309,14 @@ func (a *jobActor) run(ctx context.Context) {
 // followed by its run phase at once.
 func (a *jobActor) reconcile(ctx context.Context) (time.Time, error) {
 	for range 4 {
+		if err := a.readPlanTable(ctx); err != nil {
+			return time.Time{}, err
+		}
 		a.mu.Lock()
+		if a.plan != nil && a.plan.Unresolved() {
+			a.mu.Unlock()
+			return time.Time{}, errors.New("the plan's rank table is not stored")
+		}
 		evictions := a.viewLocked().evictions
 		a.mu.Unlock()
 		fencedAt, recheck := a.fenceEvictions(ctx, evictions)
@@ -367,11 +407,11 @@ func (a *jobActor) write(ctx context.Context, v view, d decision) error {
 		if v.plan != nil {
 			current, currentRef = v.plan.RankTable(), v.plan.Table
 		}
-		stored, err := membership.StorePlan(*d.plan, current, currentRef)
+		stored, err := membership.StorePlan(*d.plan, current, currentRef, a.t.c.cfg.TableChunkBytes)
 		if err != nil {
 			return err
 		}
-		tableOps, err := a.tableOps(ctx, stored)
+		tableOps, err := a.tableOps(ctx, v.planRev, stored)
 		if err != nil {
 			return err
 		}
@@ -492,26 +532,35 @@ func (a *jobActor) evict(ctx context.Context, gen int64, nodes []membership.Live
 // plan and delete the tables before it. A table of one chunk goes into the
 // plan's transaction; a larger one is written first, chunk by chunk, each
 // write fenced on the lead: until the plan names them, no one reads them.
-func (a *jobActor) tableOps(ctx context.Context, stored membership.StoredPlan) ([]clientv3.Op, error) {
+func (a *jobActor) tableOps(ctx context.Context, planRev int64, stored membership.StoredPlan) ([]clientv3.Op, error) {
 	if len(stored.Chunks) == 0 {
 		return nil, nil
 	}
 	keys := a.t.c.cfg.Keys
 	ref := stored.Plan.Table
 	var ops []clientv3.Op
+	inline := len(stored.Chunks) == 1 && len(stored.Chunks[0])+len(stored.Record) <= maxInlineTable
 	for i, c := range stored.Chunks {
 		put := clientv3.OpPut(keys.TableChunk(a.job, ref.Generation, i), string(c))
-		if len(stored.Chunks) == 1 {
+		if inline {
 			ops = append(ops, put)
 			break
 		}
+		// Conditional like the plan's own write: a decision made on a
+		// plan that has moved since must not write over the chunks of
+		// the table the new plan names.
 		a.t.c.metrics.writes.Inc()
-		resp, err := a.t.c.cfg.Client.Txn(ctx).If(a.t.fence).Then(put).Commit()
+		planKey := keys.Plan(a.job)
+		resp, err := a.t.c.cfg.Client.Txn(ctx).
+			If(a.t.fence, clientv3.Compare(clientv3.ModRevision(planKey), "=", planRev)).
+			Then(put).
+			Else(clientv3.OpGet(a.t.electionKey), clientv3.OpGet(planKey)).
+			Commit()
 		if err != nil {
 			return nil, fmt.Errorf("store rank table chunk %d of %d: %w", i+1, len(stored.Chunks), err)
 		}
 		if !resp.Succeeded {
-			return nil, ErrNotLeader
+			return nil, a.notCommitted(resp)
 		}
 	}
 	// Every other table, and chunks left by an attempt at this generation
@@ -522,6 +571,11 @@ func (a *jobActor) tableOps(ctx context.Context, stored membership.StoredPlan) (
 		clientv3.OpDelete(keys.TableChunk(a.job, ref.Generation, ref.Chunks), clientv3.WithRange(clientv3.GetPrefixRangeEnd(tables))),
 	), nil
 }
+
+// maxInlineTable is the largest table chunk written in the plan's own
+// transaction, with the plan record, status and events: etcd refuses a
+// request over 1.5 MiB. A larger one is written before it.
+const maxInlineTable = 1 << 20
 
 // notCommitted says why a decision's transaction failed: the lead is lost,
 // or the plan moved, which the actor then takes from the answer.

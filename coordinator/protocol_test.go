@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/internal/simnode"
@@ -243,4 +244,39 @@ func TestStopTimeoutEvictsNodeThatNeverAcks(t *testing.T) {
 	assert.Equal(t, 0, h.ranks("job")["n0"])
 	assert.Equal(t, 1, st.Restarts, "an eviction for a slow stop does not explain the failure")
 	assert.Contains(t, h.eventTypes("job"), "NodeEvicted")
+}
+
+// TestRankTablesInManyChunks: a table larger than one chunk is stored chunk
+// by chunk before its plan, every node (those with the previous table, and
+// one without) reads it, and the plan's transaction leaves only the table
+// it names.
+func TestRankTablesInManyChunks(t *testing.T) {
+	h := newHarness(t)
+	h.startCoordinator("c1", func(c *coordinator.Config) { c.TableChunkBytes = 40 })
+	h.scale("job", "4")
+	nodes := h.nodes("job", "n0", "n1", "n2", "n3", "n4")
+	h.waitRunning("job", 4, 0)
+	first := h.plan("job")
+	require.NotNil(t, first.Table)
+	require.Greater(t, first.Table.Chunks, 1, "a table of several chunks")
+
+	var member *simnode.Node
+	for _, n := range nodes {
+		if _, ok := n.Workload.Running(); ok && member == nil {
+			member = n
+		}
+	}
+	member.Crash() // the standby takes its place
+	st := h.waitRunning("job", 4, first.Generation)
+	p := h.plan("job")
+	require.NotNil(t, p.Table)
+	assert.Equal(t, st.Generation, p.Table.Generation, "the new table is stored under its own generation")
+	for _, n := range nodes {
+		if a, ok := n.Workload.Running(); ok {
+			assert.Equal(t, p.Members, a.Plan.Members, "node %s runs the stored table", n.ID)
+		}
+	}
+	resp, err := h.cli.Get(t.Context(), h.keys.Tables("job"), clientv3.WithPrefix())
+	require.NoError(t, err)
+	assert.Len(t, resp.Kvs, p.Table.Chunks, "only the table the plan names is kept")
 }

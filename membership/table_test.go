@@ -91,7 +91,7 @@ func TestTableDeltaOfOneReplacedMemberIsSmall(t *testing.T) {
 func TestTheLargestJobFitsEtcdsRequestLimit(t *testing.T) {
 	ms := bigTable(100000, 8)
 	p := membership.Plan{Generation: 3, Phase: membership.PhaseRun, Members: ms, WorldSize: 799992, Master: "10.0.0.0:6170", MaxRestarts: 3}
-	stored, err := membership.StorePlan(p, nil, nil)
+	stored, err := membership.StorePlan(p, nil, nil, 0)
 	require.NoError(t, err)
 	for _, c := range stored.Chunks {
 		assert.LessOrEqual(t, len(c), membership.TableChunkBytes)
@@ -116,23 +116,23 @@ func TestTheLargestJobFitsEtcdsRequestLimit(t *testing.T) {
 
 func TestStorePlanKeepsAStoredTable(t *testing.T) {
 	ms := bigTable(8, 1)
-	first, err := membership.StorePlan(membership.Plan{Generation: 1, Phase: membership.PhaseRun, Members: ms}, nil, nil)
+	first, err := membership.StorePlan(membership.Plan{Generation: 1, Phase: membership.PhaseRun, Members: ms}, nil, nil, 0)
 	require.NoError(t, err)
 	require.Len(t, first.Chunks, 1)
 	assert.Nil(t, first.Plan.Delta)
 
-	stop, err := membership.StorePlan(membership.Plan{Generation: 2, Phase: membership.PhaseStop, Members: ms, Table: first.Plan.Table}, first.Plan.RankTable(), first.Plan.Table)
+	stop, err := membership.StorePlan(membership.Plan{Generation: 2, Phase: membership.PhaseStop, Members: ms, Table: first.Plan.Table}, first.Plan.RankTable(), first.Plan.Table, 0)
 	require.NoError(t, err)
 	assert.Empty(t, stop.Chunks, "a stop phase names the running table")
 	assert.Equal(t, first.Plan.Table, stop.Plan.Table)
 
-	same, err := membership.StorePlan(membership.Plan{Generation: 2, Phase: membership.PhaseRun, Members: ms}, first.Plan.RankTable(), first.Plan.Table)
+	same, err := membership.StorePlan(membership.Plan{Generation: 2, Phase: membership.PhaseRun, Members: ms}, first.Plan.RankTable(), first.Plan.Table, 0)
 	require.NoError(t, err)
 	assert.Empty(t, same.Chunks, "a restart with the same members stores no table")
 	assert.Equal(t, int64(1), same.Plan.Table.Generation)
 
 	ms[3].Lease++
-	changed, err := membership.StorePlan(membership.Plan{Generation: 3, Phase: membership.PhaseRun, Members: ms}, first.Plan.RankTable(), first.Plan.Table)
+	changed, err := membership.StorePlan(membership.Plan{Generation: 3, Phase: membership.PhaseRun, Members: ms}, first.Plan.RankTable(), first.Plan.Table, 0)
 	require.NoError(t, err)
 	require.Len(t, changed.Chunks, 1)
 	require.NotNil(t, changed.Plan.Delta)
@@ -149,4 +149,54 @@ func FuzzDecodeTableSnapshot(f *testing.F) {
 		}
 		_, _ = membership.ApplyTableDelta(table, delta, table.Digest)
 	})
+}
+
+// TestANodeWithThePreviousTableReadsNoSnapshot: a node that holds the base
+// applies the delta; only one without it reads the stored snapshot; and a
+// cached table is not decoded again.
+func TestANodeWithThePreviousTableReadsNoSnapshot(t *testing.T) {
+	ms := bigTable(100, 1)
+	first, err := membership.StorePlan(membership.Plan{Generation: 1, Phase: membership.PhaseRun, Members: ms}, nil, nil, 0)
+	require.NoError(t, err)
+	ms[42].Lease++
+	next, err := membership.StorePlan(membership.Plan{Generation: 3, Phase: membership.PhaseRun, Members: ms}, first.Plan.RankTable(), first.Plan.Table, 0)
+	require.NoError(t, err)
+	require.NotNil(t, next.Plan.Delta)
+
+	fetches := 0
+	src := membership.TableSource{Fetch: func(membership.TableRef) ([]byte, error) {
+		fetches++
+		return next.Chunks[0], nil
+	}}
+	got, err := src.Resolve(*next.Plan.Table, next.Plan.Delta, first.Plan.RankTable())
+	require.NoError(t, err)
+	assert.Equal(t, 0, fetches, "the delta applies to the table the node holds")
+	assert.Equal(t, next.Plan.Table.Digest, got.Digest)
+
+	got, err = src.Resolve(*next.Plan.Table, next.Plan.Delta, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 1, fetches, "a node without the base reads the snapshot")
+	assert.Equal(t, next.Plan.Members, got.Members)
+
+	src.Cache = &membership.TableCache{}
+	src.Cache.Put(got)
+	_, err = src.Resolve(*next.Plan.Table, nil, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 1, fetches, "a cached table is not read again")
+}
+
+// TestAPlanRecordStaysSmall: however many members change, the record every
+// node watches carries a delta of at most MaxDeltaBytes; beyond it nodes
+// read the snapshot.
+func TestAPlanRecordStaysSmall(t *testing.T) {
+	ms := bigTable(10000, 1)
+	first, err := membership.StorePlan(membership.Plan{Generation: 1, Phase: membership.PhaseRun, Members: ms}, nil, nil, 0)
+	require.NoError(t, err)
+	for i := 0; i < len(ms); i += 5 { // a fifth of the members come back under new leases
+		ms[i].Lease += 1 << 40
+	}
+	next, err := membership.StorePlan(membership.Plan{Generation: 3, Phase: membership.PhaseRun, Members: ms}, first.Plan.RankTable(), first.Plan.Table, 0)
+	require.NoError(t, err)
+	assert.Nil(t, next.Plan.Delta, "a delta that large is left out")
+	assert.Less(t, len(next.Record), 1024)
 }

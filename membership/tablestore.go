@@ -16,6 +16,10 @@ import (
 // etcd's default request limit of 1.5 MiB.
 const TableChunkBytes = 1 << 20
 
+// MaxDeltaBytes bounds the delta a plan record carries (base64 in JSON):
+// beyond it, nodes read the snapshot.
+const MaxDeltaBytes = 64 << 10
+
 // MaxTableChunks bounds a stored table (64 MiB compressed, some millions
 // of members): a job whose table would not fit fails with that message.
 const MaxTableChunks = 64
@@ -55,12 +59,16 @@ func (r TableRef) Validate(gen int64) error {
 	return nil
 }
 
-// SplitTableSnapshot cuts a snapshot into the chunks it is stored in.
-func SplitTableSnapshot(snapshot []byte) [][]byte {
+// SplitTableSnapshot cuts a snapshot into the chunks it is stored in, of
+// at most chunkBytes each (TableChunkBytes if 0).
+func SplitTableSnapshot(snapshot []byte, chunkBytes int) [][]byte {
+	if chunkBytes <= 0 || chunkBytes > TableChunkBytes {
+		chunkBytes = TableChunkBytes
+	}
 	var chunks [][]byte
-	for len(snapshot) > TableChunkBytes {
-		chunks = append(chunks, snapshot[:TableChunkBytes])
-		snapshot = snapshot[TableChunkBytes:]
+	for len(snapshot) > chunkBytes {
+		chunks = append(chunks, snapshot[:chunkBytes])
+		snapshot = snapshot[chunkBytes:]
 	}
 	return append(chunks, snapshot)
 }
@@ -246,8 +254,8 @@ type StoredPlan struct {
 // follows (nil for none), stored under currentRef: a table with the same
 // members is not stored again, and a new one carries a delta against it.
 // A plan that already names a table (a stop phase names the previous
-// run's) keeps it.
-func StorePlan(p Plan, current *Table, currentRef *TableRef) (StoredPlan, error) {
+// run's) keeps it. Chunks hold at most chunkBytes (TableChunkBytes if 0).
+func StorePlan(p Plan, current *Table, currentRef *TableRef, chunkBytes int) (StoredPlan, error) {
 	switch {
 	case p.Table != nil:
 		if p.table == nil && current != nil && current.Digest == p.Table.Digest {
@@ -264,14 +272,17 @@ func StorePlan(p Plan, current *Table, currentRef *TableRef) (StoredPlan, error)
 			p.Table, t = &ref, current
 		} else {
 			snapshot := t.TableSnapshot()
-			chunks = SplitTableSnapshot(snapshot)
+			chunks = SplitTableSnapshot(snapshot, chunkBytes)
 			if len(chunks) > MaxTableChunks {
 				return StoredPlan{}, fmt.Errorf("%w: %d members take %d MiB compressed, more than the %d MiB a plan may name",
 					ErrTableTooLarge, len(t.Members), len(snapshot)>>20, MaxTableChunks*TableChunkBytes>>20)
 			}
 			p.Table = &TableRef{Generation: p.Generation, Digest: t.Digest, Members: len(t.Members), Chunks: len(chunks), Bytes: len(snapshot)}
 			if current != nil {
-				if ops, ok := t.TableDelta(current); ok {
+				// A delta is worth it while it is much smaller than the
+				// snapshot, and it must keep the record small: the plan
+				// is what every node watches.
+				if ops, ok := t.TableDelta(current); ok && len(ops) <= len(snapshot)/2 && len(ops) <= MaxDeltaBytes {
 					p.Delta = &TableDeltaRef{Base: current.Digest, Ops: ops}
 				}
 			}
