@@ -30,12 +30,11 @@ const job = "scale"
 func main() {
 	var (
 		binary    = flag.String("coordinator", "bin/coordinator", "the coordinator binary")
-		sizes     = flag.String("sizes", "1000,2000,5000,10000", "job sizes (nodes); NxP runs P processes a node")
+		sizes     = flag.String("sizes", "1000,2000,5000,10000", "job sizes: NODES[xPROCESSES][@TTL], e.g. 10000x8@15s")
 		losses    = flag.Int("losses", 3, "member losses measured at each size")
 		procs     = flag.Int("agent-procs", 4, "agent processes")
 		clients   = flag.Int("clients", 8, "etcd clients of each agent process")
 		ttl       = flag.Duration("ttl", 5*time.Second, "the nodes' lease TTL")
-		ttlAt     = flag.String("ttl-at", "", "SIZE=TTL,...: another TTL at these sizes (to compare renewal load)")
 		out       = flag.String("out", "", "append the report to this file")
 		agentMode = flag.String("agents", "", "internal: run as an agent process against this etcd endpoint")
 		nproc     = flag.Int("nproc", 1, "internal: the agent process's processes a node")
@@ -49,24 +48,17 @@ func main() {
 		}
 		return
 	}
-	ttls, err := parseTTLs(*ttlAt)
-	if err != nil {
-		fatalf("-ttl-at: %v", err)
-	}
 	var results []result
 	for _, s := range strings.Split(*sizes, ",") {
-		sz, err := parseSize(s)
+		sz, err := parseSize(s, *ttl)
 		if err != nil {
 			fatalf("-sizes: %v", err)
-		}
-		sz.ttl = *ttl
-		if t, ok := ttls[s]; ok {
-			sz.ttl = t
 		}
 		fmt.Fprintf(os.Stderr, "== %s nodes, TTL %s\n", s, sz.ttl)
 		r, err := measure(*binary, sz, *losses, *procs, *clients)
 		if err != nil {
-			fatalf("%s nodes: %v", s, err)
+			// Reported, not fatal: the sizes after it still run.
+			r = result{size: sz, failed: err.Error()}
 		}
 		results = append(results, r)
 		fmt.Fprintln(os.Stderr, r.row())
@@ -88,7 +80,15 @@ type size struct {
 	ttl   time.Duration
 }
 
-func parseSize(s string) (size, error) {
+func parseSize(s string, ttl time.Duration) (size, error) {
+	s, t, hasTTL := strings.Cut(s, "@")
+	if hasTTL {
+		d, err := time.ParseDuration(t)
+		if err != nil || d < 2*time.Second {
+			return size{}, fmt.Errorf("%q: a TTL of at least 2s after @", t)
+		}
+		ttl = d
+	}
 	n, p, hasP := strings.Cut(s, "x")
 	nodes, err := strconv.Atoi(n)
 	if err != nil || nodes < 2 {
@@ -100,23 +100,7 @@ func parseSize(s string) (size, error) {
 			return size{}, fmt.Errorf("%q: want NODES or NODESxPROCESSES", s)
 		}
 	}
-	return size{label: s, nodes: nodes, nproc: nproc}, nil
-}
-
-func parseTTLs(s string) (map[string]time.Duration, error) {
-	out := map[string]time.Duration{}
-	if s == "" {
-		return out, nil
-	}
-	for _, kv := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(kv, "=")
-		d, err := time.ParseDuration(v)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("%q: want SIZE=TTL", kv)
-		}
-		out[k] = d
-	}
-	return out, nil
+	return size{label: s, nodes: nodes, nproc: nproc, ttl: ttl}, nil
 }
 
 func fatalf(format string, args ...any) {

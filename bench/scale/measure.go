@@ -26,6 +26,8 @@ type result struct {
 	evictions               float64
 	renewalsPerSec, idleCPU float64 // etcd, with the job running and nothing changing
 	dbAfterJoin, dbAtEnd    float64
+	// failed says why the size could not be measured.
+	failed string
 	// restarts counts sidecars that failed (etcd too slow to register
 	// them) and were started again, as a pod's container is.
 	restarts int

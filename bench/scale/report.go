@@ -20,6 +20,9 @@ func medianOf(v []float64) float64 {
 }
 
 func (r result) row() string {
+	if r.failed != "" {
+		return fmt.Sprintf("| %s | failed: %s |||||||||||| %s | |", r.size.label, r.failed, r.size.ttl)
+	}
 	all := make([]string, len(r.losses))
 	for i, d := range r.losses {
 		all[i] = fmt.Sprintf("%.2f", d.Seconds())

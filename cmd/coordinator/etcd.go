@@ -41,6 +41,9 @@ and a member restarted on its data rejoins its cluster whatever
 			if cfg.DataDir == "" {
 				return usagef("--data-dir is required")
 			}
+			if cfg.HistoryRetention <= 0 || cfg.QuotaBytes <= 0 {
+				return usagef("--auto-compaction-retention and --quota-backend-bytes must be positive")
+			}
 			if (cfg.CertFile == "") != (cfg.KeyFile == "") {
 				return usagef("--cert-file and --key-file go together")
 			}
@@ -77,6 +80,9 @@ and a member restarted on its data rejoins its cluster whatever
 	fs.StringVar(&cfg.AdvertisePeerURL, "initial-advertise-peer-urls", "", "peer URL the other members reach this one at; --listen-peer-urls if empty")
 	fs.StringVar(&cfg.Name, "name", "default", "member name")
 	fs.StringVar(&cfg.MetricsURL, "listen-metrics-urls", "", "plain http URL for /metrics, /health and /readyz, for probes (e.g. http://0.0.0.0:2381)")
+	fs.DurationVar(&cfg.HistoryRetention, "auto-compaction-retention", embedetcd.DefaultHistoryRetention,
+		"history kept before it is compacted: every membership change writes a revision per node, which nothing needs once the watchers have it")
+	fs.Int64Var(&cfg.QuotaBytes, "quota-backend-bytes", embedetcd.DefaultQuotaBytes, "the database's size limit, past which etcd refuses writes")
 	fs.StringVar(&cfg.LogLevel, "log-level", "warn", "etcd's own log level: debug, info, warn or error")
 	fs.StringVar(&cfg.InitialCluster, "initial-cluster", "", "every member of a new cluster as NAME=PEER_URL,...; this member alone if empty")
 	fs.StringVar(&cfg.ClusterState, "initial-cluster-state", "new", "new to form the cluster, existing to join one that runs (after `etcdctl member add`)")

@@ -73,13 +73,19 @@ type Config struct {
 	Fast bool
 	// StartTimeout bounds the wait for the member to serve; 30 s if zero.
 	StartTimeout time.Duration
+	// HistoryRetention is how much history is kept before it is
+	// compacted; DefaultHistoryRetention if zero. QuotaBytes is the
+	// database quota; DefaultQuotaBytes if zero.
+	HistoryRetention time.Duration
+	QuotaBytes       int64
 }
 
-// HistoryRetention is how much of etcd's history an embedded member keeps
-// before compacting it; QuotaBytes is its database quota.
+// DefaultHistoryRetention is how much of etcd's history a member keeps
+// before compacting it; DefaultQuotaBytes is its database quota (etcd's own
+// default, made explicit).
 const (
-	HistoryRetention = 5 * time.Minute
-	QuotaBytes       = 2 << 30
+	DefaultHistoryRetention = 5 * time.Minute
+	DefaultQuotaBytes       = 2 << 30
 )
 
 // Server is a running embedded etcd member.
@@ -102,6 +108,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.StartTimeout == 0 {
 		cfg.StartTimeout = 30 * time.Second
+	}
+	if cfg.HistoryRetention <= 0 {
+		cfg.HistoryRetention = DefaultHistoryRetention
+	}
+	if cfg.QuotaBytes <= 0 {
+		cfg.QuotaBytes = DefaultQuotaBytes
 	}
 	clientURL, err := resolveURL(cfg.ClientURL)
 	if err != nil {
@@ -148,8 +160,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	// than that lists again (membership.Follow). The quota is etcd's
 	// default made explicit: 2 GiB, far above what compacted jobs use.
 	ec.AutoCompactionMode = "periodic"
-	ec.AutoCompactionRetention = HistoryRetention.String()
-	ec.QuotaBackendBytes = QuotaBytes
+	ec.AutoCompactionRetention = cfg.HistoryRetention.String()
+	ec.QuotaBackendBytes = cfg.QuotaBytes
 	if (cfg.CertFile != "") != (clientURL.Scheme == "https") {
 		return nil, fmt.Errorf("embedded etcd: client url %s: use https with a certificate and key, http without", clientURL)
 	}
