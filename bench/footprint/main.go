@@ -108,8 +108,12 @@ func measure(etcdBinary, binary string) (string, error) {
 	}
 	time.Sleep(5 * time.Second)
 	rss, peak := memory(sidecar.Process.Pid)
+	// The guard is the sidecar's child that is not the trainer.
 	guardRSS := int64(0)
 	for _, child := range children(sidecar.Process.Pid) {
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", child)); strings.TrimSpace(string(comm)) == "sleep" {
+			continue
+		}
 		if r, _ := memory(child); r > guardRSS {
 			guardRSS = r
 		}
@@ -144,16 +148,26 @@ func memory(pid int) (rss, peak int64) {
 	return rss, peak
 }
 
-// children are the direct children of pid.
+// children are the direct children of pid, found by their parent in /proc.
 func children(pid int) []int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
 	var out []int
-	for _, f := range strings.Fields(string(b)) {
-		if n, err := strconv.Atoi(f); err == nil {
-			out = append(out, n)
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child))
+		if err != nil {
+			continue
+		}
+		stat := string(b)
+		fields := strings.Fields(stat[strings.LastIndexByte(stat, ')')+2:])
+		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
+			out = append(out, child)
 		}
 	}
 	return out
