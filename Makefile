@@ -74,10 +74,11 @@ bench-footprint: build
 RESTART_NODES  ?= 4,16
 RESTART_RUNS   ?= 7
 RESTART_BEFORE ?=
+RESTART_BEFORE_LABEL ?= before
 bench-restart: build
 	@mkdir -p bench/results
 	$(GO) run ./bench/restart -coordinator $(BIN)/coordinator -nodes $(RESTART_NODES) -runs $(RESTART_RUNS) \
-		$(if $(RESTART_BEFORE),-before $(RESTART_BEFORE)) \
+		$(if $(RESTART_BEFORE),-before $(RESTART_BEFORE) -before-label "$(RESTART_BEFORE_LABEL)") \
 		$$(/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null && echo -torchrun) -out bench/results/restart.txt
 
 # Each fuzz target for FUZZTIME (the seed corpora also run in `make test`).

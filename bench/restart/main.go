@@ -41,6 +41,7 @@ func main() {
 	nodesFlag := flag.String("nodes", "4,16", "job sizes to measure")
 	runs := flag.Int("runs", 7, "measurements per scenario")
 	before := flag.String("before", "", "another coordinator binary to measure in the same run, such as the code before a change")
+	beforeLabel := flag.String("before-label", "before", "what the rows of -before are called")
 	torchrun := flag.Bool("torchrun", false, "also measure torchrun, an agent per node (c10d, 0.1 s monitor interval, 1 s last call)")
 	out := flag.String("out", "", "also write the table here")
 	flag.Parse()
@@ -62,7 +63,7 @@ func main() {
 				fatalf("the coordinator before, with %d nodes: %v", n, err)
 			}
 			for i := range r {
-				r[i].scenario = "before: " + strings.TrimLeft(r[i].scenario, " ")
+				r[i].scenario = *beforeLabel + ": " + strings.TrimLeft(r[i].scenario, " ")
 			}
 			results = append(results, r...)
 		}
