@@ -254,8 +254,9 @@ func (a *jobActor) viewLocked() view {
 	return v
 }
 
-// decisionBatch is the least time between two decisions of a job: the
-// changes that arrive meanwhile (thousands of acks) make one decision.
+// decisionBatch is the least time after a decision that wrote nothing
+// before the next: the changes that arrive meanwhile (thousands of acks)
+// make one decision.
 const decisionBatch = 5 * time.Millisecond
 
 // run decides whenever the job changes or a deadline passes. After a failed
@@ -282,8 +283,14 @@ func (a *jobActor) run(ctx context.Context) {
 			timer.Reset(wait)
 			continue
 		}
-		wakeAt, err := a.reconcile(ctx)
-		batchUntil = time.Now().Add(decisionBatch)
+		wakeAt, wrote, err := a.reconcile(ctx)
+		// A decision that changed nothing was an ack among thousands:
+		// the next one waits for more of them. One that moved the job
+		// on leaves the next free to follow at once.
+		batchUntil = time.Time{}
+		if !wrote {
+			batchUntil = time.Now().Add(decisionBatch)
+		}
 		switch {
 		case errors.Is(err, ErrNotLeader):
 			a.t.stepDown(err)
@@ -306,16 +313,16 @@ func (a *jobActor) run(ctx context.Context) {
 
 // reconcile decides and writes until a decision needs an outside change
 // (an ack, a node) to go on, so that a stop phase no node must ack is
-// followed by its run phase at once.
-func (a *jobActor) reconcile(ctx context.Context) (time.Time, error) {
+// followed by its run phase at once. It reports whether it wrote anything.
+func (a *jobActor) reconcile(ctx context.Context) (wakeAt time.Time, wrote bool, err error) {
 	for range 4 {
 		if err := a.readPlanTable(ctx); err != nil {
-			return time.Time{}, err
+			return time.Time{}, wrote, err
 		}
 		a.mu.Lock()
 		if a.plan != nil && a.plan.Unresolved() {
 			a.mu.Unlock()
-			return time.Time{}, errors.New("the plan's rank table is not stored")
+			return time.Time{}, wrote, errors.New("the plan's rank table is not stored")
 		}
 		evictions := a.viewLocked().evictions
 		a.mu.Unlock()
@@ -335,18 +342,19 @@ func (a *jobActor) reconcile(ctx context.Context) (time.Time, error) {
 			d.wakeAt = recheck
 		}
 		a.memo = d.memo
+		wrote = wrote || d.plan != nil || len(d.events) > 0 || len(d.evict) > 0 || (d.status != nil && !sameStatus(d.status, v.status))
 		err := a.write(ctx, v, d)
 		if errors.Is(err, errPlanMoved) {
 			continue // decide again from the plan that is there
 		}
 		if err != nil {
-			return time.Time{}, err
+			return time.Time{}, wrote, err
 		}
 		if d.plan == nil {
-			return d.wakeAt, nil
+			return d.wakeAt, wrote, nil
 		}
 	}
-	return time.Time{}, nil
+	return time.Time{}, wrote, nil
 }
 
 // fenceEvictions returns, for each evicted lease that this process

@@ -334,10 +334,19 @@ func readPorts(r *reader, nproc int) []int {
 	return ports
 }
 
+// deflaters are reused: a flate writer allocates about a megabyte, far
+// more than a small job's table.
+var deflaters = sync.Pool{New: func() any {
+	w, _ := flate.NewWriter(nil, flate.BestSpeed)
+	return w
+}}
+
 // TableSnapshot is the compressed canonical encoding of t, as stored.
 func (t *Table) TableSnapshot() []byte {
 	var buf bytes.Buffer
-	w, _ := flate.NewWriter(&buf, flate.BestSpeed)
+	w := deflaters.Get().(*flate.Writer)
+	defer deflaters.Put(w)
+	w.Reset(&buf)
 	_, _ = w.Write(encodeTable(t.Members))
 	_ = w.Close()
 	return buf.Bytes()
