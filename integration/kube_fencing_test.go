@@ -182,6 +182,7 @@ func TestStatefulSetScaleDownRestartsOnce(t *testing.T) {
 	require.Len(t, resp.Kvs, 1)
 	plan, err := membership.DecodePlan(resp.Kvs[0].Value)
 	require.NoError(t, err)
+	require.NoError(t, membership.ResolvePlan(t.Context(), e.etcd.Client(t), membership.DefaultKeys(), "shrink", &plan, resp.Kvs[0].ModRevision, nil))
 	require.Equal(t, st.Generation, plan.Generation)
 	for _, m := range plan.Members {
 		assert.Equal(t, pod(m.Rank), m.Node, "a first generation ranks a StatefulSet's pods by ordinal")
@@ -197,6 +198,8 @@ func TestStatefulSetScaleDownRestartsOnce(t *testing.T) {
 		p, err := membership.DecodePlan(ev.Kv.Value)
 		require.NoError(t, err)
 		if p.Phase == membership.PhaseRun {
+			// The plan names its table, stored with it.
+			require.NoError(t, membership.ResolvePlan(t.Context(), e.etcd.Client(t), membership.DefaultKeys(), "shrink", &p, ev.Kv.ModRevision, nil))
 			runs = append(runs, p)
 		}
 	}

@@ -46,6 +46,8 @@ func TestBadInputIsOneLineAndExitCode2(t *testing.T) {
 		{[]string{"serve", "--etcd-endpoints", "http://127.0.0.1:1", "--kubernetes", "--workload-resource", "x"}, "want RESOURCE.VERSION.GROUP"},
 		{[]string{"serve", "--etcd-endpoints", "http://127.0.0.1:1", "--kubernetes", "--autoscale-deletion-cost"}, "--autoscale-deletion-cost needs --autoscale"},
 		{[]string{"certs", "--out", "/nonexistent-dir-for-test", "--etcd-members", "0"}, "--etcd-members 0: want 1..9"},
+		{[]string{"etcd", "--data-dir", "/nonexistent-dir-for-test", "--auto-compaction-retention", "0s"}, "must be positive"},
+		{[]string{"etcd", "--data-dir", "/nonexistent-dir-for-test", "--quota-backend-bytes", "-1"}, "must be positive"},
 		{[]string{"certs"}, "--out: a directory"},
 		{[]string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "j", "--np", "1:100001", "--", "true"}, "more than the maximum of 100000"},
 		{[]string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "j", "--ttl", "1s", "--", "true"}, "--ttl 1s: at least 2s"},
