@@ -344,6 +344,11 @@ func (a *jobActor) reconcile(ctx context.Context) (wakeAt time.Time, wrote bool,
 		a.memo = d.memo
 		wrote = wrote || d.plan != nil || len(d.events) > 0 || len(d.evict) > 0 || (d.status != nil && !sameStatus(d.status, v.status))
 		err := a.write(ctx, v, d)
+		if errors.Is(err, membership.ErrTableTooLarge) {
+			// No retry can store it: the job fails, saying why.
+			a.logger.Error("rank table too large to store; the job fails", "error", err)
+			err = a.write(ctx, v, finish(v, time.Now(), membership.JobFailed, 1, err.Error()))
+		}
 		if errors.Is(err, errPlanMoved) {
 			continue // decide again from the plan that is there
 		}

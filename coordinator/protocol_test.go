@@ -1,6 +1,7 @@
 package coordinator_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -279,4 +280,20 @@ func TestRankTablesInManyChunks(t *testing.T) {
 	resp, err := h.cli.Get(t.Context(), h.keys.Tables("job"), clientv3.WithPrefix())
 	require.NoError(t, err)
 	assert.Len(t, resp.Kvs, p.Table.Chunks, "only the table the plan names is kept")
+}
+
+// TestAJobTooLargeToStoreFailsSayingSo: a rank table beyond what a plan may
+// name fails the job with that message, instead of a write retried for
+// ever. (Chunks of a byte make 200 nodes too many.)
+func TestAJobTooLargeToStoreFailsSayingSo(t *testing.T) {
+	h := newHarness(t)
+	h.startCoordinator("c1", func(c *coordinator.Config) { c.TableChunkBytes = 1 })
+	h.scale("job", "200")
+	ids := make([]string, 200)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("node-%03d", i)
+	}
+	h.nodes("job", ids...)
+	st := h.waitStatus("job", "Failed", func(s membership.Status) bool { return s.Phase == membership.JobFailed })
+	assert.Contains(t, st.Message, "rank table too large to store")
 }

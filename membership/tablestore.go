@@ -274,8 +274,8 @@ func StorePlan(p Plan, current *Table, currentRef *TableRef, chunkBytes int) (St
 			snapshot := t.TableSnapshot()
 			chunks = SplitTableSnapshot(snapshot, chunkBytes)
 			if len(chunks) > MaxTableChunks {
-				return StoredPlan{}, fmt.Errorf("%w: %d members take %d MiB compressed, more than the %d MiB a plan may name",
-					ErrTableTooLarge, len(t.Members), len(snapshot)>>20, MaxTableChunks*TableChunkBytes>>20)
+				return StoredPlan{}, fmt.Errorf("%w: its %d members take %d KiB compressed, more than the %d chunks of %d KiB a plan may name",
+					ErrTableTooLarge, len(t.Members), len(snapshot)>>10, MaxTableChunks, len(chunks[0])>>10)
 			}
 			p.Table = &TableRef{Generation: p.Generation, Digest: t.Digest, Members: len(t.Members), Chunks: len(chunks), Bytes: len(snapshot)}
 			if current != nil {
