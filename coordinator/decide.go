@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -157,16 +158,25 @@ func decideStopped(v view, d decision, tm timing, now time.Time) decision {
 			d.wakeAt = deadline
 		} else {
 			d.evict = unackedMembers(v.plan, ix)
-			d.memo.evicted = map[string]bool{}
-			ids := make([]string, len(d.evict))
-			for i, n := range d.evict {
-				d.memo.evicted[n.ID] = true
-				ids[i] = n.ID
-			}
 			// One event for them all, however many: a transaction
-			// holds at most 128 operations.
-			d.events = append(d.events, membership.Event{Generation: gen, Type: "NodeEvicted",
-				Message: fmt.Sprintf("%s did not ack the stop of generation %d within %s of the last ack; evicted", nodeList("node", ids), gen, tm.stopTimeout)})
+			// holds at most 128 operations. An eviction that failed
+			// is tried again, but told only once.
+			evicted := maps.Clone(d.memo.evicted)
+			if evicted == nil {
+				evicted = map[string]bool{}
+			}
+			var ids []string
+			for _, n := range d.evict {
+				if !evicted[n.ID] {
+					evicted[n.ID] = true
+					ids = append(ids, n.ID)
+				}
+			}
+			d.memo.evicted = evicted
+			if len(ids) > 0 {
+				d.events = append(d.events, membership.Event{Generation: gen, Type: "NodeEvicted",
+					Message: fmt.Sprintf("%s did not ack the stop of generation %d within %s of the last ack; evicted", nodeList("node", ids), gen, tm.stopTimeout)})
+			}
 		}
 		// No per-ack progress here: the status changes only between phases,
 		// so a change costs O(1) writes however many nodes ack. Progress is

@@ -107,6 +107,12 @@ func TestDecideStopPhase(t *testing.T) {
 		require.Len(t, d.evict, 1, "a node that never acks is evicted")
 		assert.Equal(t, "b", d.evict[0].ID)
 		assert.Equal(t, []string{"NodeEvicted"}, types(d.events))
+
+		// The eviction failed (etcd refused it): it is tried again, and
+		// not told again.
+		d = decide(v, d.memo, tm, t0.Add(tm.stopTimeout+time.Second))
+		require.Len(t, d.evict, 1, "a failed eviction is tried again")
+		assert.Empty(t, d.events, "the node's eviction was told already")
 	})
 	t.Run("the stop timeout counts on this leader's clock, not from the plan's time", func(t *testing.T) {
 		// The plan was written by a leader whose wall clock was an hour

@@ -297,3 +297,35 @@ func TestAJobTooLargeToStoreFailsSayingSo(t *testing.T) {
 	st := h.waitStatus("job", "Failed", func(s membership.Status) bool { return s.Phase == membership.JobFailed })
 	assert.Contains(t, st.Message, "rank table too large to store")
 }
+
+// TestManyEvictionsAreOneEvent: 140 nodes that never ack a stop are evicted
+// together, with one event (a transaction holds at most 128 operations, so
+// an event each could never be written), and the job runs again at its
+// size once their sidecars registered anew.
+func TestManyEvictionsAreOneEvent(t *testing.T) {
+	h := newHarness(t)
+	h.nodeTTL = 10 * time.Second // 150 nodes on a loaded machine: no lease lost by accident
+	h.startCoordinator("c1", func(c *coordinator.Config) { c.StopTimeout = time.Second })
+	h.scale("job", "150")
+	ids := make([]string, 150)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("node-%03d", i)
+	}
+	nodes := h.nodes("job", ids...)
+	h.waitRunning("job", 150, 0)
+	for _, n := range nodes[10:] {
+		t.Cleanup(n.Workload.Hang())
+	}
+	require.True(t, nodes[0].Workload.Exit(1))
+	h.waitRunning("job", 150, 1)
+	var evicted []string
+	events, err := h.client.Events(t.Context(), "job")
+	require.NoError(t, err)
+	for _, e := range events {
+		if e.Type == "NodeEvicted" {
+			evicted = append(evicted, e.Message)
+		}
+	}
+	require.Len(t, evicted, 1, "one event for every node evicted")
+	assert.Contains(t, evicted[0], "and 135 more did not ack the stop of generation 2")
+}
