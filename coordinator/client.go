@@ -32,21 +32,67 @@ func NewClient(cli *clientv3.Client, keys membership.Keys) *Client {
 // with defaults if it has none, and returns the spec as stored. A stored spec
 // that is malformed is left as it is and reported.
 func (c *Client) Scale(ctx context.Context, job, np string) (membership.Spec, error) {
+	return c.Resize(ctx, ScaleRequest{Job: job, NP: np, Create: true})
+}
+
+// ScaleRequest is a change of a job's target np.
+type ScaleRequest struct {
+	Job string
+	// NP is the new target, "N" or "MIN:MAX".
+	NP string
+	// Create lets the change create a job that has no keys at all; without
+	// it such a job is ErrJobNotFound (a mistyped id must not start a job
+	// that waits for ever). A job with nodes but no spec yet exists.
+	Create bool
+	// Name is the name a created spec records (Spec.Name).
+	Name string
+}
+
+// Resize changes a job's target np as req says and returns the spec as
+// stored.
+func (c *Client) Resize(ctx context.Context, req ScaleRequest) (membership.Spec, error) {
+	job := req.Job
 	if err := membership.ValidateJobID(job); err != nil {
 		return membership.Spec{}, err
 	}
-	target, err := membership.ParseNP(np)
+	target, err := membership.ParseNP(req.NP)
 	if err != nil {
 		return membership.Spec{}, err
 	}
-	// A spec written from a Kubernetes resource follows that resource: a
-	// change here would be undone at once.
-	if resp, err := c.cli.Get(ctx, c.keys.Spec(job)); err == nil && len(resp.Kvs) == 1 {
-		if s, err := membership.DecodeSpec(resp.Kvs[0].Value); err == nil && s.Owner != "" {
+	resp, err := c.cli.Txn(ctx).Then(
+		clientv3.OpGet(c.keys.Spec(job)),
+		clientv3.OpGet(c.keys.Job(job), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+	).Commit()
+	if err != nil {
+		return membership.Spec{}, fmt.Errorf("read spec: %w", err)
+	}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+		// A spec written from a Kubernetes resource follows that
+		// resource: a change here would be undone at once.
+		if s, err := membership.DecodeSpec(kvs[0].Value); err == nil && s.Owner != "" {
 			return membership.Spec{}, fmt.Errorf("job %s is run by %s: scale that resource (kubectl scale)", job, s.Owner)
 		}
+	} else if resp.Responses[1].GetResponseRange().Count == 0 && !req.Create {
+		return membership.Spec{}, fmt.Errorf("%w: %s", ErrJobNotFound, job)
 	}
-	return membership.UpdateSpec(ctx, c.cli, c.keys, job, func(s *membership.Spec) { s.NP, s.Target = target, 0 }, membership.DefaultSpec(target))
+	initial := membership.DefaultSpec(target)
+	initial.Name = req.Name
+	return membership.UpdateSpec(ctx, c.cli, c.keys, job, func(s *membership.Spec) { s.NP, s.Target = target, 0 }, initial)
+}
+
+// Spec returns a job's spec; ErrJobNotFound when it has none.
+func (c *Client) Spec(ctx context.Context, job string) (membership.Spec, error) {
+	if err := membership.ValidateJobID(job); err != nil {
+		return membership.Spec{}, err
+	}
+	resp, err := c.cli.Get(ctx, c.keys.Spec(job))
+	if err != nil {
+		return membership.Spec{}, fmt.Errorf("read spec: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return membership.Spec{}, fmt.Errorf("%w: %s has no spec", ErrJobNotFound, job)
+	}
+	return membership.DecodeSpec(resp.Kvs[0].Value)
 }
 
 // Status returns a job's status as the leader last wrote it. A job with a

@@ -20,7 +20,10 @@ const (
 	DefaultSessionTTL     = 5 * time.Second
 	DefaultSettleWindow   = time.Second
 	DefaultStopTimeout    = 30 * time.Second
-	DefaultEventRetention = time.Hour
+	DefaultEventRetention = 24 * time.Hour
+	// DefaultFinishedJobRetention is how long serve keeps a finished
+	// job's keys.
+	DefaultFinishedJobRetention = 24 * time.Hour
 )
 
 // Config configures a coordinator replica.
@@ -42,7 +45,10 @@ type Config struct {
 	StopTimeout time.Duration
 	// EventRetention is how long a job's events are kept.
 	EventRetention time.Duration
-	Logger         hclog.Logger
+	// FinishedJobRetention is how long a job's keys are kept after it
+	// ended, unless a Kubernetes resource runs it; 0 keeps them.
+	FinishedJobRetention time.Duration
+	Logger               hclog.Logger
 	// TableChunkBytes is the most a stored rank table chunk holds;
 	// membership.TableChunkBytes if zero. Tests make it small to store
 	// tables in many chunks.
@@ -89,8 +95,8 @@ func (c *Config) setDefaults() error {
 	if c.EventRetention == 0 {
 		c.EventRetention = DefaultEventRetention
 	}
-	if c.SettleWindow < 0 || c.StopTimeout < 0 || c.EventRetention < 2*time.Second {
-		return errors.New("coordinator: settle window and stop timeout must not be negative, event retention at least 2s")
+	if c.SettleWindow < 0 || c.StopTimeout < 0 || c.EventRetention < 2*time.Second || c.FinishedJobRetention < 0 {
+		return errors.New("coordinator: settle window, stop timeout and finished job retention must not be negative, event retention at least 2s")
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()

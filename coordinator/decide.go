@@ -67,15 +67,20 @@ type memo struct {
 type timing struct {
 	settle      time.Duration
 	stopTimeout time.Duration
+	// retention is how long a finished job's keys are kept; 0 keeps them.
+	retention time.Duration
 }
 
 // decision is what to write for a job. The plan, status and events go into
 // one transaction fenced on the leader's election key.
 type decision struct {
-	plan   *membership.Plan
-	status *membership.Status
-	events []membership.Event // Seq and Time are filled in when written
-	evict  []membership.LiveNode
+	// deleteJob deletes every key of the finished job: its retention
+	// is over.
+	deleteJob bool
+	plan      *membership.Plan
+	status    *membership.Status
+	events    []membership.Event // Seq and Time are filled in when written
+	evict     []membership.LiveNode
 	// wakeAt asks for another decision at that time even if nothing changes.
 	wakeAt time.Time
 	memo   memo
@@ -88,7 +93,10 @@ func decide(v view, m memo, tm timing, now time.Time) decision {
 	switch {
 	case v.plan != nil && v.plan.Final():
 		d.status = finalStatus(v, *v.plan)
+		expire(v, &d, tm, now)
 		return d
+	case v.spec != nil && v.spec.Cancel != "":
+		return finish(v, now, membership.JobFailed, 1, "cancelled: "+v.spec.Cancel)
 	case v.specErr != nil:
 		return finish(v, now, membership.JobFailed, 1, fmt.Sprintf("invalid spec: %v", v.specErr))
 	case v.planErr != nil:
@@ -106,6 +114,21 @@ func decide(v view, m memo, tm timing, now time.Time) decision {
 	default:
 		return decideRunning(v, d, tm, now)
 	}
+}
+
+// expire deletes a finished job once its retention has passed since it
+// ended, unless a Kubernetes resource runs it: that resource's deletion
+// removes its keys, and its controller would otherwise write it again.
+func expire(v view, d *decision, tm timing, now time.Time) {
+	if tm.retention <= 0 || v.status == nil || !v.status.Phase.Done() || (v.spec != nil && v.spec.Owner != "") {
+		return
+	}
+	at := v.status.UpdatedAt.Add(tm.retention)
+	if now.Before(at) {
+		d.wakeAt = at
+		return
+	}
+	d.deleteJob = true
 }
 
 // decideStopped waits for the stop acks of the previous table's members,
@@ -262,7 +285,7 @@ func decideStopped(v view, d decision, tm timing, now time.Time) decision {
 	d.memo.pendingSince = time.Time{}
 	d.plan = &next
 	d.status = planStatus(v, next, membership.JobRestarting, 0, startingMessage(next))
-	d.events = append(d.events, membership.Event{Generation: next.Generation, Type: "GenerationStarting",
+	d.events = append(d.events, membership.Event{Generation: next.Generation, Type: "GenerationStarting", Members: len(t.members), WorldSize: t.worldSize,
 		Message: fmt.Sprintf("run: %d members, %d workers, world size %d, master %s (%s)", len(t.members), t.workers, t.worldSize, t.master, next.Reason)})
 	return d
 }
@@ -326,6 +349,11 @@ func decideRunning(v view, d decision, tm timing, now time.Time) decision {
 		if code == 0 {
 			code = 1
 		}
+		if n.CannotStart {
+			// Not a fault a restart mends: the job fails at once,
+			// spending nothing.
+			return finish(v, now, membership.JobFailed, code, fmt.Sprintf("node %s: %s", f.Node, n.Message))
+		}
 		reason := fmt.Sprintf("node %s (%s rank %d) failed with exit code %d", f.Node, f.Role, f.Rank, code)
 		// Whether it is charged is decided when the stop phase ends: a
 		// member lost meanwhile explains it.
@@ -367,7 +395,7 @@ func decideRunning(v view, d decision, tm timing, now time.Time) decision {
 		d.status.Message = fmt.Sprintf("np %s: %s; generation %d keeps running", spec.Workers(), short, p.Generation)
 	}
 	if d.status.Phase == membership.JobRunning && (v.status == nil || v.status.Phase != membership.JobRunning || v.status.Generation != p.Generation) {
-		d.events = append(d.events, membership.Event{Generation: p.Generation, Type: "GenerationRunning",
+		d.events = append(d.events, membership.Event{Generation: p.Generation, Type: "GenerationRunning", Members: len(p.Members), WorldSize: p.WorldSize,
 			Message: fmt.Sprintf("all %d members running, world size %d", len(p.Members), p.WorldSize), Steps: d.status.Steps})
 	}
 	return d

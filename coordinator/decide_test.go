@@ -248,6 +248,17 @@ func TestDecideRunPhase(t *testing.T) {
 		assert.Equal(t, "member b lost", d.plan.Reason)
 		assert.Nil(t, d.plan.Failure)
 	})
+	t.Run("a command that cannot start fails the job at once, spending nothing", func(t *testing.T) {
+		failed := in(nodes, membership.NodeRunning, 1)
+		failed[1].State, failed[1].ExitCode, failed[1].CannotStart = membership.NodeFailed, 127, true
+		failed[1].Message = "training command trian.py: not found in PATH"
+		d := decide(base(spec("2"), failed), memo{}, tm, t0)
+		require.NotNil(t, d.plan)
+		assert.Equal(t, membership.JobFailed, d.plan.Result)
+		assert.Equal(t, 127, d.plan.ExitCode)
+		assert.Equal(t, 0, d.plan.Restarts)
+		assert.Equal(t, "node b: training command trian.py: not found in PATH", d.plan.Reason)
+	})
 	t.Run("a failure stops the generation; its charge waits for the stop's end", func(t *testing.T) {
 		failed := in(nodes, membership.NodeRunning, 1)
 		failed[1].State, failed[1].ExitCode = membership.NodeFailed, 7

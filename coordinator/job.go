@@ -330,7 +330,7 @@ func (a *jobActor) reconcile(ctx context.Context) (wakeAt time.Time, wrote bool,
 		a.mu.Lock()
 		v := a.viewLocked()
 		v.fencedAt = fencedAt
-		d := decide(v, a.memo, timing{settle: a.t.c.cfg.SettleWindow, stopTimeout: a.t.c.cfg.StopTimeout}, time.Now())
+		d := decide(v, a.memo, timing{settle: a.t.c.cfg.SettleWindow, stopTimeout: a.t.c.cfg.StopTimeout, retention: a.t.c.cfg.FinishedJobRetention}, time.Now())
 		unacked := 0
 		if v.plan != nil && v.plan.Phase == membership.PhaseStop {
 			pr := a.nodes.progressOf(v.plan)
@@ -342,6 +342,9 @@ func (a *jobActor) reconcile(ctx context.Context) (wakeAt time.Time, wrote bool,
 			d.wakeAt = recheck
 		}
 		a.memo = d.memo
+		if d.deleteJob {
+			return time.Time{}, true, a.deleteJob(ctx, v)
+		}
 		wrote = wrote || d.plan != nil || len(d.events) > 0 || len(d.evict) > 0 || (d.status != nil && !sameStatus(d.status, v.status))
 		err := a.write(ctx, v, d)
 		if errors.Is(err, membership.ErrTableTooLarge) {
@@ -492,6 +495,29 @@ func (a *jobActor) write(ctx context.Context, v view, d decision) error {
 		return nil
 	}
 	return a.evict(ctx, v.plan.Generation, d.evict)
+}
+
+// deleteJob deletes every key of a finished job whose retention is over,
+// if its plan is still the one the decision saw.
+func (a *jobActor) deleteJob(ctx context.Context, v view) error {
+	keys := a.t.c.cfg.Keys
+	a.t.c.metrics.writes.Inc()
+	resp, err := a.t.c.cfg.Client.Txn(ctx).
+		If(a.t.fence, clientv3.Compare(clientv3.ModRevision(keys.Plan(a.job)), "=", v.planRev)).
+		Then(clientv3.OpDelete(keys.Job(a.job), clientv3.WithPrefix())).
+		Else(clientv3.OpGet(a.t.electionKey)).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("delete finished job: %w", err)
+	}
+	if !resp.Succeeded {
+		if election := resp.Responses[0].GetResponseRange().Kvs; len(election) == 0 || election[0].CreateRevision != a.t.electionRev {
+			return ErrNotLeader
+		}
+		return nil // the plan changed: the watch brings it, and a decision
+	}
+	a.logger.Info("deleted a finished job: its retention is over", "retention", a.t.c.cfg.FinishedJobRetention)
+	return nil
 }
 
 // evictParallelism bounds the evictions in flight: each is a few requests

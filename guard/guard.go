@@ -49,6 +49,7 @@ type proc struct {
 	rank   int
 	pid    int
 	output chan struct{} // closed when its stdout and stderr reached EOF
+	log    *logFile      // nil without one
 }
 
 // run is one start's processes.
@@ -288,7 +289,7 @@ func (s *server) start(c Command) {
 		if err != nil {
 			s.killTree()
 			s.clearOwed = true
-			s.out.send(Report{Event: EventStartFailed, Seq: c.Seq, Error: err.Error()})
+			s.out.send(Report{Event: EventStartFailed, Seq: c.Seq, Error: err.Error(), Code: execFailureCode(err)})
 			return
 		}
 		pids = append(pids, pid)
@@ -339,15 +340,24 @@ func (s *server) fork(r *run, p Proc) (int, error) {
 	pr := &proc{rank: p.Rank, pid: pid, output: make(chan struct{})}
 	r.procs[pid] = pr
 	r.groups = append(r.groups, pid)
+	stdout, stderr := s.cfg.Stdout, s.cfg.Stderr
+	if p.Log != nil {
+		if pr.log, err = openLog(*p.Log); err != nil {
+			// The output is not lost: it goes to the terminal instead.
+			fmt.Fprintf(s.cfg.Stderr, "%sguard: log file: %v; this process's output goes here\n", p.Prefix, err)
+		} else if p.Quiet {
+			stdout, stderr = nil, nil
+		}
+	}
 	var wg sync.WaitGroup
 	for _, f := range []struct {
 		r   *os.File
 		out io.Writer
-	}{{outR, s.cfg.Stdout}, {errR, s.cfg.Stderr}} {
+	}{{outR, stdout}, {errR, stderr}} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := newLineWriter(&s.outMu, f.out, p.Prefix)
+			w := newLineWriter(&s.outMu, f.out, p.Prefix, pr.log)
 			_, _ = io.Copy(w, f.r)
 			w.Flush()
 			f.r.Close()
@@ -358,6 +368,19 @@ func (s *server) fork(r *run, p Proc) (int, error) {
 		close(pr.output)
 	}()
 	return pid, nil
+}
+
+// execFailureCode is the exit code a shell gives a command it cannot run:
+// 127 when it is not there, 126 when it cannot be executed; 0 for a
+// failure that is not the command's.
+func execFailureCode(err error) int {
+	switch {
+	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ENOTDIR):
+		return 127
+	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.ENOEXEC), errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EISDIR):
+		return 126
+	}
+	return 0
 }
 
 // cgroupRefused reports whether clone3 failed for the cgroup rather than
@@ -454,6 +477,13 @@ func (s *server) reportExit(r *run, p *proc, ws syscall.WaitStatus) {
 		select {
 		case <-p.output:
 		case <-time.After(outputDrain):
+		}
+		if p.log != nil {
+			how := fmt.Sprintf("exited with code %d", rep.Code)
+			if rep.Signal != 0 {
+				how = fmt.Sprintf("killed by signal %d (%s)", rep.Signal, syscall.Signal(rep.Signal))
+			}
+			p.log.finish(how)
 		}
 		rep.StdoutBytes, rep.StderrBytes = s.stdout.n.Load(), s.stderr.n.Load()
 		s.out.send(rep)

@@ -16,13 +16,14 @@ const maxLine = 64 << 10
 // never interleave.
 type lineWriter struct {
 	mu     *sync.Mutex
-	out    io.Writer
+	out    io.Writer // nil: lines go to the file only
 	prefix []byte
 	buf    []byte
+	file   *logFile // lines go here too, without the prefix
 }
 
-func newLineWriter(mu *sync.Mutex, out io.Writer, prefix string) *lineWriter {
-	return &lineWriter{mu: mu, out: out, prefix: []byte(prefix)}
+func newLineWriter(mu *sync.Mutex, out io.Writer, prefix string, file *logFile) *lineWriter {
+	return &lineWriter{mu: mu, out: out, prefix: []byte(prefix), file: file}
 }
 
 // Write implements io.Writer. It never fails: output the terminal cannot take
@@ -52,6 +53,12 @@ func (w *lineWriter) Flush() {
 }
 
 func (w *lineWriter) emit(line []byte) {
+	if w.file != nil {
+		w.file.writeLine(line)
+	}
+	if w.out == nil {
+		return
+	}
 	out := make([]byte, 0, len(w.prefix)+len(line)+1)
 	out = append(append(append(out, w.prefix...), line...), '\n')
 	w.mu.Lock()

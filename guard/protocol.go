@@ -55,6 +55,11 @@ type Proc struct {
 	Dir  string   `json:"dir,omitempty"`
 	// Prefix starts every line of the process's output.
 	Prefix string `json:"prefix"`
+	// Log, when set, keeps the process's output in a file too.
+	Log *Log `json:"log,omitempty"`
+	// Quiet keeps the output off the guard's stdout and stderr: it goes
+	// to the log file only.
+	Quiet bool `json:"quiet,omitempty"`
 }
 
 // MaxProcs is the most processes one start may ask for.
@@ -77,6 +82,9 @@ func (c Command) Validate() error {
 		for _, p := range c.Procs {
 			if len(p.Argv) == 0 || p.Argv[0] == "" {
 				return fmt.Errorf("guard command %d: rank %d has no command", c.Seq, p.Rank)
+			}
+			if p.Log != nil && (p.Log.Path == "" || p.Log.MaxBytes < 0) {
+				return fmt.Errorf("guard command %d: rank %d's log has no path or a negative bound", c.Seq, p.Rank)
 			}
 		}
 	case OpStop:

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,6 +52,42 @@ type Exit struct {
 	Message string
 }
 
+// StartError is a command that cannot be started at all, which no restart
+// mends: Code is 127 when it is not found, 126 when it cannot be executed,
+// as a shell has it.
+type StartError struct {
+	Code int
+	Err  error
+}
+
+func (e *StartError) Error() string { return e.Err.Error() }
+
+// ExitCode is the code a shell would exit with: 126 or 127.
+func (e *StartError) ExitCode() int { return e.Code }
+func (e *StartError) Unwrap() error { return e.Err }
+
+// LookPath resolves the training command's program as a start would, to an
+// absolute path; a program that cannot be started is a *StartError.
+func LookPath(program string) (string, error) {
+	path, err := exec.LookPath(program)
+	if err == nil {
+		path, err = filepath.Abs(path)
+	}
+	if err == nil {
+		return path, nil
+	}
+	code, what := 127, "not found"
+	switch {
+	case errors.Is(err, fs.ErrPermission):
+		code, what = 126, "not executable (permission denied)"
+	case errors.Is(err, syscall.EISDIR):
+		code, what = 126, "a directory, not a program"
+	case errors.Is(err, exec.ErrNotFound):
+		what = "not found in PATH"
+	}
+	return "", &StartError{Code: code, Err: fmt.Errorf("training command %s: %s", program, what)}
+}
+
 // Config configures a Launcher.
 type Config struct {
 	// Command is the program and its arguments. Required.
@@ -65,6 +102,9 @@ type Config struct {
 	// Guard is the command line that starts the process guard: the
 	// coordinator binary and its argument "guard". Required.
 	Guard []string
+	// Logs, when set, keeps each process's output in a file of its own,
+	// and says whose output still reaches Stdout and Stderr.
+	Logs *Logs
 	// OnFenced is called when the guard killed the processes on its own
 	// because their deadline passed: the lease they ran under is over.
 	OnFenced func(lease int64)
@@ -135,12 +175,9 @@ func (l *Launcher) Start(t Topology, lease int64) (<-chan Exit, error) {
 	if len(t.Ports) == 0 {
 		return nil, errors.New("launcher: topology without ports")
 	}
-	path, err := exec.LookPath(l.cfg.Command[0])
-	if err == nil {
-		path, err = filepath.Abs(path)
-	}
+	path, err := LookPath(l.cfg.Command[0])
 	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", l.cfg.Command[0], err)
+		return nil, err
 	}
 	l.mu.Lock()
 	g, err := l.guardLocked()
@@ -154,9 +191,10 @@ func (l *Launcher) Start(t Topology, lease int64) (<-chan Exit, error) {
 		if t.Role != "" && t.Role != "worker" {
 			prefix = fmt.Sprintf("[%s %d] ", t.Role, t.NodeRank)
 		}
+		log, quiet := l.cfg.Logs.proc(t, local)
 		cmd.Procs = append(cmd.Procs, guard.Proc{
 			Rank: t.GlobalRankBase + local, Path: path, Argv: l.cfg.Command, Dir: l.cfg.Dir,
-			Env: mergeEnv(l.cfg.Env, t.Env(local)), Prefix: prefix,
+			Env: mergeEnv(l.cfg.Env, t.Env(local)), Prefix: prefix, Log: log, Quiet: quiet,
 		})
 	}
 	grp := &group{ranks: map[int]int{}, exit: make(chan Exit, 1), recorded: make(chan struct{})}
@@ -175,6 +213,9 @@ func (l *Launcher) Start(t Topology, lease int64) (<-chan Exit, error) {
 	}
 	if err == nil && rep.Event == guard.EventStartFailed {
 		err = errors.New(rep.Error)
+		if rep.Code != 0 {
+			err = &StartError{Code: rep.Code, Err: err}
+		}
 	}
 	if err != nil {
 		l.mu.Lock()

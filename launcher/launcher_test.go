@@ -476,12 +476,87 @@ func TestPartialLastLineIsFlushed(t *testing.T) {
 }
 
 func TestStartFailsForAMissingCommand(t *testing.T) {
-	l, err := launcher.New(launcher.Config{Command: []string{"/nonexistent/trainer"}, Guard: guardCommand("auto")})
-	require.NoError(t, err)
-	_, err = l.Start(topology(1), lease)
-	assert.ErrorContains(t, err, "start /nonexistent/trainer")
-	_, err = launcher.New(launcher.Config{})
+	notExecutable := filepath.Join(t.TempDir(), "train.py")
+	require.NoError(t, os.WriteFile(notExecutable, []byte("print(1)\n"), 0o644))
+	for _, tc := range []struct {
+		program string
+		code    int
+		message string
+	}{
+		{"/nonexistent/trainer", 127, "training command /nonexistent/trainer: not found"},
+		{"no-such-trainer-in-path", 127, "training command no-such-trainer-in-path: not found in PATH"},
+		{notExecutable, 126, "not executable"},
+	} {
+		l, err := launcher.New(launcher.Config{Command: []string{tc.program}, Guard: guardCommand("auto")})
+		require.NoError(t, err)
+		_, err = l.Start(topology(1), lease)
+		assert.ErrorContains(t, err, tc.message)
+		var cannot *launcher.StartError
+		require.ErrorAs(t, err, &cannot, "no restart mends it")
+		assert.Equal(t, tc.code, cannot.Code)
+		l.Close()
+	}
+	_, err := launcher.New(launcher.Config{})
 	assert.ErrorContains(t, err, "no command")
+}
+
+// TestEachRankHasItsLogFile: with Logs, every process's output goes to a
+// file of its rank, each generation after a line that names it, and only
+// rank 0's reaches the terminal with TeeRank0; past its bound a file is
+// rotated.
+func TestEachRankHasItsLogFile(t *testing.T) {
+	dir := t.TempDir()
+	out := &proctest.Buffer{}
+	l, err := launcher.New(launcher.Config{
+		Command: []string{os.Args[0], "-test.run=^$"},
+		Env:     append(os.Environ(), "LAUNCHER_TEST_CHILD=env", "KEEP=kept", "GORACE=atexit_sleep_ms=0"),
+		Stdout:  out, Stderr: out, Guard: guardCommand("auto"),
+		Logs: &launcher.Logs{Dir: dir, Tee: launcher.TeeRank0},
+	})
+	require.NoError(t, err)
+	t.Cleanup(l.Close)
+	require.NoError(t, l.SetDeadline(lease, time.Now().Add(time.Hour)))
+	topo := topology(2)
+	topo.GlobalRankBase = 0
+	for gen := int64(3); gen <= 4; gen++ {
+		topo.Generation = gen
+		exits, err := l.Start(topo, lease)
+		require.NoError(t, err)
+		assert.Equal(t, 0, wait(t, exits).Code)
+	}
+	for _, line := range lines(out) {
+		assert.True(t, strings.HasPrefix(line, "[rank 0] "), "only rank 0 on the terminal: %q", line)
+	}
+	assert.Contains(t, out.String(), "[rank 0] RANK=0")
+
+	rank1, err := os.ReadFile(filepath.Join(dir, "rank-1.log"))
+	require.NoError(t, err)
+	text := string(rank1)
+	assert.Contains(t, text, "==== generation 3: worker rank 1 of 4 (node rank 1, local rank 1), ")
+	assert.Contains(t, text, "==== generation 4: worker rank 1 of 4")
+	assert.Equal(t, 2, strings.Count(text, "\nRANK=1\n"), "the output of both generations, unprefixed")
+	assert.Equal(t, 2, strings.Count(text, "==== exited with code 0 ===="))
+	_, err = os.Stat(filepath.Join(dir, "rank-0.log"))
+	assert.NoError(t, err, "rank 0's output is kept too")
+
+	// A bound of a few bytes rotates the file at every line.
+	small, err := launcher.New(launcher.Config{
+		Command: []string{os.Args[0], "-test.run=^$"},
+		Env:     append(os.Environ(), "LAUNCHER_TEST_CHILD=env", "GORACE=atexit_sleep_ms=0"),
+		Stdout:  out, Stderr: out, Guard: guardCommand("auto"),
+		Logs: &launcher.Logs{Dir: filepath.Join(dir, "small"), Tee: launcher.TeeNone, MaxBytes: 64},
+	})
+	require.NoError(t, err)
+	t.Cleanup(small.Close)
+	require.NoError(t, small.SetDeadline(lease, time.Now().Add(time.Hour)))
+	exits, err := small.Start(topology(1), lease)
+	require.NoError(t, err)
+	wait(t, exits)
+	for _, name := range []string{"rank-2.log", "rank-2.log.1"} {
+		info, err := os.Stat(filepath.Join(dir, "small", name))
+		require.NoError(t, err, name)
+		assert.LessOrEqual(t, info.Size(), int64(64+200), "%s is bounded", name)
+	}
 }
 
 func readPid(t *testing.T, file string) int {

@@ -83,6 +83,10 @@ type Node struct {
 	// killed by a signal).
 	ExitCode int    `json:"exitCode,omitempty"`
 	Message  string `json:"message,omitempty"`
+	// CannotStart, with State failed, says the training command could not
+	// be started at all (not found, not executable): no restart mends
+	// that, and the job fails without spending one.
+	CannotStart bool `json:"cannotStart,omitempty"`
 	// LeaseLosses counts the times this node's sidecar lost its lease and
 	// fenced itself.
 	LeaseLosses int64 `json:"leaseLosses,omitempty"`

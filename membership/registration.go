@@ -58,6 +58,9 @@ type RegistrationConfig struct {
 	// OnRegistered is called after the node registered again following a
 	// loss, with the record it wrote.
 	OnRegistered func(Node)
+	// OnRenewal, if set, is told of every renewal sent: how long etcd
+	// took to answer, and its error. It must not block.
+	OnRenewal func(latency time.Duration, err error)
 }
 
 func (c *RegistrationConfig) setDefaults() error {
@@ -560,6 +563,9 @@ func (r *Registration) keepAlive(ctx context.Context) {
 		callCtx, cancel := context.WithDeadline(ctx, fenceAt)
 		resp, err := r.cfg.Client.KeepAliveOnce(callCtx, lease)
 		cancel()
+		if r.cfg.OnRenewal != nil && ctx.Err() == nil {
+			r.cfg.OnRenewal(time.Since(sent), err)
+		}
 		switch {
 		case err == nil && resp.TTL > 0:
 			fenceAt = r.fenceTime(sent, resp.TTL)

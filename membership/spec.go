@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Fault tolerance levels of a job.
@@ -86,6 +87,14 @@ type Spec struct {
 	// Owner, when set, is the Kubernetes resource the spec is written
 	// from (Kind/namespace/name/uid): a change made elsewhere is undone.
 	Owner string `json:"owner,omitempty"`
+	// Name is the job's name as the user gave it, when it is not a
+	// DNS-1123 label and the job's id was derived from it (JobIDFor).
+	Name string `json:"name,omitempty"`
+	// CreatedAt is when the spec was first stored, for a job's age.
+	CreatedAt time.Time `json:"createdAt,omitzero"`
+	// Cancel, when set, asks the coordinator to end the job now, failed,
+	// with this reason (`coordinator delete --force`).
+	Cancel string `json:"cancel,omitempty"`
 }
 
 // DefaultSpec is the spec of a job for which only np is known.
@@ -117,6 +126,8 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("maxRestarts %d: must not be negative", s.MaxRestarts)
 	case s.Target != 0 && (s.Target < s.NP.Min || s.Target > s.NP.Max):
 		return fmt.Errorf("target %d: want 0 (none) or within np %s", s.Target, s.NP)
+	case len(s.Name) > MaxJobNameLength:
+		return fmt.Errorf("name: longer than %d characters", MaxJobNameLength)
 	}
 	switch s.SuccessPolicy {
 	case SuccessAllWorkers, SuccessRank0:

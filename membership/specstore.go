@@ -3,6 +3,7 @@ package membership
 import (
 	"context"
 	"fmt"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -20,6 +21,9 @@ func UpdateSpec(ctx context.Context, cli *clientv3.Client, keys Keys, job string
 			return Spec{}, fmt.Errorf("read spec: %w", err)
 		}
 		next := initial
+		if next.CreatedAt.IsZero() {
+			next.CreatedAt = time.Now().UTC().Truncate(time.Second)
+		}
 		cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
 		if len(resp.Kvs) == 1 {
 			if next, err = DecodeSpec(resp.Kvs[0].Value); err != nil {

@@ -131,6 +131,10 @@ type Event struct {
 	Type    string `json:"type"`
 	Message string `json:"message"`
 	Steps   *Steps `json:"steps,omitempty"`
+	// Members and WorldSize are the generation's, in the events of a
+	// generation starting and running.
+	Members   int `json:"members,omitempty"`
+	WorldSize int `json:"worldSize,omitempty"`
 }
 
 // DecodeEvent reads an event record.

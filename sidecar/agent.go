@@ -89,8 +89,30 @@ type Config struct {
 	// Tables, if set, shares decoded rank tables between the agents of a
 	// process (simulated nodes); a sidecar needs none.
 	Tables *membership.TableCache
-	Logger hclog.Logger
+	// Observer, if set, is told what the agent does (for metrics).
+	Observer Observer
+	Logger   hclog.Logger
 }
+
+// Observer is told what an agent does. Its methods must not block.
+type Observer interface {
+	// Renewal: a lease renewal took latency to answer, or failed.
+	Renewal(latency time.Duration, err error)
+	// Fenced: the lease was lost and the workload killed.
+	Fenced()
+	// Started: the workload started for a generation.
+	Started(generation int64)
+	// Exited: the workload exited on its own with code.
+	Exited(code int)
+}
+
+// noObserver is the Observer of an agent that has none.
+type noObserver struct{}
+
+func (noObserver) Renewal(time.Duration, error) {}
+func (noObserver) Fenced()                      {}
+func (noObserver) Started(int64)                {}
+func (noObserver) Exited(int)                   {}
 
 // Agent follows one job's plans for one node.
 type Agent struct {
@@ -126,6 +148,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = noObserver{}
 	}
 	cfg.Node.State, cfg.Node.Generation = membership.NodeWaiting, 0
 	if err := cfg.Node.Validate(); err != nil {
@@ -172,7 +197,9 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 		OnDeadline: func(lease clientv3.LeaseID, at time.Time) { a.cfg.Workload.SetDeadline(int64(lease), at) },
 		// The fence does not go through Run's loop, which may be busy in
 		// a graceful stop: the workload is killed from here, at once.
+		OnRenewal: a.cfg.Observer.Renewal,
 		OnLost: func() {
+			a.cfg.Observer.Fenced()
 			a.logger.Warn("lease lost: killing the workload")
 			if err := a.cfg.Workload.Kill(context.WithoutCancel(ctx)); err != nil {
 				a.logger.Error("kill workload", "error", err)
@@ -302,10 +329,16 @@ func (a *Agent) follow(ctx context.Context, p membership.Plan) (Result, bool) {
 		}
 		if err != nil {
 			a.logger.Error("workload did not start", "generation", p.Generation, "error", err)
-			a.ackMessage(ctx, membership.NodeFailed, p.Generation, 127, err.Error())
+			code, cannot := 127, false
+			var unstartable interface{ ExitCode() int }
+			if errors.As(err, &unstartable) {
+				code, cannot = unstartable.ExitCode(), true
+			}
+			a.ackFailure(ctx, p.Generation, code, err.Error(), cannot)
 			return Result{}, false
 		}
 		a.exits, a.running, a.startedLease = exits, true, m.Lease
+		a.cfg.Observer.Started(p.Generation)
 		a.logger.Info("started", "generation", p.Generation, "rank", m.Rank, "world_size", p.WorldSize)
 		a.ack(ctx, membership.NodeRunning, p.Generation, 0)
 	}
@@ -320,6 +353,7 @@ func (a *Agent) childExited(ctx context.Context, ex Exit) {
 		a.logger.Info("workload of a lost lease exited", "generation", a.startedGen, "exit_code", ex.Code)
 		return
 	}
+	a.cfg.Observer.Exited(ex.Code)
 	state := membership.NodeSucceeded
 	if ex.Code != 0 {
 		state = membership.NodeFailed
@@ -345,6 +379,21 @@ func (a *Agent) ack(ctx context.Context, state membership.NodeState, gen int64, 
 // when the node is not registered (the fence and the new registration take
 // over) or ctx is done.
 func (a *Agent) ackMessage(ctx context.Context, state membership.NodeState, gen int64, code int, msg string) bool {
+	return a.write(ctx, state, gen, func(n *membership.Node) {
+		n.State, n.Generation, n.ExitCode, n.Message, n.CannotStart = state, gen, code, msg, false
+	})
+}
+
+// ackFailure reports a workload that did not start; cannot says that no
+// restart can start it.
+func (a *Agent) ackFailure(ctx context.Context, gen int64, code int, msg string, cannot bool) bool {
+	return a.write(ctx, membership.NodeFailed, gen, func(n *membership.Node) {
+		n.State, n.Generation, n.ExitCode, n.Message, n.CannotStart = membership.NodeFailed, gen, code, msg, cannot
+	})
+}
+
+// write changes the node record with set, retrying transient errors.
+func (a *Agent) write(ctx context.Context, state membership.NodeState, gen int64, set func(*membership.Node)) bool {
 	retry := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(20*time.Millisecond),
 		backoff.WithMaxInterval(time.Second),
@@ -352,9 +401,7 @@ func (a *Agent) ackMessage(ctx context.Context, state membership.NodeState, gen 
 	err := backoff.Retry(func() error {
 		attemptCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		_, err := a.reg.Update(attemptCtx, func(n *membership.Node) {
-			n.State, n.Generation, n.ExitCode, n.Message = state, gen, code, msg
-		})
+		_, err := a.reg.Update(attemptCtx, set)
 		if errors.Is(err, membership.ErrNotRegistered) {
 			return backoff.Permanent(err)
 		}
