@@ -164,22 +164,90 @@ func (f *etcdFlags) tls(endpoints []string) (*tls.Config, error) {
 	return cfg, nil
 }
 
-// jobFlag validates a --job value.
-func jobFlag(job string) error {
-	if job == "" {
-		return usagef("--job is required (or ELASTIC_JOB_ID, PADDLE_ELASTIC_JOB_ID)")
-	}
-	if err := membership.ValidateJobID(job); err != nil {
-		return usageError{fmt.Errorf("--job: %w", err)}
-	}
-	return nil
+// origin says where a flag's value came from, so that an error names what
+// the user set: the flag, or the variable its default was read from.
+type origin struct {
+	fs       *pflag.FlagSet
+	flag     string
+	variable string // the variable the default came from, if any
 }
 
-// npFlag parses an --np value.
-func npFlag(np string) (membership.NP, error) {
+// String is "--flag", or the variable's name when the flag was not given
+// and a variable was.
+func (o origin) String() string {
+	if o.fs != nil && !o.fs.Changed(o.flag) && o.variable != "" {
+		return o.variable
+	}
+	return "--" + o.flag
+}
+
+// envString registers a string flag whose default is the first set
+// variable of names, or def; the help names the variables.
+func envString(fs *pflag.FlagSet, p *string, flag string, env lookupEnv, def, usage string, names ...string) origin {
+	o := origin{fs: fs, flag: flag}
+	for _, n := range names {
+		if v, ok := env(n); ok && v != "" {
+			def, o.variable = v, n
+			break
+		}
+	}
+	if len(names) > 0 {
+		usage += envNote(names...)
+	}
+	fs.StringVar(p, flag, def, usage)
+	return o
+}
+
+// jobOption is a command's --job: the job's name as given, and where.
+type jobOption struct {
+	name   string
+	origin origin
+}
+
+// jobVariables are the variables a job's name is read from.
+var jobVariables = []string{"ELASTIC_JOB_ID", "PADDLE_ELASTIC_JOB_ID"}
+
+const jobUsage = "job name: a DNS-1123 label, or any name PaddlePaddle takes (stored under an id derived from it)"
+
+func (j *jobOption) register(fs *pflag.FlagSet, env lookupEnv, def string, names ...string) {
+	j.origin = envString(fs, &j.name, "job", env, def, jobUsage, names...)
+}
+
+// id validates the name and returns the id the job is stored under.
+func (j *jobOption) id() (string, error) {
+	if j.name == "" {
+		return "", usagef("--job is required (or %s)", strings.Join(jobVariables, ", "))
+	}
+	id, err := membership.JobIDFor(j.name)
+	if err != nil {
+		return "", usageError{fmt.Errorf("%s: %w", j.origin, err)}
+	}
+	return id, nil
+}
+
+// displayName is how messages name the job: its name, and the id it is
+// stored under when that differs.
+func (j *jobOption) displayName(id string) string {
+	if j.name == id {
+		return id
+	}
+	return fmt.Sprintf("%q (id %s)", j.name, id)
+}
+
+// specName is the name a new spec records: none for a name that is its
+// own id.
+func (j *jobOption) specName(id string) string {
+	if j.name == id {
+		return ""
+	}
+	return j.name
+}
+
+// parseNP parses an np value, naming where it came from in an error.
+func parseNP(np string, from origin) (membership.NP, error) {
 	n, err := membership.ParseNP(np)
 	if err != nil {
-		return n, usageError{fmt.Errorf("--np: %w", err)}
+		return n, usageError{fmt.Errorf("%s: %w", from, err)}
 	}
 	return n, nil
 }

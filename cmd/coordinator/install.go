@@ -14,7 +14,7 @@ import (
 func newInstallCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "install PATH",
-		Short: "Copy this binary to PATH, for an init container that adds the sidecar to a training image",
+		Short: "Copy this binary to PATH (its directory is created), for an init container that adds the sidecar to a training image",
 		Example: `  # In a pod: an init container from the coordinator's image fills a shared volume,
   # and the training container runs /elastic/coordinator sidecar -- python train.py.
   coordinator install /elastic/coordinator`,
@@ -37,6 +37,9 @@ func copyExecutable(src, dst string) error {
 		return err
 	}
 	defer in.Close()
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return usagef("install %s: %v", dst, err)
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(dst), ".coordinator-*")
 	if err != nil {
 		return usagef("install %s: %v", dst, err)

@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	// The process guard and `commit` run from here, before the rest of
 	// the binary initialises.
@@ -83,8 +85,27 @@ func isCobraUsageError(err error) bool {
 	return false
 }
 
+// oneLine is a message on one line, without the names of the packages
+// the error passed through ("membership: invalid np" reads "invalid np").
 func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
+	return packagePrefix.ReplaceAllString(strings.Join(strings.Fields(s), " "), "$1")
+}
+
+// packagePrefix matches the package names that the project's sentinel
+// errors start with.
+var packagePrefix = regexp.MustCompile(`(^|[\s(])(?:membership|coordinator|registration|launcher|sidecar|guard|operatorbridge|jobcontroller|kubeautoscale|autoscale|localrun|embedetcd|etcdclient|etcdauth|kubetest): `)
+
+// paddleSpelling lets a flag be spelled as PaddlePaddle's launcher spells
+// it: --job_id for --job, --elastic_server for --etcd-endpoints, and '_'
+// for '-' in any name (--nproc_per_node, --log_dir).
+func paddleSpelling(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+	switch name {
+	case "job_id":
+		name = "job"
+	case "elastic_server":
+		name = "etcd-endpoints"
+	}
+	return pflag.NormalizedName(strings.ReplaceAll(name, "_", "-"))
 }
 
 func newRootCommand(env lookupEnv) *cobra.Command {
@@ -100,15 +121,18 @@ target np is met, then commits a generation (a rank table with endpoints), and
 every sidecar restarts its training processes with the new environment. The
 training code resumes from its own checkpoint.`,
 		Example: `  # Everything on this machine: an embedded etcd, a coordinator and 2 nodes.
+  # It prints the etcd endpoint it serves on (a free port), ENDPOINT below.
   coordinator run --np 2 -- python train.py
 
   # From another terminal: resize the job, then watch it.
-  coordinator scale --etcd-endpoints http://127.0.0.1:2379 --job default --np 3
-  coordinator status --etcd-endpoints http://127.0.0.1:2379 --job default --watch`,
+  coordinator scale --etcd-endpoints ENDPOINT --job default --np 3
+  coordinator status --etcd-endpoints ENDPOINT --job default --watch
+  coordinator jobs --etcd-endpoints ENDPOINT`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetGlobalNormalizationFunc(paddleSpelling)
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.AddCommand(subcommands(env)...)
 	return root

@@ -10,11 +10,18 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/internal/etcdtest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain runs the tests, or, when a test started this binary as a
+// sidecar or a guard (`run` starts sidecars from its own executable), the
+// command line: a test binary must never run the tests again in a child.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && !strings.HasPrefix(os.Args[1], "-test.") {
+		os.Exit(execute(os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.LookupEnv))
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // runCLI runs the command line in process with the given environment.
 func runCLI(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
@@ -30,14 +37,22 @@ func TestBadInputIsOneLineAndExitCode2(t *testing.T) {
 		args    []string
 		mention string
 	}{
-		{[]string{"run", "--np", "5:2", "--", "true"}, `--np: membership: invalid np "5:2": minimum 5 is greater than maximum 2`},
+		{[]string{"run", "--np", "5:2", "--", "true"}, `--np: invalid np "5:2": minimum 5 is greater than maximum 2`},
 		{[]string{"run", "--np", "0", "--", "true"}, "need at least 1"},
 		{[]string{"run", "--np", "abc", "--", "true"}, `"abc" is not a positive whole number`},
 		{[]string{"run", "--np", "2"}, "no training command"},
-		{[]string{"run", "--np", "2", "true"}, "no training command: put it after --"},
 		{[]string{"run", "--", "true"}, "--np is required"},
-		{[]string{"run", "--np", "2", "--job", "Bad_Name", "--", "true"}, "--job: membership: invalid job id \"Bad_Name\""},
-		{[]string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "Bad_Name", "--", "true"}, "DNS-1123"},
+		{[]string{"run", "--np", "2", "--job", strings.Repeat("x_", 130), "--", "true"}, "--job: invalid job id: longer than 253 characters"},
+		{[]string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "a\tb", "--", "true"}, "--job: invalid job id"},
+		{[]string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "j", "--clean-pod-policy", "None", "--", "true"}, `--clean-pod-policy "None": want Always`},
+		{[]string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "j", "--success-policy", "Most", "--", "true"}, `--success-policy "Most"`},
+		{[]string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "j", "--tee", "rank0", "--", "true"}, "--tee rank0 needs --log-dir"},
+		{[]string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "j", "--log-dir", "x", "--tee", "some", "--", "true"}, `--tee "some": want all, rank0 or none`},
+		{[]string{"run", "--np", "2", "--log-max-mb", "0", "--", "true"}, "--log-max-mb 0: want 1 or more"},
+		{[]string{"serve", "--etcd-endpoints", "http://127.0.0.1:1", "--finished-job-retention", "-1s"}, "--finished-job-retention -1s: must not be negative"},
+		{[]string{"events", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "j", "--plot", "out.jpg"}, `--plot "out.jpg": want a file name ending in .png or .svg`},
+		{[]string{"jobs", "--etcd-endpoints", "http://127.0.0.1:1", "-o", "yaml"}, `-o "yaml": want table or json`},
+		{[]string{"delete", "--etcd-endpoints", "http://127.0.0.1:1"}, "--job is required"},
 		{[]string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "j"}, "no training command"},
 		{[]string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "j", "--role", "chief", "--", "true"}, `role "chief"`},
 		{[]string{"sidecar", "--job", "j", "--", "true"}, "--etcd-endpoints is required"},
@@ -109,7 +124,12 @@ func TestEnvironmentFallbacks(t *testing.T) {
 	srv := etcdtest.Start(t)
 	// PaddlePaddle's elastic variables stand in for the flags.
 	env := map[string]string{"PADDLE_ELASTIC_SERVER": srv.Endpoint(), "PADDLE_ELASTIC_JOB_ID": "paddle-job"}
-	code, stdout, stderr := runCLI(t, env, "scale", "--np", "3")
+	code, _, stderr := runCLI(t, env, "scale", "--np", "3")
+	require.Equal(t, 1, code, "an unknown job is not created by a scale")
+	assert.Contains(t, stderr, "job paddle-job does not exist")
+	assert.Contains(t, stderr, "add --create")
+
+	code, stdout, stderr := runCLI(t, env, "scale", "--np", "3", "--create")
 	require.Equal(t, 0, code, stderr)
 	assert.Equal(t, "job paddle-job: np 3\n", stdout)
 
@@ -119,12 +139,13 @@ func TestEnvironmentFallbacks(t *testing.T) {
 
 	code, stdout, _ = runCLI(t, env, "status", "-o", "json")
 	require.Equal(t, 0, code)
-	assert.Contains(t, stdout, `"np":"2:4"`)
+	assert.Contains(t, stdout, `"np":{"min":2,"max":4}`)
 	assert.Contains(t, stdout, `"phase":"Waiting"`)
 
 	code, _, stderr = runCLI(t, env, "status", "--job", "nosuchjob")
 	assert.Equal(t, 1, code)
-	assert.Contains(t, stderr, coordinator.ErrJobNotFound.Error())
+	assert.Contains(t, stderr, "job not found: nosuchjob")
+	assert.NotContains(t, stderr, "coordinator: job", "no package prefix")
 }
 
 func TestVersion(t *testing.T) {
@@ -141,7 +162,13 @@ func TestInstallCopiesTheBinary(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o755), info.Mode().Perm())
 
-	code, _, stderr = runCLI(t, nil, "install", "/nonexistent/dir/coordinator")
+	nested := t.TempDir() + "/a/b/coordinator"
+	code, _, stderr = runCLI(t, nil, "install", nested)
+	require.Equal(t, 0, code, "the parent directory is created: %s", stderr)
+	_, err = os.Stat(nested)
+	require.NoError(t, err)
+
+	code, _, stderr = runCLI(t, nil, "install", "/proc/nonexistent/coordinator")
 	assert.Equal(t, 2, code)
-	assert.Contains(t, stderr, "install /nonexistent/dir/coordinator")
+	assert.Contains(t, stderr, "install /proc/nonexistent/coordinator")
 }

@@ -10,12 +10,15 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/elastictraining/coordinator/internal/english"
 	"github.com/elastictraining/coordinator/internal/localrun"
 	"github.com/elastictraining/coordinator/launcher"
 	"github.com/elastictraining/coordinator/membership"
@@ -23,79 +26,108 @@ import (
 
 func newRunCommand(env lookupEnv) *cobra.Command {
 	var (
-		job, np, listen, dataDir, logLevel, successPolicy string
-		nproc, faultTolerance, maxRestarts                int
-		ttl, grace                                        time.Duration
-		withGloo                                          int
+		job                                jobOption
+		np, listen, dataDir, logLevel      string
+		successPolicy                      string
+		nproc, faultTolerance, maxRestarts int
+		ttl, grace                         time.Duration
+		withGloo                           int
+		logs                               logOptions
+		npOrigin                           origin
+		faultToleranceErr                  error
 	)
 	cmd := &cobra.Command{
-		Use:   "run --np N|MIN:MAX [--nproc-per-node K] [--listen-client-urls URL] -- CMD [ARGS...]",
+		Use:   "run --np N|MIN:MAX [--nproc-per-node K] [--log-dir DIR] -- CMD [ARGS...]",
 		Short: "Run an elastic job on this machine: embedded etcd, a coordinator and the nodes",
 		Long: `run is the whole system on one machine, like torchrun --standalone: an embedded
 etcd, a coordinator, and one sidecar per node that np asks for, each with its
 own ports and K training processes.
 
-It prints the etcd endpoint it serves on, so that 'coordinator scale' and
+It prints the etcd endpoint it serves on (a free port unless
+--listen-client-urls says otherwise), so that 'coordinator scale' and
 'coordinator status' work from another terminal; scale starts or stops local
 nodes. A node whose sidecar dies is started again. One line is printed per
-generation: its size, why it exists and how long the restart took. run exits
-0 when the job succeeds and with the failed training process's exit code
-when it fails.`,
+generation: its size, why it exists and how long the restart took.
+
+Each rank's output is shown prefixed with [rank N]. Above 4 processes only rank
+0's is shown, and every rank's goes to log/NODE/rank-R.log (--log-dir, --tee).
+
+run exits 0 when the job succeeds, with the failed training process's exit
+code when it fails, 127 or 126 at once when the command cannot be started, and
+130 or 143 after SIGINT or SIGTERM, once every node has stopped (a second
+signal kills them at once).`,
 		Example: `  coordinator run --np 2 -- testdata/toytrainer.sh
-  coordinator run --np 2:4 --nproc-per-node 2 --listen-client-urls http://127.0.0.1:2379 -- python train.py`,
+  coordinator run --np 2:4 --nproc-per-node 2 --listen-client-urls http://127.0.0.1:2379 -- python train.py
+  coordinator run --np 8 --log-dir logs --tee none -- python train.py`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if cmd.ArgsLenAtDash() != 0 || len(args) == 0 {
+			if len(args) == 0 || cmd.ArgsLenAtDash() > 0 {
 				return usagef("no training command: put it after --, as in: coordinator run --np 2 -- python train.py")
+			}
+			if faultToleranceErr != nil {
+				return faultToleranceErr
 			}
 			if np == "" {
 				return usagef("--np is required")
 			}
-			target, err := npFlag(np)
+			target, err := parseNP(np, npOrigin)
 			if err != nil {
 				return err
 			}
-			if err := jobFlag(job); err != nil {
+			id, err := job.id()
+			if err != nil {
 				return err
 			}
-			if nproc < 1 || nproc > membership.MaxNProc {
+			switch {
+			case nproc < 1 || nproc > membership.MaxNProc:
 				return usagef("--nproc-per-node %d: want 1..%d", nproc, membership.MaxNProc)
-			}
-			if ttl < membership.MinTTL {
+			case ttl < membership.MinTTL:
 				return usagef("--ttl %s: at least %s", ttl, membership.MinTTL)
-			}
-			if withGloo < 0 || withGloo > 2 {
+			case withGloo < 0 || withGloo > 2:
 				return usagef("--with-gloo %d: want 0, 1 or 2", withGloo)
+			case grace < 0:
+				return usagef("--grace-period %s: must not be negative", grace)
 			}
 			spec := membership.DefaultSpec(target)
 			spec.FaultTolerance, spec.MaxRestarts = faultTolerance, maxRestarts
-			spec.SuccessPolicy = membership.SuccessPolicy(successPolicy)
+			spec.SuccessPolicy, spec.Name = membership.SuccessPolicy(successPolicy), job.specName(id)
 			if err := spec.Validate(); err != nil {
-				return usageError{err}
+				return usageError{specFlagError(err, npOrigin)}
 			}
 			logger, err := newLogger(cmd.ErrOrStderr(), "run", logLevel)
 			if err != nil {
 				return err
+			}
+			ranks := target.Max * nproc
+			sidecarArgs, note, err := runLogArgs(&logs, ranks)
+			if err != nil {
+				return err
+			}
+			// A command that cannot start fails here, in one line, before
+			// anything starts: a restart would not mend it.
+			if _, err := launcher.LookPath(args[0]); err != nil {
+				var cannot *launcher.StartError
+				errors.As(err, &cannot)
+				return exitError{code: cannot.Code, msg: err.Error()}
 			}
 			exe, err := os.Executable()
 			if err != nil {
 				return fmt.Errorf("find this program to start sidecars: %w", err)
 			}
 			exe = sidecarBinary(exe)
-			var sidecarArgs []string
 			if withGloo > 0 {
 				sidecarArgs = append(sidecarArgs, fmt.Sprintf("--with-gloo=%d", withGloo))
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
-			defer stop()
+			ctx, signals := signalContext(cmd.Context())
 			code, err := localrun.Run(ctx, localrun.Config{
-				Executable: exe, Job: job, Spec: spec, NProc: nproc, Command: args, DataDir: dataDir, ClientURL: listen,
+				Executable: exe, Job: id, Spec: spec, NProc: nproc, Command: args, DataDir: dataDir, ClientURL: listen,
 				TTL: ttl, Grace: grace, SidecarArgs: sidecarArgs, SidecarLogLevel: logLevel, Env: os.Environ(),
-				Out: cmd.OutOrStdout(), Err: cmd.ErrOrStderr(), Logger: logger,
+				Out: cmd.OutOrStdout(), Err: cmd.ErrOrStderr(), Logger: logger, LogNote: note, KillNow: signals.again,
 			})
+			signals.stop()
 			switch {
-			case errors.Is(err, context.Canceled):
-				return exitError{code: 130}
+			case errors.Is(err, context.Canceled) && signals.first() != 0:
+				return exitError{code: 128 + int(signals.first())}
 			case err != nil:
 				return err
 			case code != 0:
@@ -104,13 +136,16 @@ when it fails.`,
 			return nil
 		},
 	}
+	// Flags end at the training command: its own flags are its own.
+	cmd.Flags().SetInterspersed(false)
 	fs := cmd.Flags()
-	fs.StringVar(&np, "np", fromEnv(env, "", "ELASTIC_NP", "PADDLE_ELASTIC_NP"), "nodes to run, N or MIN:MAX"+envNote("ELASTIC_NP", "PADDLE_ELASTIC_NP"))
-	fs.StringVar(&job, "job", fromEnv(env, "default", "ELASTIC_JOB_ID"), "job id"+envNote("ELASTIC_JOB_ID"))
+	npOrigin = envString(fs, &np, "np", env, "", "nodes to run, N or MIN:MAX", "ELASTIC_NP", "PADDLE_ELASTIC_NP")
+	job.register(fs, env, "default", jobVariables...)
 	fs.IntVar(&nproc, "nproc-per-node", 1, "training processes per node")
 	fs.StringVar(&listen, "listen-client-urls", "", "URL the embedded etcd serves on; a free localhost port if empty")
 	fs.StringVar(&dataDir, "data-dir", "", "keep etcd's data here; a temporary directory if empty")
-	fs.IntVar(&faultTolerance, "fault-tolerance-level", envInt(env, membership.FaultToleranceRestart, "PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL"),
+	faultTolerance, faultToleranceErr = envInt(env, membership.FaultToleranceRestart, "PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL")
+	fs.IntVar(&faultTolerance, "fault-tolerance-level", faultTolerance,
 		"0: a failure ends the job; 1: restart; 2: restart and replace the failing node"+envNote("PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL"))
 	fs.IntVar(&maxRestarts, "max-restarts", membership.DefaultMaxRestarts, "restarts the job may spend on failures")
 	fs.StringVar(&successPolicy, "success-policy", string(membership.SuccessAllWorkers), "AllWorkers or Rank0")
@@ -119,7 +154,96 @@ when it fails.`,
 	fs.IntVar(&withGloo, "with-gloo", 0, "PaddlePaddle's withGloo, 1 or 2: set PADDLE_WITH_GLOO and PADDLE_GLOO_RENDEZVOUS=3; --with-gloo alone is 1")
 	fs.Lookup("with-gloo").NoOptDefVal = "1"
 	fs.StringVar(&logLevel, "log-level", "warn", "log level of the coordinator and sidecars")
+	logs.register(fs, "")
 	return cmd
+}
+
+// maxShownRanks is how many processes' output run shows by default; above
+// it, only rank 0's, and every rank's goes to files.
+const maxShownRanks = 4
+
+// defaultRunLogDir is where run keeps every rank's output when there are
+// too many to show, as paddle.distributed.launch does (its log/).
+const defaultRunLogDir = "log"
+
+// runLogArgs are the sidecars' log flags for a job of ranks processes, and
+// the line run prints to say where the output goes ("" for none).
+func runLogArgs(o *logOptions, ranks int) ([]string, string, error) {
+	if o.dir == "" && ranks > maxShownRanks {
+		o.dir = defaultRunLogDir
+	}
+	if o.tee == "" {
+		o.tee = string(launcher.TeeAll)
+		if ranks > maxShownRanks {
+			o.tee = string(launcher.TeeRank0)
+		}
+	}
+	logs, err := o.parse()
+	if err != nil || logs == nil {
+		return nil, "", err
+	}
+	args := []string{"--log-dir", logs.Dir, "--tee", string(logs.Tee), "--log-max-mb", strconv.Itoa(o.maxMB)}
+	where := filepath.Join(logs.Dir, "NODE", "rank-R.log")
+	if rel, err := filepath.Rel(".", logs.Dir); err == nil && !strings.HasPrefix(rel, "..") {
+		where = filepath.Join(rel, "NODE", "rank-R.log")
+	}
+	shown := map[launcher.Tee]string{launcher.TeeAll: "every rank's output", launcher.TeeRank0: "rank 0's output", launcher.TeeNone: "no rank's output"}[logs.Tee]
+	note := fmt.Sprintf("%s: the terminal shows %s; every rank's is in %s", english.Count(ranks, "process"), shown, where)
+	return args, note, nil
+}
+
+// runSignals is what run was told by signals: the first one cancels the
+// context, a second one asks for the nodes to be killed at once.
+type runSignals struct {
+	mu    sync.Mutex
+	sig   syscall.Signal
+	again chan struct{}
+	stop  func()
+}
+
+func (s *runSignals) first() syscall.Signal {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sig
+}
+
+// signalContext is ctx, cancelled at the first SIGINT or SIGTERM.
+func signalContext(parent context.Context) (context.Context, *runSignals) {
+	ctx, cancel := context.WithCancel(parent)
+	s := &runSignals{again: make(chan struct{})}
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case sig := <-ch:
+				s.mu.Lock()
+				first := s.sig == 0
+				if first {
+					s.sig = sig.(syscall.Signal)
+				}
+				s.mu.Unlock()
+				if first {
+					cancel()
+				} else {
+					close(s.again)
+					return
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	s.stop = func() {
+		once.Do(func() {
+			signal.Stop(ch)
+			close(done)
+			cancel()
+		})
+	}
+	return ctx, s
 }
 
 // sidecarBinary is the program the sidecars are started from: the

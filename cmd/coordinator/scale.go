@@ -6,43 +6,58 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/elastictraining/coordinator/coordinator"
+	"github.com/elastictraining/coordinator/internal/english"
 	"github.com/elastictraining/coordinator/membership"
 )
 
 func newScaleCommand(env lookupEnv) *cobra.Command {
 	var (
 		etcd    etcdFlags
-		job, np string
+		job     jobOption
+		np      string
 		wait    bool
+		create  bool
 		timeout time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "scale --etcd-endpoints URLS --job ID --np N|MIN:MAX",
+		Use:   "scale --etcd-endpoints URLS --job ID --np N|MIN:MAX [--wait]",
 		Short: "Change a running job's target number of nodes",
 		Long: `scale sets the job's target np. The coordinator restarts the job at the new size
 once enough nodes are there: on Kubernetes the bridge adds or removes pods, and
-under 'coordinator run' the local nodes follow. A job that has no spec yet gets
-one with default settings.
+under 'coordinator run' the local nodes follow. A job that does not exist is
+refused (a mistyped id would start a job that waits for ever) unless --create
+is given, which creates it with default settings.
 
-With --wait, scale returns once the job runs at the new size.`,
+With --wait, scale prints the job's progress and returns once the job runs at
+the new size; it exits 1 if the job ends or the timeout passes first.
+
+PaddlePaddle's spelling works too: --elastic_server for --etcd-endpoints and
+--job_id for --job, as in python -m paddle.distributed.elastic ... scale.`,
 		Example: `  coordinator scale --etcd-endpoints http://127.0.0.1:2379 --job default --np 4
-  coordinator scale --job resnet --np 2:8 --wait`,
+  coordinator scale --job resnet --np 2:8 --wait
+  coordinator scale --elastic_server=127.0.0.1:2379 --job_id=XXXXXX --np=4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := jobFlag(job); err != nil {
+			id, err := job.id()
+			if err != nil {
 				return err
 			}
 			if np == "" {
 				return usagef("--np is required")
 			}
-			target, err := npFlag(np)
+			target, err := parseNP(np, origin{flag: "np"})
 			if err != nil {
 				return err
+			}
+			if timeout <= 0 {
+				return usagef("--timeout %s: want a positive duration", timeout)
 			}
 			ctx := cmd.Context()
 			cli, keys, err := etcd.client(ctx)
@@ -51,30 +66,29 @@ With --wait, scale returns once the job runs at the new size.`,
 			}
 			defer cli.Close()
 			client := coordinator.NewClient(cli, keys)
-			before, _ := client.Status(ctx, job)
-			spec, err := client.Scale(ctx, job, np)
+			name := job.displayName(id)
+			before, _ := client.Status(ctx, id)
+			spec, err := client.Resize(ctx, coordinator.ScaleRequest{Job: id, NP: np, Create: create, Name: job.specName(id)})
+			if errors.Is(err, coordinator.ErrJobNotFound) {
+				return fmt.Errorf("job %s does not exist (no spec, node or status under %s); check --job, or add --create to start it", name, keys.Job(id))
+			}
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "job %s: np %s\n", job, describeChange(before.NP, spec.NP.String()))
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "job %s: np %s\n", name, describeChange(before.NP, spec.NP.String()))
 			if !wait {
 				return nil
 			}
-			waitCtx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			st, err := waitForSize(waitCtx, client, job, target)
-			if err != nil {
-				return fmt.Errorf("waiting for job %s to run at np %s: %w", job, np, err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "job %s: running generation %d with %d nodes, world size %d\n", job, st.Generation, st.Members, st.WorldSize)
-			return nil
+			return waitForSize(ctx, out, client, id, name, target, timeout)
 		},
 	}
 	fs := cmd.Flags()
 	etcd.register(fs, env)
-	fs.StringVar(&job, "job", fromEnv(env, "", "ELASTIC_JOB_ID", "PADDLE_ELASTIC_JOB_ID"), "job id"+envNote("ELASTIC_JOB_ID", "PADDLE_ELASTIC_JOB_ID"))
+	job.register(fs, env, "", jobVariables...)
 	fs.StringVar(&np, "np", "", "new target: N, or MIN:MAX for any size in the range")
-	fs.BoolVar(&wait, "wait", false, "return once the job runs at the new size")
+	fs.BoolVar(&create, "create", false, "create the job if it does not exist")
+	fs.BoolVar(&wait, "wait", false, "show the job's progress and return once it runs at the new size")
 	fs.DurationVar(&timeout, "timeout", 10*time.Minute, "with --wait, how long to wait")
 	return cmd
 }
@@ -89,19 +103,37 @@ func describeChange(before, after string) string {
 	return before + " → " + after
 }
 
-// waitForSize watches the job's status until the coordinator has taken the
-// new np into account and runs the job at a size it allows, or the job ends.
-func waitForSize(ctx context.Context, client *coordinator.Client, job string, np membership.NP) (membership.Status, error) {
-	var result membership.Status
-	err := client.WatchStatus(ctx, job, func(s membership.Status) (bool, error) {
+// waitForSize prints the job's status at every change until the
+// coordinator has taken the new np into account and runs the job at a size
+// it allows, then says so; the job's end or the timeout is an error that
+// says where the job stands.
+func waitForSize(ctx context.Context, out io.Writer, client *coordinator.Client, id, name string, np membership.NP, timeout time.Duration) error {
+	waitCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	began := time.Now()
+	var last membership.Status
+	seen := false
+	err := client.WatchStatus(waitCtx, id, func(s membership.Status) (bool, error) {
 		if s.Phase.Done() {
-			return true, errors.New("the job ended: " + s.Message)
+			return true, fmt.Errorf("job %s %s before it ran at np %s: %s", name, strings.ToLower(string(s.Phase)), np, s.Message)
 		}
-		ok := s.Phase == membership.JobRunning && s.NP == np.String() && s.Members >= np.Min && s.Members <= np.Max
-		if ok {
-			result = s
+		if s.Phase == membership.JobRunning && s.NP == np.String() && s.Members >= np.Min && s.Members <= np.Max {
+			fmt.Fprintf(out, "job %s runs at np %s: generation %d, %s, world size %d (%s)\n",
+				name, np, s.Generation, english.Count(s.Members, "node"), s.WorldSize, time.Since(began).Round(time.Millisecond))
+			return true, nil
 		}
-		return ok, nil
+		if !seen || s.Phase != last.Phase || s.Generation != last.Generation || s.Message != last.Message {
+			fmt.Fprintf(out, "  %-10s generation %d: %s\n", s.Phase, s.Generation, orDash(s.Message))
+		}
+		last, seen = s, true
+		return false, nil
 	})
-	return result, err
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		where := "no status yet"
+		if seen {
+			where = fmt.Sprintf("it is %s at generation %d: %s", last.Phase, last.Generation, orDash(last.Message))
+		}
+		return exitError{code: 1, msg: fmt.Sprintf("job %s did not run at np %s within %s; %s", name, np, timeout, where)}
+	}
+	return err
 }

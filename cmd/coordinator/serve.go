@@ -20,6 +20,7 @@ import (
 
 	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/internal/etcdauth"
+	"github.com/elastictraining/coordinator/membership"
 )
 
 type serveOptions struct {
@@ -30,6 +31,7 @@ type serveOptions struct {
 	settle         time.Duration
 	stopTimeout    time.Duration
 	eventRetention time.Duration
+	jobRetention   time.Duration
 	logLevel       string
 	enableAuth     bool
 	kube           kubeOptions
@@ -85,7 +87,9 @@ workers (deploy/autoscaler-deletion-cost).`,
 	fs.DurationVar(&o.sessionTTL, "session-ttl", coordinator.DefaultSessionTTL, "election lease TTL: how long a crashed leader keeps the lead")
 	fs.DurationVar(&o.settle, "settle-window", coordinator.DefaultSettleWindow, "how long a job with an np range waits for more nodes below its maximum")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", coordinator.DefaultStopTimeout, "how long a node may take to ack a stop before it is evicted")
-	fs.DurationVar(&o.eventRetention, "event-retention", coordinator.DefaultEventRetention, "how long job events are kept")
+	fs.DurationVar(&o.eventRetention, "event-retention", coordinator.DefaultEventRetention, "how long job events are kept (at least 2s)")
+	fs.DurationVar(&o.jobRetention, "finished-job-retention", coordinator.DefaultFinishedJobRetention,
+		"how long a finished job's keys are kept before they are deleted; 0 keeps them (a Kubernetes resource's job goes with the resource)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.BoolVar(&o.enableAuth, "etcd-enable-auth", false,
 		"turn etcd's auth on if it is off, with a user root reached by client certificate: connect with one whose CN is root (coordinator certs makes it)")
@@ -97,6 +101,18 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	logger, err := newLogger(cmd.ErrOrStderr(), "serve", o.logLevel)
 	if err != nil {
 		return err
+	}
+	switch {
+	case o.sessionTTL < membership.MinTTL:
+		return usagef("--session-ttl %s: at least %s", o.sessionTTL, membership.MinTTL)
+	case o.settle < 0:
+		return usagef("--settle-window %s: must not be negative", o.settle)
+	case o.stopTimeout < 0:
+		return usagef("--stop-timeout %s: must not be negative", o.stopTimeout)
+	case o.eventRetention < 2*time.Second:
+		return usagef("--event-retention %s: at least 2s", o.eventRetention)
+	case o.jobRetention < 0:
+		return usagef("--finished-job-retention %s: must not be negative (0 keeps finished jobs)", o.jobRetention)
 	}
 	if o.kube.autoscale && !o.kube.enabled {
 		return usagef("--autoscale needs --kubernetes: it resizes jobs to what the cluster's nodes can place")
@@ -137,7 +153,8 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	}
 	c, err := coordinator.New(coordinator.Config{
 		Client: cli, Keys: keys, ID: o.id, SessionTTL: o.sessionTTL, SettleWindow: o.settle,
-		StopTimeout: o.stopTimeout, EventRetention: o.eventRetention, Logger: logger, Registerer: reg, LeaderTasks: tasks,
+		StopTimeout: o.stopTimeout, EventRetention: o.eventRetention, FinishedJobRetention: o.jobRetention,
+		Logger: logger, Registerer: reg, LeaderTasks: tasks,
 	})
 	if err != nil {
 		return usageError{err}

@@ -6,11 +6,13 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 
 	"github.com/elastictraining/coordinator/guard"
@@ -21,8 +23,9 @@ import (
 
 type sidecarOptions struct {
 	etcd           etcdFlags
-	job            string
+	job            jobOption
 	np             string
+	npOrigin       origin
 	role           string
 	nodeID         string
 	ordinal        int
@@ -49,6 +52,8 @@ type sidecarOptions struct {
 	namespace      string // from POD_NAMESPACE
 	intranet       string
 	holdWhenDone   bool
+	logs           logOptions
+	listenMetrics  string
 	envErr         error // a variable that cannot be read
 }
 
@@ -65,26 +70,37 @@ ends, acks, and starts them again with the new rank table in their environment
 When its lease cannot be renewed for a TTL it kills the processes (it has been
 fenced out) and registers again once etcd is back. On SIGTERM it stops the
 processes and revokes its lease, so the job sees it leave at once. It exits 0
-when the job succeeds and with the training command's exit code when it fails.
+when the job succeeds and with the training command's exit code when it fails;
+a command that cannot be started (not found, not executable) fails the job at
+once with 127 or 126, spending no restart.
 
 --np, --ps and the fault tolerance flags set the job's spec only if the job has
-none yet. PaddlePaddle's elastic variables are read as defaults, so a pod spec
-written for paddle.distributed.launch works unchanged.`,
+none yet. PaddlePaddle's elastic variables are read as defaults, and its
+launcher's spelling works: --elastic_server, --job_id, --np=N, --nproc_per_node,
+--log_dir, and the training command without -- before it, so a pod spec written
+for paddle.distributed.launch works unchanged.
+
+With --log-dir every process's output also goes to DIR/NODE/rank-R.log (ps-N.log
+for a parameter server), one file a rank, each generation after a line naming
+it; --tee says whose output still reaches the terminal.`,
 		Example: `  coordinator sidecar --etcd-endpoints http://etcd:2379 --job resnet --np 2:4 -- python train.py
   coordinator sidecar --job wide-deep --role ps --ps 2 --np 2 -- python train.py   # env PADDLE_ELASTIC_SERVER
-  coordinator sidecar --job ms-wd --role scheduler --np 4 --port 2222 -- python train.py   # MindSpore; workers: --schedulers 1`,
+  coordinator sidecar --job ms-wd --role scheduler --np 4 --port 2222 -- python train.py   # MindSpore; workers: --schedulers 1
+  coordinator sidecar --elastic_server=127.0.0.1:2379 --np=2 --job_id=XXXXXX train_fleet_dygraph_ckpt.py   # PaddlePaddle's spelling`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if cmd.ArgsLenAtDash() != 0 || len(args) == 0 {
+			if len(args) == 0 || cmd.ArgsLenAtDash() > 0 {
 				return usagef("no training command: put it after --, as in: coordinator sidecar --job ID -- python train.py")
 			}
 			return o.run(cmd, args)
 		},
 	}
+	// Flags end at the training command: its own flags are its own.
+	cmd.Flags().SetInterspersed(false)
 	fs := cmd.Flags()
 	o.etcd.register(fs, env)
-	fs.StringVar(&o.job, "job", fromEnv(env, "", "ELASTIC_JOB_ID", "PADDLE_ELASTIC_JOB_ID"), "job id, a DNS-1123 label"+envNote("ELASTIC_JOB_ID", "PADDLE_ELASTIC_JOB_ID"))
-	fs.StringVar(&o.np, "np", fromEnv(env, "", "ELASTIC_NP", "PADDLE_ELASTIC_NP"), "target worker nodes, N or MIN:MAX; sets the job's spec if it has none"+envNote("ELASTIC_NP", "PADDLE_ELASTIC_NP"))
+	o.job.register(fs, env, "", jobVariables...)
+	o.npOrigin = envString(fs, &o.np, "np", env, "", "target worker nodes, N or MIN:MAX; sets the job's spec if it has none", "ELASTIC_NP", "PADDLE_ELASTIC_NP")
 	fs.StringVar(&o.role, "role", fromEnv(env, "worker", "ELASTIC_ROLE"), "this node's role: worker, ps, scheduler (MindSpore) or heter (PaddlePaddle)"+envNote("ELASTIC_ROLE"))
 	fs.StringVar(&o.nodeID, "node-id", fromEnv(env, "", "ELASTIC_NODE_ID", "POD_NAME"), "stable id of this node; the host name if empty"+envNote("ELASTIC_NODE_ID", "POD_NAME"))
 	fs.IntVar(&o.ordinal, "ordinal", -1,
@@ -94,13 +110,13 @@ written for paddle.distributed.launch works unchanged.`,
 	fs.IntVar(&o.masterPort, "master-port", 29500, "rendezvous port (MASTER_PORT) if this node becomes rank 0")
 	fs.IntVar(&o.nproc, "nproc-per-node", 1, "training processes on this node")
 	ttl, ttlErr := envDuration(env, membership.DefaultTTL, "ELASTIC_TTL")
-	o.envErr = ttlErr
 	fs.DurationVar(&o.ttl, "ttl", ttl, "lease TTL: how long a silent node keeps its place (at least 2s)"+envNote("ELASTIC_TTL"))
 	fs.DurationVar(&o.fenceMargin, "fence-margin", 0,
 		"how long before the lease could expire the node kills its processes; 0: a tenth of the TTL, at least 250ms")
 	fs.StringVar(&o.cgroup, "cgroup", "auto", "auto: run the training processes in a cgroup v2 of their own where one is writable; off: never")
 	fs.DurationVar(&o.grace, "grace-period", launcher.DefaultGrace, "time between SIGTERM and SIGKILL when stopping the training processes")
-	fs.IntVar(&o.faultTolerance, "fault-tolerance-level", envInt(env, membership.FaultToleranceRestart, "PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL"),
+	faultTolerance, ftErr := envInt(env, membership.FaultToleranceRestart, "PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL")
+	fs.IntVar(&o.faultTolerance, "fault-tolerance-level", faultTolerance,
 		"0: a failure ends the job; 1: restart; 2: restart and replace the failing node"+envNote("PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL"))
 	fs.IntVar(&o.maxRestarts, "max-restarts", membership.DefaultMaxRestarts, "restarts a job may spend on failures")
 	fs.IntVar(&o.ps, "ps", 0, "parameter-server nodes of the job")
@@ -110,21 +126,31 @@ written for paddle.distributed.launch works unchanged.`,
 	fs.StringVar(&o.cleanPodPolicy, "clean-pod-policy", string(membership.CleanPodNever), "Always, Never, OnFailure or OnCompletion (for the Kubernetes bridge)")
 	fs.IntVar(&o.gloo, "with-gloo", 0, "PaddlePaddle's withGloo: 1 (workers) or 2 (workers and servers) sets PADDLE_WITH_GLOO and PADDLE_GLOO_RENDEZVOUS=3, and in a job with parameter servers PADDLE_GLOO_HTTP_ENDPOINT, the first server's store; --with-gloo alone is 1")
 	fs.Lookup("with-gloo").NoOptDefVal = "1"
-	fs.DurationVar(&o.waitTimeout, "wait-timeout", envSeconds(env, "PADDLE_ELASTIC_TIMEOUT"),
+	waitTimeout, waitErr := envSeconds(env, "PADDLE_ELASTIC_TIMEOUT")
+	o.envErr = errors.Join(ttlErr, ftErr, waitErr)
+	fs.DurationVar(&o.waitTimeout, "wait-timeout", waitTimeout,
 		"give up after waiting this long without running; 0 waits forever"+envNote("PADDLE_ELASTIC_TIMEOUT"))
 	fs.StringVar(&o.intranet, "intranet", fromEnv(env, "PodIP", "ELASTIC_INTRANET"),
 		"how other nodes reach this one on Kubernetes: PodIP, or Service for the pod's headless Service that the bridge keeps (POD_NAME.POD_NAMESPACE.svc)"+envNote("ELASTIC_INTRANET"))
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.BoolVar(&o.holdWhenDone, "hold-when-done", false,
 		"once the job has ended, wait for SIGTERM instead of exiting: a pod that must keep running (a StatefulSet's) shows the job's end, not a restart loop")
+	o.logs.register(fs, "all")
+	fs.StringVar(&o.listenMetrics, "listen-metrics", "", "serve this node's Prometheus metrics on this address (host:port); none if empty")
 	return cmd
 }
 
-func envInt(env lookupEnv, def int, name string) int {
-	if n, err := strconv.Atoi(fromEnv(env, "", name)); err == nil {
-		return n
+// envInt reads a whole number from a variable, or def if unset.
+func envInt(env lookupEnv, def int, name string) (int, error) {
+	v := fromEnv(env, "", name)
+	if v == "" {
+		return def, nil
 	}
-	return def
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil {
+		return def, usagef("%s=%q: want a whole number", name, v)
+	}
+	return n, nil
 }
 
 // envDuration reads a duration like 10s from a variable, or def if unset.
@@ -141,11 +167,16 @@ func envDuration(env lookupEnv, def time.Duration, name string) (time.Duration, 
 }
 
 // envSeconds reads a whole number of seconds, as PaddlePaddle writes them.
-func envSeconds(env lookupEnv, name string) time.Duration {
-	if n, err := strconv.Atoi(fromEnv(env, "", name)); err == nil && n > 0 {
-		return time.Duration(n) * time.Second
+func envSeconds(env lookupEnv, name string) (time.Duration, error) {
+	v := fromEnv(env, "", name)
+	if v == "" {
+		return 0, nil
 	}
-	return 0
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 0 {
+		return 0, usagef("%s=%q: want a whole number of seconds", name, v)
+	}
+	return time.Duration(n) * time.Second, nil
 }
 
 // node is the record this sidecar registers.
@@ -197,14 +228,15 @@ func (o *sidecarOptions) node() (membership.Node, error) {
 }
 
 // spec is the spec this sidecar stores if the job has none, or nil without
-// --np.
-func (o *sidecarOptions) spec() (*membership.Spec, error) {
-	if o.np == "" {
-		return nil, nil
-	}
-	np, err := npFlag(o.np)
-	if err != nil {
-		return nil, err
+// --np. Every flag of the spec is checked, --np or not: a bad one is a
+// usage error at once, not a surprise when the job's spec is written.
+func (o *sidecarOptions) spec(name string) (*membership.Spec, error) {
+	np := membership.NP{Min: 1, Max: 1}
+	if o.np != "" {
+		var err error
+		if np, err = parseNP(o.np, o.npOrigin); err != nil {
+			return nil, err
+		}
 	}
 	s := membership.DefaultSpec(np)
 	s.PS, s.Schedulers, s.Heter, s.FaultTolerance, s.MaxRestarts = o.ps, o.schedulers, o.heter, o.faultTolerance, o.maxRestarts
@@ -212,38 +244,79 @@ func (o *sidecarOptions) spec() (*membership.Spec, error) {
 		s.Schedulers = 1
 	}
 	s.SuccessPolicy, s.CleanPodPolicy = membership.SuccessPolicy(o.successPolicy), membership.CleanPodPolicy(o.cleanPodPolicy)
+	s.Name = name
 	if err := s.Validate(); err != nil {
-		return nil, usageError{err}
+		return nil, usageError{specFlagError(err, o.npOrigin)}
+	}
+	if o.np == "" {
+		return nil, nil
 	}
 	return &s, nil
 }
 
-func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
+// specFlagError names the flag behind a spec field in err.
+func specFlagError(err error, np origin) error {
+	msg := err.Error()
+	for field, flag := range map[string]string{
+		"ps ": "--ps ", "schedulers ": "--schedulers ", "heter ": "--heter ", "faultTolerance ": "--fault-tolerance-level ",
+		"maxRestarts ": "--max-restarts ", "successPolicy ": "--success-policy ", "cleanPodPolicy ": "--clean-pod-policy ",
+	} {
+		if strings.HasPrefix(msg, field) {
+			return errors.New(flag + strings.TrimPrefix(msg, field))
+		}
+	}
+	if errors.Is(err, membership.ErrInvalidNP) {
+		return fmt.Errorf("%s: %w", np, err)
+	}
+	return err
+}
+
+// validate checks every flag that needs no etcd, so that a bad one is one
+// line at start.
+func (o *sidecarOptions) validate() (jobID string, node membership.Node, spec *membership.Spec, err error) {
 	if o.envErr != nil {
-		return o.envErr
+		return "", node, nil, o.envErr
 	}
-	if err := jobFlag(o.job); err != nil {
-		return err
+	if jobID, err = o.job.id(); err != nil {
+		return "", node, nil, err
 	}
-	node, err := o.node()
+	if node, err = o.node(); err != nil {
+		return "", node, nil, err
+	}
+	if spec, err = o.spec(o.job.specName(jobID)); err != nil {
+		return "", node, nil, err
+	}
+	switch {
+	case o.ttl < membership.MinTTL:
+		return "", node, nil, usagef("--ttl %s: at least %s", o.ttl, membership.MinTTL)
+	case o.fenceMargin < 0 || o.fenceMargin >= o.ttl/2:
+		return "", node, nil, usagef("--fence-margin %s: want 0 or a duration below half the TTL %s", o.fenceMargin, o.ttl)
+	case o.cgroup != "auto" && o.cgroup != "off":
+		return "", node, nil, usagef("--cgroup %q: want auto or off", o.cgroup)
+	case o.gloo < 0 || o.gloo > 2:
+		return "", node, nil, usagef("--with-gloo %d: want 0, 1 or 2", o.gloo)
+	case o.grace < 0:
+		return "", node, nil, usagef("--grace-period %s: must not be negative", o.grace)
+	case o.waitTimeout < 0:
+		return "", node, nil, usagef("--wait-timeout %s: must not be negative", o.waitTimeout)
+	}
+	if hclog.LevelFromString(o.logLevel) == hclog.NoLevel {
+		return "", node, nil, usagef("--log-level %q: want trace, debug, info, warn or error", o.logLevel)
+	}
+	if _, err := o.logs.parse(); err != nil {
+		return "", node, nil, err
+	}
+	return jobID, node, spec, nil
+}
+
+func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
+	jobID, node, spec, err := o.validate()
 	if err != nil {
 		return err
 	}
-	spec, err := o.spec()
-	if err != nil {
-		return err
-	}
-	if o.ttl < membership.MinTTL {
-		return usagef("--ttl %s: at least %s", o.ttl, membership.MinTTL)
-	}
-	if o.fenceMargin < 0 || o.fenceMargin >= o.ttl/2 {
-		return usagef("--fence-margin %s: want 0 or a duration below half the TTL %s", o.fenceMargin, o.ttl)
-	}
-	if o.cgroup != "auto" && o.cgroup != "off" {
-		return usagef("--cgroup %q: want auto or off", o.cgroup)
-	}
-	if o.gloo < 0 || o.gloo > 2 {
-		return usagef("--with-gloo %d: want 0, 1 or 2", o.gloo)
+	logs, _ := o.logs.parse()
+	if logs != nil {
+		logs.Dir = filepath.Join(logs.Dir, node.ID)
 	}
 	logger, err := newLogger(cmd.ErrOrStderr(), "sidecar", o.logLevel)
 	if err != nil {
@@ -274,10 +347,19 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 			logger.Warn("killed the processes a dead guard left running", "cgroups", n)
 		}
 	}
+	var observer sidecar.Observer
+	if o.listenMetrics != "" {
+		stopMetrics, m, err := serveSidecarMetrics(o.listenMetrics, jobID, node.ID, logger)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+		observer = m
+	}
 	var agent *sidecar.Agent
 	l, err := launcher.New(launcher.Config{
 		Command: command, Env: os.Environ(), Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(), Logger: logger,
-		Guard:    []string{self, "guard", "--cgroup", o.cgroup},
+		Guard: []string{self, "guard", "--cgroup", o.cgroup}, Logs: logs,
 		OnFenced: func(lease int64) { agent.LeaseFenced(lease) },
 	})
 	if err != nil {
@@ -285,8 +367,9 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 	}
 	defer l.Close()
 	agent, err = sidecar.New(sidecar.Config{
-		Client: cli, Keys: keys, Job: o.job, Node: node, TTL: o.ttl, FenceMargin: o.fenceMargin, Spec: spec,
-		Workload: &sidecar.Processes{Launcher: l, Gloo: o.gloo}, StopGrace: o.grace, WaitTimeout: o.waitTimeout, Logger: logger,
+		Client: cli, Keys: keys, Job: jobID, Node: node, TTL: o.ttl, FenceMargin: o.fenceMargin, Spec: spec,
+		Workload: &sidecar.Processes{Launcher: l, Gloo: o.gloo}, StopGrace: o.grace, WaitTimeout: o.waitTimeout,
+		Observer: observer, Logger: logger,
 	})
 	if err != nil {
 		return usageError{err}
@@ -306,7 +389,7 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 	case res.Phase == membership.JobSucceeded:
 		return nil
 	default:
-		return exitError{code: res.ExitCode, msg: fmt.Sprintf("job %s failed: %s", o.job, res.Message)}
+		return exitError{code: res.ExitCode, msg: fmt.Sprintf("job %s failed: %s", o.job.displayName(jobID), res.Message)}
 	}
 }
 

@@ -3,11 +3,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -15,29 +18,10 @@ import (
 	"github.com/elastictraining/coordinator/membership"
 )
 
-// nodeView is one node as `status` shows it.
-type nodeView struct {
-	Node       string               `json:"node"`
-	Role       membership.Role      `json:"role"`
-	Rank       *int                 `json:"rank"` // nil on standby
-	Host       string               `json:"host"`
-	State      membership.NodeState `json:"state"`
-	Generation int64                `json:"generation"`
-	ExitCode   int                  `json:"exitCode,omitempty"`
-}
-
-type statusView struct {
-	Job        string                       `json:"job"`
-	Status     membership.Status            `json:"status"`
-	Bridge     *membership.BridgeStatus     `json:"bridge,omitempty"`
-	Autoscaler *membership.AutoscalerStatus `json:"autoscaler,omitempty"`
-	Nodes      []nodeView                   `json:"nodes"`
-}
-
 func newStatusCommand(env lookupEnv) *cobra.Command {
 	var (
 		etcd   etcdFlags
-		job    string
+		job    jobOption
 		watch  bool
 		output string
 	)
@@ -48,12 +32,16 @@ func newStatusCommand(env lookupEnv) *cobra.Command {
 Restarting, Running, Succeeded, Failed), generation, target np, size, restarts
 and the durations of the last restart; then every node with its rank.
 
-With --watch it prints a line every time the status changes, until the job ends.`,
+With --watch it prints a line every time the status changes, until the job
+ends, and exits with the job's result: 0 when it succeeded, its exit code (at
+least 1) when it failed. With -o json every line is one JSON object, with
+durations in seconds, np as {"min":N,"max":M} and the nodes.`,
 		Example: `  coordinator status --etcd-endpoints http://127.0.0.1:2379 --job default
   coordinator status --job resnet --watch -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := jobFlag(job); err != nil {
+			id, err := job.id()
+			if err != nil {
 				return err
 			}
 			if output != "table" && output != "json" {
@@ -67,12 +55,12 @@ With --watch it prints a line every time the status changes, until the job ends.
 			defer cli.Close()
 			client := coordinator.NewClient(cli, keys)
 			out := cmd.OutOrStdout()
-			view, err := loadView(cmd, client, job)
+			view, err := loadView(ctx, client, id)
 			if err != nil {
 				return err
 			}
 			if watch {
-				return watchJob(cmd, client, job, output)
+				return watchJob(ctx, out, client, id, output)
 			}
 			if output == "json" {
 				return writeJSON(out, view)
@@ -83,21 +71,101 @@ With --watch it prints a line every time the status changes, until the job ends.
 	}
 	fs := cmd.Flags()
 	etcd.register(fs, env)
-	fs.StringVar(&job, "job", fromEnv(env, "", "ELASTIC_JOB_ID", "PADDLE_ELASTIC_JOB_ID"), "job id"+envNote("ELASTIC_JOB_ID", "PADDLE_ELASTIC_JOB_ID"))
-	fs.BoolVarP(&watch, "watch", "w", false, "print every change of the status until the job ends")
+	job.register(fs, env, "", jobVariables...)
+	fs.BoolVarP(&watch, "watch", "w", false, "print every change of the status until the job ends; exit with the job's result")
 	fs.StringVarP(&output, "output", "o", "table", "table or json")
 	return cmd
 }
 
-func loadView(cmd *cobra.Command, client *coordinator.Client, job string) (statusView, error) {
-	ctx := cmd.Context()
+// nodeView is one node as `status` shows it.
+type nodeView struct {
+	Node       string               `json:"node"`
+	Role       membership.Role      `json:"role"`
+	Rank       *int                 `json:"rank"` // nil on standby
+	Host       string               `json:"host"`
+	State      membership.NodeState `json:"state"`
+	Generation int64                `json:"generation"`
+	ExitCode   int                  `json:"exitCode"`
+}
+
+// npView is np for scripts: numbers, not "2:4".
+type npView struct {
+	Min int `json:"min"`
+	Max int `json:"max"`
+}
+
+// stepsView are a restart's durations in seconds.
+type stepsView struct {
+	Detect float64 `json:"detect"`
+	Stop   float64 `json:"stop"`
+	Wait   float64 `json:"wait"`
+	Start  float64 `json:"start"`
+	Total  float64 `json:"total"`
+}
+
+// statusView is a job as `status` shows it, and as its JSON is read by
+// scripts.
+type statusView struct {
+	Job         string                       `json:"job"`
+	Name        string                       `json:"name,omitempty"`
+	Phase       membership.JobPhase          `json:"phase"`
+	Generation  int64                        `json:"generation"`
+	NP          *npView                      `json:"np"`
+	Members     int                          `json:"members"`
+	Ready       int                          `json:"ready"`
+	WorldSize   int                          `json:"worldSize"`
+	Restarts    int                          `json:"restarts"`
+	ExitCode    int                          `json:"exitCode"`
+	Message     string                       `json:"message"`
+	LastRestart *stepsView                   `json:"lastRestart"`
+	UpdatedAt   time.Time                    `json:"updatedAt"`
+	Bridge      *membership.BridgeStatus     `json:"bridge,omitempty"`
+	Autoscaler  *membership.AutoscalerStatus `json:"autoscaler,omitempty"`
+	Nodes       []nodeView                   `json:"nodes"`
+}
+
+func seconds(d membership.Duration) float64 { return time.Duration(d).Seconds() }
+
+// newStatusView is the job's status without its nodes.
+func newStatusView(job string, s membership.Status) statusView {
+	v := statusView{Job: job, Phase: s.Phase, Generation: s.Generation, Members: s.Members, Ready: s.Ready, WorldSize: s.WorldSize,
+		Restarts: s.Restarts, ExitCode: s.ExitCode, Message: s.Message, UpdatedAt: s.UpdatedAt, Nodes: []nodeView{}}
+	if np, err := membership.ParseNP(s.NP); err == nil {
+		v.NP = &npView{Min: np.Min, Max: np.Max}
+	}
+	if st := s.Steps; st != nil {
+		v.LastRestart = &stepsView{Detect: seconds(st.Detect), Stop: seconds(st.Stop), Wait: seconds(st.Wait), Start: seconds(st.Start), Total: seconds(st.Total)}
+	}
+	return v
+}
+
+// loadView reads everything `status` shows of a job.
+func loadView(ctx context.Context, client *coordinator.Client, job string) (statusView, error) {
 	st, err := client.Status(ctx, job)
 	if err != nil {
 		return statusView{}, err
 	}
+	view := newStatusView(job, st)
+	if spec, err := client.Spec(ctx, job); err == nil {
+		view.Name = spec.Name
+	}
+	if view.Nodes, err = loadNodes(ctx, client, job); err != nil {
+		return statusView{}, err
+	}
+	if b, ok, err := client.Bridge(ctx, job); err == nil && ok {
+		view.Bridge = &b
+	}
+	if a, ok, err := client.Autoscaler(ctx, job); err == nil && ok {
+		view.Autoscaler = &a
+	}
+	return view, nil
+}
+
+// loadNodes reads the job's nodes with their ranks in the running plan.
+func loadNodes(ctx context.Context, client *coordinator.Client, job string) ([]nodeView, error) {
 	nodes, err := client.Nodes(ctx, job)
 	if err != nil {
-		return statusView{}, err
+		return nil, err
 	}
 	ranks := map[string]int{}
 	if p, err := client.Plan(ctx, job); err == nil && p.Phase == membership.PhaseRun {
@@ -105,43 +173,79 @@ func loadView(cmd *cobra.Command, client *coordinator.Client, job string) (statu
 			ranks[m.Node] = m.Rank
 		}
 	}
-	view := statusView{Job: job, Status: st, Nodes: []nodeView{}}
-	if b, ok, err := client.Bridge(ctx, job); err == nil && ok {
-		view.Bridge = &b
-	}
-	if a, ok, err := client.Autoscaler(ctx, job); err == nil && ok {
-		view.Autoscaler = &a
-	}
+	out := make([]nodeView, 0, len(nodes))
 	for _, n := range nodes {
 		v := nodeView{Node: n.ID, Role: n.Role, Host: n.Host, State: n.State, Generation: n.Generation, ExitCode: n.ExitCode}
 		if r, ok := ranks[n.ID]; ok {
 			v.Rank = &r
 		}
-		view.Nodes = append(view.Nodes, v)
+		out = append(out, v)
 	}
-	return view, nil
+	return out, nil
 }
 
 func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	return enc.Encode(v)
+	return json.NewEncoder(w).Encode(v)
 }
 
-const statusHeader = "JOB\tPHASE\tGENERATION\tNP\tNODES\tREADY\tWORLD SIZE\tRESTARTS\tLAST RESTART\tMESSAGE"
+// statusColumns are the status table's columns with the width a watch
+// pads them to, so that rows printed one at a time line up.
+var statusColumns = []struct {
+	title string
+	width int
+}{{"JOB", 0}, {"PHASE", 10}, {"GENERATION", 10}, {"NP", 9}, {"NODES", 6}, {"READY", 6}, {"WORLD SIZE", 10}, {"RESTARTS", 8}, {"LAST RESTART", 12}, {"MESSAGE", 0}}
 
-func statusRow(job string, s membership.Status) string {
+func statusCells(v statusView) []string {
 	took := "-"
-	if s.Steps != nil {
-		took = fmt.Sprint(s.Steps.Total)
+	if v.LastRestart != nil {
+		took = membership.Duration(time.Duration(v.LastRestart.Total * float64(time.Second))).String()
 	}
-	return fmt.Sprintf("%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%s\t%s", job, s.Phase, s.Generation, s.NP, s.Members, s.Ready, s.WorldSize, s.Restarts, took, s.Message)
+	np := "-"
+	if v.NP != nil {
+		np = membership.NP{Min: v.NP.Min, Max: v.NP.Max}.String()
+	}
+	job := v.Job
+	if v.Name != "" {
+		job = v.Name
+	}
+	return []string{job, string(v.Phase), strconv.FormatInt(v.Generation, 10), np, strconv.Itoa(v.Members), strconv.Itoa(v.Ready),
+		strconv.Itoa(v.WorldSize), strconv.Itoa(v.Restarts), took, orDash(v.Message)}
+}
+
+// paddedRow renders cells at fixed widths; the first column takes width
+// first (the job's name), the last is not padded.
+func paddedRow(cells []string, first int) string {
+	var b strings.Builder
+	for i, c := range cells {
+		w := statusColumns[i].width
+		if i == 0 {
+			w = first
+		}
+		if i == len(cells)-1 {
+			b.WriteString(c)
+			break
+		}
+		fmt.Fprintf(&b, "%-*s  ", w, c)
+	}
+	return b.String()
+}
+
+func statusHeader() []string {
+	out := make([]string, len(statusColumns))
+	for i, c := range statusColumns {
+		out[i] = c.title
+	}
+	return out
 }
 
 func writeTable(w io.Writer, v statusView) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, statusHeader)
-	fmt.Fprintln(tw, statusRow(v.Job, v.Status))
+	fmt.Fprintln(tw, strings.Join(statusHeader(), "\t"))
+	fmt.Fprintln(tw, strings.Join(statusCells(v), "\t"))
 	tw.Flush()
+	if v.Name != "" {
+		fmt.Fprintf(w, "\nStored under the id %s.\n", v.Job)
+	}
 	if b := v.Bridge; b != nil {
 		fmt.Fprintf(w, "\nKubernetes: %s at %d replicas", orDash(b.Workload), b.Replicas)
 		if b.Problem != "" {
@@ -174,20 +278,46 @@ func writeTable(w io.Writer, v statusView) {
 	tw.Flush()
 }
 
-// watchJob prints the status at every change until the job ends.
-func watchJob(cmd *cobra.Command, client *coordinator.Client, job, output string) error {
-	out := cmd.OutOrStdout()
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	if output == "table" {
-		fmt.Fprintln(tw, statusHeader)
+// watchJob prints the status at every change until the job ends, and
+// returns the job's result: nil when it succeeded, an exitError with its
+// exit code when it failed.
+func watchJob(ctx context.Context, out io.Writer, client *coordinator.Client, job, output string) error {
+	name := job
+	if spec, err := client.Spec(ctx, job); err == nil && spec.Name != "" {
+		name = spec.Name
 	}
-	return client.WatchStatus(cmd.Context(), job, func(s membership.Status) (bool, error) {
-		if output == "json" {
-			return s.Phase.Done(), writeJSON(out, statusView{Job: job, Status: s, Nodes: []nodeView{}})
+	first := max(len("JOB"), len(name))
+	if output == "table" {
+		fmt.Fprintln(out, paddedRow(statusHeader(), first))
+	}
+	var final membership.Status
+	err := client.WatchStatus(ctx, job, func(s membership.Status) (bool, error) {
+		v := newStatusView(job, s)
+		if name != job {
+			v.Name = name
 		}
-		fmt.Fprintln(tw, statusRow(job, s))
-		return s.Phase.Done(), tw.Flush()
+		done := s.Phase.Done()
+		if done {
+			final = s
+		}
+		if output == "json" {
+			nodes, err := loadNodes(ctx, client, job)
+			if err != nil {
+				return false, err
+			}
+			v.Nodes = nodes
+			return done, writeJSON(out, v)
+		}
+		_, err := fmt.Fprintln(out, paddedRow(statusCells(v), first))
+		return done, err
 	})
+	switch {
+	case err != nil:
+		return err
+	case final.Phase == membership.JobFailed:
+		return exitError{code: max(final.ExitCode, 1)}
+	}
+	return nil
 }
 
 func orDash(s string) string {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/internal/embedetcd"
+	"github.com/elastictraining/coordinator/internal/english"
 	"github.com/elastictraining/coordinator/internal/etcdclient"
 	"github.com/elastictraining/coordinator/membership"
 )
@@ -52,6 +53,12 @@ type Config struct {
 	Out    io.Writer
 	Err    io.Writer
 	Logger hclog.Logger
+	// LogNote, if set, is printed at the start: where the ranks' output
+	// goes.
+	LogNote string
+	// KillNow, once closed, kills the nodes still stopping after ctx
+	// ended, without waiting out their grace period (a second Ctrl-C).
+	KillNow <-chan struct{}
 }
 
 // Run runs the job until it ends and returns the job's exit code: 0 when it
@@ -93,6 +100,9 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	}
 	fmt.Fprintf(cfg.Out, "coordinator run: etcd serves on %s; job %s, np %s\n", srv.ClientURL(), cfg.Job, cfg.Spec.NP)
 	fmt.Fprintf(cfg.Out, "coordinator run: resize from another terminal with: coordinator scale --etcd-endpoints %s --job %s --np N\n", srv.ClientURL(), cfg.Job)
+	if cfg.LogNote != "" {
+		fmt.Fprintf(cfg.Out, "coordinator run: %s\n", cfg.LogNote)
+	}
 
 	coord, err := coordinator.New(coordinator.Config{Client: cli, Keys: keys, SessionTTL: 2 * time.Second, Logger: cfg.Logger})
 	if err != nil {
@@ -169,6 +179,10 @@ func (r *runner) run(ctx context.Context) (int, error) {
 	for {
 		select {
 		case <-ctx.Done():
+			if n := len(r.nodes); n > 0 {
+				fmt.Fprintf(r.cfg.Out, "coordinator run: stopping %s: their trainers get the %s grace period to exit; interrupt again to kill them now\n",
+					english.Count(n, "node"), r.cfg.Grace)
+			}
 			r.stopAll(r.cfg.Grace + 5*time.Second)
 			return 130, ctx.Err()
 		case s := <-specs:
@@ -229,15 +243,22 @@ func (r *runner) stopAll(timeout time.Duration) {
 		n.stop()
 	}
 	deadline := time.After(timeout)
+	killNow := r.cfg.KillNow
 	for len(r.nodes) > 0 {
 		select {
 		case n := <-r.exited:
 			delete(r.nodes, n.index)
+		case <-killNow:
+			fmt.Fprintf(r.cfg.Out, "coordinator run: killing %s\n", english.Count(len(r.nodes), "node"))
+			for _, n := range r.nodes {
+				n.kill()
+			}
+			killNow, deadline = nil, nil
 		case <-deadline:
 			for _, n := range r.nodes {
 				n.kill()
 			}
-			deadline = nil
+			killNow, deadline = nil, nil
 		}
 	}
 	r.wg.Wait()

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/elastictraining/coordinator/coordinator"
+	"github.com/elastictraining/coordinator/internal/english"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -44,8 +45,8 @@ func (p *progress) report(ctx context.Context, st membership.Status) {
 				took = "restart " + took
 			}
 		}
-		fmt.Fprintf(p.out, "coordinator run: generation %d running: %d nodes, world size %d (%s); %s\n",
-			st.Generation, st.Members, st.WorldSize, reason, took)
+		fmt.Fprintf(p.out, "coordinator run: generation %d running: %s, world size %d (%s); %s\n",
+			st.Generation, english.Count(st.Members, "node"), st.WorldSize, reason, took)
 	case membership.JobWaiting:
 		if p.lastPhase != membership.JobWaiting {
 			fmt.Fprintf(p.out, "coordinator run: %s\n", st.Message)

@@ -1,0 +1,152 @@
+//go:build !sidecaronly
+
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/elastictraining/coordinator/coordinator"
+	"github.com/elastictraining/coordinator/internal/timeline"
+	"github.com/elastictraining/coordinator/membership"
+)
+
+func newEventsCommand(env lookupEnv) *cobra.Command {
+	var (
+		etcd   etcdFlags
+		job    jobOption
+		output string
+		plot   string
+	)
+	cmd := &cobra.Command{
+		Use:   "events --etcd-endpoints URLS --job ID [-o table|json] [--plot FILE.png|FILE.svg]",
+		Short: "Show a job's history: its generations, why each began and how long each restart took",
+		Long: `events prints the job's events, oldest first: each generation stopping,
+starting and running, with the reason and, once every member runs, how long
+each step of the restart took (detect, stop, wait, start, total); nodes
+evicted; the job's end. serve keeps them for --event-retention (24 hours).
+
+With --plot it also draws the timeline to a PNG or SVG file: the world size of
+each generation over time, and each restart's duration, step by step.`,
+		Example: `  coordinator events --etcd-endpoints http://127.0.0.1:2379 --job default
+  coordinator events --job resnet --plot resnet.png`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			id, err := job.id()
+			if err != nil {
+				return err
+			}
+			if output != "table" && output != "json" {
+				return usagef("-o %q: want table or json", output)
+			}
+			format := ""
+			if plot != "" {
+				if format, err = timeline.FormatOf(plot); err != nil {
+					return usagef("--plot %v", err)
+				}
+			}
+			ctx := cmd.Context()
+			cli, keys, err := etcd.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			client := coordinator.NewClient(cli, keys)
+			if _, err := client.Status(ctx, id); err != nil {
+				return err
+			}
+			events, err := client.Events(ctx, id)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if output == "json" {
+				err = writeEventsJSON(out, events)
+			} else {
+				writeEventsTable(out, job.displayName(id), events)
+			}
+			if err != nil || plot == "" {
+				return err
+			}
+			return writePlot(plot, format, job.displayName(id), events, out)
+		},
+	}
+	fs := cmd.Flags()
+	etcd.register(fs, env)
+	job.register(fs, env, "", jobVariables...)
+	fs.StringVarP(&output, "output", "o", "table", "table or json")
+	fs.StringVar(&plot, "plot", "", "also draw the timeline to this file, .png or .svg")
+	return cmd
+}
+
+// eventView is one event of `events -o json`: durations in seconds.
+type eventView struct {
+	Seq        int64      `json:"seq"`
+	Time       time.Time  `json:"time"`
+	Generation int64      `json:"generation"`
+	Type       string     `json:"type"`
+	Message    string     `json:"message"`
+	Members    int        `json:"members,omitempty"`
+	WorldSize  int        `json:"worldSize,omitempty"`
+	Steps      *stepsView `json:"steps,omitempty"`
+}
+
+func writeEventsJSON(w io.Writer, events []membership.Event) error {
+	out := make([]eventView, 0, len(events))
+	for _, e := range events {
+		v := eventView{Seq: e.Seq, Time: e.Time, Generation: e.Generation, Type: e.Type, Message: e.Message, Members: e.Members, WorldSize: e.WorldSize}
+		if st := e.Steps; st != nil {
+			v.Steps = &stepsView{Detect: seconds(st.Detect), Stop: seconds(st.Stop), Wait: seconds(st.Wait), Start: seconds(st.Start), Total: seconds(st.Total)}
+		}
+		out = append(out, v)
+	}
+	return writeJSON(w, out)
+}
+
+func writeEventsTable(w io.Writer, name string, events []membership.Event) {
+	if len(events) == 0 {
+		fmt.Fprintf(w, "No events for job %s (serve keeps them for --event-retention).\n", name)
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tGENERATION\tEVENT\tDETECT\tSTOP\tWAIT\tSTART\tTOTAL\tMESSAGE")
+	for _, e := range events {
+		steps := []string{"-", "-", "-", "-", "-"}
+		if st := e.Steps; st != nil {
+			for i, d := range []membership.Duration{st.Detect, st.Stop, st.Wait, st.Start, st.Total} {
+				steps[i] = d.String()
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format("2006-01-02 15:04:05.000"), strconv.FormatInt(e.Generation, 10),
+			e.Type, steps[0], steps[1], steps[2], steps[3], steps[4], e.Message)
+	}
+	tw.Flush()
+}
+
+// writePlot draws the timeline to file, replacing it only once drawn.
+func writePlot(file, format, name string, events []membership.Event, out io.Writer) error {
+	tmp, err := os.CreateTemp(filepath.Dir(file), ".plot-*"+format)
+	if err != nil {
+		return fmt.Errorf("--plot %s: %w", file, err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := timeline.Plot(tmp, format, "job "+name, events); err != nil {
+		tmp.Close()
+		return fmt.Errorf("plot: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("--plot %s: %w", file, err)
+	}
+	if err := os.Rename(tmp.Name(), file); err != nil {
+		return fmt.Errorf("--plot %s: %w", file, err)
+	}
+	fmt.Fprintf(out, "timeline drawn to %s\n", file)
+	return nil
+}
