@@ -69,7 +69,7 @@ func TestScaleFromAnotherTerminal(t *testing.T) {
 	for _, np := range []string{"3", "2"} {
 		code, stdout, stderr := cli(t, nil, "scale", "--etcd-endpoints", r.endpoint, "--job", "elastic", "--np", np, "--wait")
 		require.Equal(t, 0, code, stderr)
-		assert.Contains(t, stdout, "running generation")
+		assert.Contains(t, stdout, "job elastic runs at np "+np+": generation")
 	}
 	r.startsOf(3, 2)
 	var worlds []int
@@ -84,7 +84,8 @@ func TestScaleFromAnotherTerminal(t *testing.T) {
 	require.Equal(t, 0, code)
 	assert.Regexp(t, `elastic-\d\s+worker\s+0\s`, stdout)
 	require.NoError(t, r.cmd.Process.Signal(syscall.SIGTERM))
-	assert.Equal(t, 130, r.wait(), "an interrupted run exits 130")
+	assert.Equal(t, 143, r.wait(), "a run stopped by SIGTERM exits 128+15, as a shell reports it")
+	assert.Regexp(t, `coordinator run: stopping \d nodes?: their trainers get the 10s grace period to exit; interrupt again to kill them now`, r.out.String())
 }
 
 func TestJobResults(t *testing.T) {
@@ -176,7 +177,7 @@ func TestStatusWatchFollowsTheJobToItsEnd(t *testing.T) {
 	t.Parallel()
 	srv := etcdtest.Start(t)
 	background(t, nil, "serve", "--etcd-endpoints", srv.Endpoint(), "--listen-metrics", "127.0.0.1:0")
-	code, _, stderr := cli(t, nil, "scale", "--etcd-endpoints", srv.Endpoint(), "--job", "watched", "--np", "1")
+	code, _, stderr := cli(t, nil, "scale", "--etcd-endpoints", srv.Endpoint(), "--job", "watched", "--np", "1", "--create")
 	require.Equal(t, 0, code, stderr)
 	watch := background(t, nil, "status", "--etcd-endpoints", srv.Endpoint(), "--job", "watched", "--watch", "-o", "json")
 	background(t, []string{"TOY_DIR=" + t.TempDir(), "TOY_STEPS=5", "TOY_INTERVAL=0.1"},
@@ -186,11 +187,15 @@ func TestStatusWatchFollowsTheJobToItsEnd(t *testing.T) {
 	var phases []string
 	for _, line := range strings.Split(strings.TrimSpace(watch.out.String()), "\n") {
 		var v struct {
-			Status membership.Status `json:"status"`
+			Phase string           `json:"phase"`
+			NP    map[string]int   `json:"np"`
+			Nodes []map[string]any `json:"nodes"`
 		}
-		require.NoError(t, json.Unmarshal([]byte(line), &v), "one JSON object per line: %q", line)
-		if len(phases) == 0 || phases[len(phases)-1] != string(v.Status.Phase) {
-			phases = append(phases, string(v.Status.Phase))
+		require.NoError(t, json.Unmarshal([]byte(line), &v), "one JSON object per line, np a {min,max}: %q", line)
+		assert.Equal(t, map[string]int{"min": 1, "max": 1}, v.NP)
+		assert.Contains(t, line, `"nodes":[`, "nodes in every line")
+		if len(phases) == 0 || phases[len(phases)-1] != v.Phase {
+			phases = append(phases, v.Phase)
 		}
 	}
 	assert.Equal(t, "Succeeded", phases[len(phases)-1])

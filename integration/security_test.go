@@ -166,13 +166,76 @@ func TestAJobOverTLSWithClientCertificates(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, "ok\nleader: true\n", string(body))
 
-	// Without the CA, or without a client certificate, there is no way in.
-	code, _, stderr = cli(t, nil, "status", "--job", "tls", "--etcd-endpoints", endpoint, "--cert", c.clientCert, "--key", c.clientKey, "--dial-timeout", "1s")
-	assert.Equal(t, 1, code)
-	assert.Equal(t, 1, strings.Count(stderr, "\n"), stderr)
-	code, _, stderr = cli(t, nil, "status", "--job", "tls", "--etcd-endpoints", endpoint, "--cacert", c.ca, "--dial-timeout", "1s")
-	assert.Equal(t, 1, code)
-	assert.Equal(t, 1, strings.Count(stderr, "\n"), stderr)
+	// Without the CA, or without a client certificate, there is no way
+	// in, and the one line says which is missing; so does plain HTTP to
+	// a TLS port.
+	hostport := strings.TrimPrefix(endpoint, "https://")
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--etcd-endpoints", endpoint, "--cert", c.clientCert, "--key", c.clientKey}, "is not signed by a CA this side trusts: give its CA with --cacert"},
+		{[]string{"--etcd-endpoints", endpoint, "--cacert", c.ca}, "refused this side's client certificate: give one it trusts with --cert and --key"},
+		{[]string{"--etcd-endpoints", "http://" + hostport}, hostport + " speaks TLS: use https://" + hostport},
+		{[]string{"--etcd-endpoints", hostport}, hostport + " speaks TLS"},
+	} {
+		code, _, stderr = cli(t, nil, append([]string{"status", "--job", "tls", "--dial-timeout", "20s"}, tc.args...)...)
+		assert.Equal(t, 1, code, stderr)
+		assert.Contains(t, stderr, tc.says)
+		assert.Equal(t, 1, strings.Count(stderr, "\n"), stderr)
+	}
+}
+
+// TestWhatAnswersInsteadOfEtcdIsSaid: a port that is not etcd (an HTTP
+// server, a server that says something else or nothing, plain etcd asked
+// for TLS, nothing at all) is one specific line, not a dial timeout.
+func TestWhatAnswersInsteadOfEtcdIsSaid(t *testing.T) {
+	t.Parallel()
+	web := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Server", "nginx/1.25")
+		http.NotFound(w, nil)
+	}), ReadHeaderTimeout: time.Second}
+	webL, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = web.Serve(webL) }()
+	t.Cleanup(func() { _ = web.Close() })
+
+	talker := func(greeting string) string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = l.Close() })
+		go func() {
+			for {
+				conn, err := l.Accept()
+				if err != nil {
+					return
+				}
+				if greeting != "" {
+					_, _ = conn.Write([]byte(greeting))
+				}
+				go func() { time.Sleep(5 * time.Second); conn.Close() }()
+			}
+		}()
+		return l.Addr().String()
+	}
+	ssh, silent := talker("SSH-2.0-OpenSSH_9.2\r\n"), talker("")
+	plain := etcdtest.Start(t)
+	closed := "127.0.0.1:" + freePort(t)
+
+	for _, tc := range []struct {
+		endpoint, says string
+	}{
+		{"http://" + webL.Addr().String(), webL.Addr().String() + ` is an HTTP server, not etcd (GET /version answered "404 Not Found", server nginx/1.25)`},
+		{"http://" + ssh, ssh + ` is not etcd: it answered "SSH-2.0-OpenSSH_9.2"`},
+		{"http://" + silent, silent + " accepted the connection but does not answer as etcd does"},
+		{strings.Replace(plain.Endpoint(), "http://", "https://", 1), "does not speak TLS: use http://"},
+		{"http://" + closed, "unreachable: connection refused (nothing listens on " + closed + ")"},
+	} {
+		code, _, stderr := cli(t, nil, "status", "--job", "j", "--etcd-endpoints", tc.endpoint, "--dial-timeout", "20s")
+		assert.Equal(t, 1, code, stderr)
+		assert.Contains(t, stderr, tc.says)
+		assert.Equal(t, 1, strings.Count(stderr, "\n"), stderr)
+	}
 }
 
 func TestEtcdAuthConfinesAUserToItsJob(t *testing.T) {

@@ -79,7 +79,7 @@ func startCluster(binary string, sz size, procs, clients int) (*cluster, error) 
 	if err := waitFor(30*time.Second, func() bool { _, err := scrape(c.etcdMetrics); return err == nil }); err != nil {
 		return nil, fmt.Errorf("etcd: %w", err)
 	}
-	if out, err := exec.Command(binary, "scale", "--etcd-endpoints", c.endpoint, "--job", job, "--np", strconv.Itoa(sz.nodes)).CombinedOutput(); err != nil {
+	if out, err := exec.Command(binary, "scale", "--etcd-endpoints", c.endpoint, "--job", job, "--np", strconv.Itoa(sz.nodes), "--create").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("scale: %v: %s", err, out)
 	}
 	c.serve = c.spawn(binary, "serve", "--etcd-endpoints", c.endpoint, "--listen-metrics", addrs[3], "--log-level", "warn")

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/status"
 
 	"github.com/elastictraining/coordinator/internal/etcdclient"
 	"github.com/elastictraining/coordinator/membership"
@@ -104,6 +105,18 @@ func (f *etcdFlags) client(ctx context.Context) (*clientv3.Client, membership.Ke
 	if err != nil {
 		return nil, keys, err
 	}
+	// What answers at the endpoints, found out at once: a wrong port or a
+	// TLS mismatch is not a timeout. One endpoint that may be etcd is
+	// enough to go on.
+	var probeErr error
+	for _, e := range endpoints {
+		if probeErr = probeEndpoint(ctx, e, tlsConfig, f.dialTimeout); errors.Is(probeErr, errLooksLikeEtcd) {
+			break
+		}
+	}
+	if probeErr != nil && !errors.Is(probeErr, errLooksLikeEtcd) {
+		return nil, keys, fmt.Errorf("etcd at %s: %w", strings.Join(endpoints, ","), probeErr)
+	}
 	cli, err := etcdclient.New(etcdclient.Config{
 		Endpoints: endpoints, DialTimeout: f.dialTimeout, TLS: tlsConfig, Username: f.user, Password: f.password,
 	})
@@ -127,6 +140,10 @@ func (f *etcdFlags) client(ctx context.Context) (*clientv3.Client, membership.Ke
 func explainEtcdError(err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return errors.New("unreachable (no answer within the dial timeout)")
+	}
+	if s, ok := status.FromError(err); ok {
+		// A gRPC status reads as "rpc error: code = ... desc = ...".
+		return fmt.Errorf("%s (%s)", s.Message(), s.Code())
 	}
 	return err
 }

@@ -457,7 +457,7 @@ func (r *run) scale(np int) {
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		cmd := exec.Command(r.cfg.Binary, "scale", "--etcd-endpoints", strings.Join(r.etcd.Endpoints(), ","), "--job", job,
-			"--np", strconv.Itoa(np), "--dial-timeout", "2s")
+			"--np", strconv.Itoa(np), "--create", "--dial-timeout", "2s")
 		if cmd.Run() == nil {
 			r.mu.Lock()
 			r.target = np
