@@ -5,7 +5,7 @@ BENCHTIME ?= 20x
 FUZZTIME  ?= 30s
 BIN       := bin
 
-.PHONY: all build test lint bench bench-go bench-scale bench-footprint bench-restart bench-kube bench-fence bench-edl-sim bench-edl chaos fuzz clean kube-tools image push
+.PHONY: all build test tools lint bench bench-go bench-scale bench-footprint bench-restart bench-kube bench-fence bench-edl-sim bench-edl chaos fuzz clean kube-tools image push
 
 all: lint build test
 
@@ -18,8 +18,9 @@ build:
 
 # The race detector is on: the coordinator, sidecar and keepalive are all
 # concurrent, and the suite is fast enough to afford it. The bridge's tests
-# run against a real control plane built by kube-tools.
-test: kube-tools
+# run against a real control plane built by kube-tools; the metrics, the
+# dashboard and the alert rules are checked by Prometheus's promtool.
+test: tools
 	KUBE_BIN_DIR=$(abspath $(BIN)) $(GO) test -race -count=1 -timeout 25m $(PKGS)
 
 # A Kubernetes control plane for tests, built from pinned sources (the
@@ -36,6 +37,15 @@ $(addprefix $(BIN)/,$(KUBE_COMPONENTS)): hack/tools/go.mod hack/tools/go.sum
 
 $(BIN)/kwok:
 	GOBIN=$(abspath $(BIN)) $(GO) install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
+
+# Everything the tests run besides the project: the control plane, and
+# Prometheus's promtool (built from the prometheus module at a pinned
+# version) for the metrics, the dashboard's queries and the alert rules.
+PROMTOOL_VERSION := v0.316.0
+tools: kube-tools $(BIN)/promtool
+
+$(BIN)/promtool:
+	GOBIN=$(abspath $(BIN)) $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
 
 lint:
 	$(GO) vet $(PKGS)

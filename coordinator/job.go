@@ -263,6 +263,9 @@ const decisionBatch = 5 * time.Millisecond
 // write it waits out its backoff whatever happens meanwhile, so that its own
 // writes, echoed by the watch, cannot make it loop.
 func (a *jobActor) run(ctx context.Context) {
+	a.t.c.metrics.seen(a.job)
+	// Another replica reports the job's state once this one stops leading.
+	defer a.t.c.metrics.forgetGauges(a.job)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -343,7 +346,11 @@ func (a *jobActor) reconcile(ctx context.Context) (wakeAt time.Time, wrote bool,
 		}
 		a.memo = d.memo
 		if d.deleteJob {
-			return time.Time{}, true, a.deleteJob(ctx, v)
+			err := a.deleteJob(ctx, v)
+			if err == nil {
+				a.t.c.metrics.forget(a.job)
+			}
+			return time.Time{}, true, err
 		}
 		wrote = wrote || d.plan != nil || len(d.events) > 0 || len(d.evict) > 0 || (d.status != nil && !sameStatus(d.status, v.status))
 		err := a.write(ctx, v, d)
@@ -358,6 +365,7 @@ func (a *jobActor) reconcile(ctx context.Context) (wakeAt time.Time, wrote bool,
 		if err != nil {
 			return time.Time{}, wrote, err
 		}
+		a.observe()
 		if d.plan == nil {
 			return d.wakeAt, wrote, nil
 		}
@@ -495,6 +503,20 @@ func (a *jobActor) write(ctx context.Context, v view, d decision) error {
 		return nil
 	}
 	return a.evict(ctx, v.plan.Generation, d.evict)
+}
+
+// observe sets the job's gauges from what the actor holds, or drops its
+// series when nothing of the job is left.
+func (a *jobActor) observe() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	m := a.t.c.metrics
+	if a.spec == nil && a.plan == nil && a.status == nil && len(a.nodes.nodes) == 0 {
+		m.forget(a.job)
+		return
+	}
+	m.seen(a.job)
+	m.observeStatus(a.job, a.status, a.spec)
 }
 
 // deleteJob deletes every key of a finished job whose retention is over,
@@ -645,7 +667,6 @@ func (a *jobActor) notCommitted(resp *clientv3.TxnResponse) error {
 func (a *jobActor) committed(rev int64, v view, d decision, status *membership.Status, seq int64) {
 	m := a.t.c.metrics
 	if d.plan != nil {
-		m.members.WithLabelValues(a.job).Set(float64(len(d.plan.Members)))
 		if d.plan.Phase == membership.PhaseRun {
 			m.generations.WithLabelValues(a.job).Inc()
 		}
@@ -654,7 +675,7 @@ func (a *jobActor) committed(rev int64, v view, d decision, status *membership.S
 		}
 	}
 	if status != nil && status.Steps != nil && (v.status == nil || v.status.Steps == nil || *v.status.Steps != *status.Steps) {
-		m.observeSteps(status.Steps)
+		m.observeSteps(a.job, status.Steps)
 	}
 
 	a.mu.Lock()

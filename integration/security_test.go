@@ -159,7 +159,7 @@ func TestAJobOverTLSWithClientCertificates(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	assert.Contains(t, string(body), `elastic_job_generations_total{job="tls"} 1`)
-	assert.Regexp(t, regexp.MustCompile(`elastic_job_step_seconds_count\{step="total"\} 1`), string(body))
+	assert.Regexp(t, regexp.MustCompile(`elastic_job_step_seconds_count\{job="tls",step="total"\} 1`), string(body))
 	resp, err = http.Get("http://" + metrics + "/healthz")
 	require.NoError(t, err)
 	body, _ = io.ReadAll(resp.Body)

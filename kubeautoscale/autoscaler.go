@@ -378,7 +378,7 @@ func (t *term) pass(ctx context.Context) {
 		if d.To < d.From {
 			direction = "shrink"
 		}
-		t.metrics.decisions.WithLabelValues(direction).Inc()
+		t.metrics.decisions.WithLabelValues(d.Job, direction).Inc()
 		t.logger.Info("resized job", "job", d.Job, "from", d.From, "to", d.To, "reason", d.Reason)
 		if ref := t.eventRef(v.jobs[d.Job]); ref != nil {
 			t.recorder.Eventf(ref, corev1.EventTypeNormal, "Autoscaled", "workers %d → %d: %s", d.From, d.To, d.Reason)

@@ -29,7 +29,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		desired: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "elastic_autoscaler_job_desired_workers",
 			Help: "workers that would fit the job now, before the cooldown and the minimum gain"}, []string{"job"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "elastic_autoscaler_decisions_total",
-			Help: "changes of a job's target carried out, by direction (grow, shrink)"}, []string{"direction"}),
+			Help: "changes of a job's target carried out, by job and direction (grow, shrink)"}, []string{"job", "direction"}),
 		passes: prometheus.NewCounter(prometheus.CounterOpts{Name: "elastic_autoscaler_passes_total",
 			Help: "passes of the policy"}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "elastic_autoscaler_write_failures_total",

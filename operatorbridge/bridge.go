@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
@@ -66,13 +67,16 @@ type Config struct {
 	// scale subresource. StatefulSets if empty.
 	Workloads []schema.GroupVersionResource
 	Logger    hclog.Logger
+	// Registerer receives the bridge's metrics; none if nil.
+	Registerer prometheus.Registerer
 }
 
 // Bridge is the Kubernetes side of the coordinator. It implements the
 // coordinator's LeaderTask: only the leader runs it.
 type Bridge struct {
-	cfg    Config
-	logger hclog.Logger
+	cfg     Config
+	logger  hclog.Logger
+	metrics *metrics
 }
 
 // New validates cfg.
@@ -89,7 +93,11 @@ func New(cfg Config) (*Bridge, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	return &Bridge{cfg: cfg, logger: cfg.Logger.Named("bridge").With("namespace", namespaceName(cfg.Namespace))}, nil
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Bridge{cfg: cfg, logger: cfg.Logger.Named("bridge").With("namespace", namespaceName(cfg.Namespace)), metrics: m}, nil
 }
 
 // namespaceName is a namespace for people: "" is every namespace.

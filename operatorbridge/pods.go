@@ -72,6 +72,7 @@ func (r *run) evict(ctx context.Context, job string, pod *corev1.Pod, why string
 			r.logger.Warn("node of a gone pod not evicted", "job", job, "node", n.ID, "error", err)
 			continue
 		}
+		r.metrics.evictions.WithLabelValues(job).Inc()
 		r.logger.Info("evicted node", "job", job, "node", n.ID, "why", why, "containers_stopped", stopped)
 		r.recorder.Eventf(pod, corev1.EventTypeNormal, "Evicted", "node %s left job %s: %s", n.ID, job, why)
 	}

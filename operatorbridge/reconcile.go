@@ -45,7 +45,12 @@ type writtenConfig struct {
 // with backoff: nothing else may come along to prompt it.
 func (r *run) reconcile(ctx context.Context, job string) error {
 	rec, ok := r.records(job)
-	if !ok || (rec.Spec == nil && rec.Plan == nil) {
+	if !ok {
+		r.metrics.forget(job) // deleted
+		delete(r.reported, job)
+		return nil
+	}
+	if rec.Spec == nil && rec.Plan == nil {
 		return nil
 	}
 	if problem := r.cache.problem(); problem != "" {
@@ -94,9 +99,14 @@ func (r *run) reconcile(ctx context.Context, job string) error {
 			}
 			continue
 		}
-		if err := r.scale(ctx, ws[0], want, rec); err != nil {
+		changed, err := r.scale(ctx, ws[0], want, rec)
+		if err != nil {
+			r.metrics.scales.WithLabelValues(job, "error").Inc()
 			problems, failed = append(problems, err.Error()), append(failed, err)
 			continue
+		}
+		if changed {
+			r.metrics.scales.WithLabelValues(job, "ok").Inc()
 		}
 		if role == membership.RoleWorker {
 			replicas = want
@@ -153,17 +163,17 @@ func desiredReplicas(rec jobRecords) map[membership.Role]int {
 // scale sets a workload's replicas through its scale subresource. For the
 // apps resources, whose spec.replicas is the scale, the cached object says
 // whether anything needs doing without a call to the API server.
-func (r *run) scale(ctx context.Context, w workload, want int, rec jobRecords) error {
+func (r *run) scale(ctx context.Context, w workload, want int, rec jobRecords) (changed bool, err error) {
 	if w.gvr.Group == "apps" {
 		if cached, found, _ := unstructured.NestedInt64(w.obj.Object, "spec", "replicas"); found && cached == int64(want) {
-			return nil
+			return false, nil
 		}
 	}
 	res := r.cfg.Dynamic.Resource(w.gvr).Namespace(w.obj.GetNamespace())
 	var have int64
 	// A conflict is the workload's controller writing its status between
 	// the read and the write: read again at once.
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		sc, err := res.Get(ctx, w.obj.GetName(), metav1.GetOptions{}, "scale")
 		if err != nil {
 			return explain(err, "get the scale of", w)
@@ -188,10 +198,10 @@ func (r *run) scale(ctx context.Context, w workload, want int, rec jobRecords) e
 			err = explain(err, "update the scale of", w)
 		}
 		r.recorder.Event(w.obj, corev1.EventTypeWarning, "ScaleFailed", err.Error())
-		return err
+		return false, err
 	}
 	if have == int64(want) {
-		return nil
+		return false, nil
 	}
 	why := "np " + rec.Spec.Workers().String()
 	if want == 0 && rec.Status != nil && rec.Status.Phase.Done() {
@@ -199,7 +209,7 @@ func (r *run) scale(ctx context.Context, w workload, want int, rec jobRecords) e
 	}
 	r.logger.Info("scaled", "workload", w.String(), "from", have, "to", want, "why", why)
 	r.recorder.Eventf(w.obj, corev1.EventTypeNormal, "Scaled", "replicas %d → %d (%s)", have, want, why)
-	return nil
+	return true, nil
 }
 
 // explain turns an API error into a sentence that says what to fix.
@@ -369,6 +379,12 @@ func sameOwners(a, b []metav1.OwnerReference) bool {
 // report writes the bridge's record of a job when it changes, and says so
 // in the log and, on the workload, as an Event.
 func (r *run) report(ctx context.Context, job string, primary *workload, replicas int, problem string) {
+	r.metrics.seen(job)
+	if problem != "" {
+		r.metrics.problems.WithLabelValues(job).Set(1)
+	} else {
+		r.metrics.problems.WithLabelValues(job).Set(0)
+	}
 	next := membership.BridgeStatus{Replicas: replicas, Problem: problem}
 	if primary != nil {
 		next.Workload = primary.String()

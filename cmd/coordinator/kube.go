@@ -184,7 +184,7 @@ func (o *kubeOptions) leaderTasks(ctx context.Context, cli *clientv3.Client, key
 		jobsNamespace = "" // every namespace
 	}
 	bridge, err := operatorbridge.New(operatorbridge.Config{
-		Kube: c.kube, Dynamic: c.dyn, Etcd: cli, Keys: keys, Namespace: jobsNamespace, Workloads: gvrs, Logger: logger,
+		Kube: c.kube, Dynamic: c.dyn, Etcd: cli, Keys: keys, Namespace: jobsNamespace, Workloads: gvrs, Logger: logger, Registerer: reg,
 	})
 	if err != nil {
 		return nil, err
