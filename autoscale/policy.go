@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/elastictraining/coordinator/internal/english"
 )
 
 // Config tunes the policy. Zero fields take the defaults.
@@ -233,7 +235,7 @@ func (p *Policy) Decide(s Snapshot, now time.Time) Plan {
 			if gain, need := j.size()-j.current(), p.minGain(j.current()); gain > 0 && gain < need && j.size() < j.Max {
 				j.releaseAdded(c)
 				j.frozen, short = true, true
-				plan.HeldBack[j.ID] = fmt.Sprintf("growth to %d adds %d workers, less than the minimum gain of %d", j.current()+gain, gain, need)
+				plan.HeldBack[j.ID] = fmt.Sprintf("growth to %d adds %s, less than the minimum gain of %d", j.current()+gain, english.Count(gain, "worker"), need)
 			}
 		}
 		if !short {
@@ -264,12 +266,12 @@ func (p *Policy) Decide(s Snapshot, now time.Time) Plan {
 		switch {
 		case want < from:
 			if reason == "" {
-				reason = fmt.Sprintf("%d of %d workers can be placed", want, from)
+				reason = fmt.Sprintf("%d of %s can be placed", want, english.Count(from, "worker"))
 			}
 		case from < j.Min || j.Target == 0:
-			reason = cmp.Or(reason, fmt.Sprintf("%d workers fit (minimum %d)", want, j.Min))
+			reason = cmp.Or(reason, fmt.Sprintf("%s fit (minimum %d)", english.Count(want, "worker"), j.Min))
 		default:
-			reason = fmt.Sprintf("%d more workers fit", want-from)
+			reason = fmt.Sprintf("%d more %s fit", want-from, english.Plural(want-from, "worker"))
 		}
 		plan.Decisions = append(plan.Decisions, Decision{Job: j.ID, From: from, To: want, Reason: reason, Urgent: urgent})
 	}

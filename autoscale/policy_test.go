@@ -105,7 +105,7 @@ func TestGrowthWaitsForTheCooldownAndTheMinimumGain(t *testing.T) {
 	plan = decide(t, cfg, autoscale.Snapshot{Nodes: small, Jobs: []autoscale.Job{job}}, t0.Add(time.Hour))
 	assert.Empty(t, plan.Decisions)
 	assert.Equal(t, 20, plan.Desired["a"])
-	assert.Equal(t, "growth to 21 adds 1 workers, less than the minimum gain of 2", plan.HeldBack["a"])
+	assert.Equal(t, "growth to 21 adds 1 worker, less than the minimum gain of 2", plan.HeldBack["a"])
 
 	// Unless it takes the job to its maximum: its last growth, whose room
 	// would otherwise stay idle.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/elastictraining/coordinator/internal/english"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -268,7 +269,7 @@ func decideStopped(v view, d decision, tm timing, now time.Time) decision {
 	}
 	if settling(&d, v.spec, t.workers, tm, now) {
 		d.status = baseStatus(v, membership.JobWaiting, t.workers,
-			fmt.Sprintf("settling: %d of at most %d workers; starting when the %s settle window ends", t.workers, v.spec.Workers().Max, tm.settle))
+			fmt.Sprintf("settling: %d of at most %s; starting when the %s settle window ends", t.workers, english.Count(v.spec.Workers().Max, "worker"), tm.settle))
 		return d
 	}
 
@@ -286,7 +287,7 @@ func decideStopped(v view, d decision, tm timing, now time.Time) decision {
 	d.plan = &next
 	d.status = planStatus(v, next, membership.JobRestarting, 0, startingMessage(next))
 	d.events = append(d.events, membership.Event{Generation: next.Generation, Type: "GenerationStarting", Members: len(t.members), WorldSize: t.worldSize,
-		Message: fmt.Sprintf("run: %d members, %d workers, world size %d, master %s (%s)", len(t.members), t.workers, t.worldSize, t.master, next.Reason)})
+		Message: fmt.Sprintf("run: %s, %s, world size %d, master %s (%s)", english.Count(len(t.members), "member"), english.Count(t.workers, "worker"), t.worldSize, t.master, next.Reason)})
 	return d
 }
 
@@ -365,7 +366,7 @@ func decideRunning(v view, d decision, tm timing, now time.Time) decision {
 	case spec.SuccessPolicy == membership.SuccessRank0 && rank0Done:
 		return finish(v, now, membership.JobSucceeded, 0, "rank 0 succeeded")
 	case workers > 0 && workersDone == workers:
-		return finish(v, now, membership.JobSucceeded, 0, fmt.Sprintf("all %d workers succeeded", workers))
+		return finish(v, now, membership.JobSucceeded, 0, allOf(workers, "worker", "succeeded"))
 	}
 
 	// Once a worker has finished, the job is finishing: new nodes wait.
@@ -373,7 +374,7 @@ func decideRunning(v view, d decision, tm timing, now time.Time) decision {
 	if short == nil && workersDone == 0 && !same {
 		if settling(&d, &spec, t.workers, tm, now) {
 			d.status = runningStatus(v, p, ready, now)
-			d.status.Message = fmt.Sprintf("%d workers available; restarting at that size when the %s settle window ends", t.workers, tm.settle)
+			d.status.Message = fmt.Sprintf("%s available; restarting at that size when the %s settle window ends", english.Count(t.workers, "worker"), tm.settle)
 			return d
 		}
 		detected := now
@@ -381,7 +382,7 @@ func decideRunning(v view, d decision, tm timing, now time.Time) decision {
 			detected = d.memo.pendingSince
 		}
 		d.memo.pendingSince = time.Time{}
-		reason := fmt.Sprintf("membership change: %d → %d workers", countMembers(p.Members, membership.RoleWorker), t.workers)
+		reason := fmt.Sprintf("membership change: %d → %s", countMembers(p.Members, membership.RoleWorker), english.Count(t.workers, "worker"))
 		if spec.PS != countMembers(p.Members, membership.RolePS) {
 			reason += fmt.Sprintf(", %d → %d ps", countMembers(p.Members, membership.RolePS), spec.PS)
 		}
@@ -390,13 +391,13 @@ func decideRunning(v view, d decision, tm timing, now time.Time) decision {
 	d.memo.pendingSince = time.Time{}
 	d.status = runningStatus(v, p, ready, now)
 	if workersDone > 0 {
-		d.status.Message = fmt.Sprintf("%d of %d workers succeeded; waiting for the rest", workersDone, workers)
+		d.status.Message = fmt.Sprintf("%d of %s succeeded; waiting for the rest", workersDone, english.Count(workers, "worker"))
 	} else if short != nil {
 		d.status.Message = fmt.Sprintf("np %s: %s; generation %d keeps running", spec.Workers(), short, p.Generation)
 	}
 	if d.status.Phase == membership.JobRunning && (v.status == nil || v.status.Phase != membership.JobRunning || v.status.Generation != p.Generation) {
 		d.events = append(d.events, membership.Event{Generation: p.Generation, Type: "GenerationRunning", Members: len(p.Members), WorldSize: p.WorldSize,
-			Message: fmt.Sprintf("all %d members running, world size %d", len(p.Members), p.WorldSize), Steps: d.status.Steps})
+			Message: fmt.Sprintf("%s, world size %d", allOf(len(p.Members), "member", "running"), p.WorldSize), Steps: d.status.Steps})
 	}
 	return d
 }
@@ -480,7 +481,7 @@ func stoppingMessage(p membership.Plan) string {
 }
 
 func startingMessage(p membership.Plan) string {
-	return fmt.Sprintf("starting generation %d: %d members, world size %d", p.Generation, len(p.Members), p.WorldSize)
+	return fmt.Sprintf("starting generation %d: %s, world size %d", p.Generation, english.Count(len(p.Members), "member"), p.WorldSize)
 }
 
 func stepsOf(p membership.Plan, running time.Time) *membership.Steps {
@@ -576,6 +577,14 @@ func countMembers(members []membership.Member, role membership.Role) int {
 		}
 	}
 	return n
+}
+
+// allOf is "all 3 workers succeeded", or "the worker succeeded" for one.
+func allOf(n int, noun, what string) string {
+	if n == 1 {
+		return "the " + noun + " " + what
+	}
+	return fmt.Sprintf("all %d %s %s", n, english.Plural(n, noun), what)
 }
 
 // nodeList names up to five nodes: "member a", "members a, b and 3 more".

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/elastictraining/coordinator/internal/english"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -27,7 +28,7 @@ type shortage struct {
 }
 
 func (s shortage) String() string {
-	return fmt.Sprintf("waiting for nodes: %d of %d %s nodes", s.have, s.need, s.role)
+	return fmt.Sprintf("waiting for nodes: %d of %s", s.have, english.Count(s.need, string(s.role)+" node"))
 }
 
 // assignRanks computes the rank table for spec from the live nodes (in join

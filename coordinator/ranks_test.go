@@ -192,7 +192,7 @@ func TestAssignRanksRolesAndGlobalRanks(t *testing.T) {
 	s.Heter = 1
 	_, short = assignRanks(s, nodes, nil, nil)
 	require.NotNil(t, short)
-	assert.Equal(t, "waiting for nodes: 0 of 1 heter nodes", short.String())
+	assert.Equal(t, "waiting for nodes: 0 of 1 heter node", short.String())
 	got, short = assignRanks(s, append(nodes, live("h:heter")...), nil, nil)
 	require.Nil(t, short)
 	require.Len(t, got.members, 4)

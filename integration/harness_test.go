@@ -81,9 +81,15 @@ func newMarker() string {
 // settings in env.
 func startRun(t *testing.T, args []string, command []string, env ...string) *localRun {
 	t.Helper()
+	return startRunIn(t, repoRoot, args, command, env...)
+}
+
+// startRunIn is startRun in the working directory dir.
+func startRunIn(t *testing.T, dir string, args []string, command []string, env ...string) *localRun {
+	t.Helper()
 	r := &localRun{t: t, out: &proctest.Buffer{}, done: make(chan struct{}), toyDir: t.TempDir(), marker: newMarker()}
 	r.cmd = exec.Command(binary, append(append(append([]string{"run"}, args...), "--"), command...)...)
-	r.cmd.Dir = repoRoot
+	r.cmd.Dir = dir
 	r.cmd.Env = append(os.Environ(), patientDial, "TOY_DIR="+r.toyDir, "ELASTIC_TEST_MARK="+r.marker)
 	r.cmd.Env = append(r.cmd.Env, env...)
 	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/elastictraining/coordinator/coordinator"
+	"github.com/elastictraining/coordinator/internal/english"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -195,8 +196,8 @@ serve deletes finished jobs by itself after --finished-job-retention.`,
 			}
 			switch {
 			case errors.Is(err, coordinator.ErrJobRunning):
-				return fmt.Errorf("job %s is %s (generation %d, %d of %d members ready): it has not ended; wait for it, or add --force to end it first",
-					name, st.Phase, st.Generation, st.Ready, st.Members)
+				return fmt.Errorf("job %s is %s (generation %d, %d of %s ready): it has not ended; wait for it, or add --force to end it first",
+					name, st.Phase, st.Generation, st.Ready, english.Count(st.Members, "member"))
 			case errors.Is(err, coordinator.ErrJobNotFound):
 				return fmt.Errorf("job %s does not exist (nothing under %s)", name, keys.Job(id))
 			case err != nil:

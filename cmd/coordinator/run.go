@@ -184,8 +184,10 @@ func runLogArgs(o *logOptions, ranks int) ([]string, string, error) {
 	}
 	args := []string{"--log-dir", logs.Dir, "--tee", string(logs.Tee), "--log-max-mb", strconv.Itoa(o.maxMB)}
 	where := filepath.Join(logs.Dir, "NODE", "rank-R.log")
-	if rel, err := filepath.Rel(".", logs.Dir); err == nil && !strings.HasPrefix(rel, "..") {
-		where = filepath.Join(rel, "NODE", "rank-R.log")
+	if wd, err := os.Getwd(); err == nil {
+		if rel, err := filepath.Rel(wd, logs.Dir); err == nil && !strings.HasPrefix(rel, "..") {
+			where = filepath.Join(rel, "NODE", "rank-R.log")
+		}
 	}
 	shown := map[launcher.Tee]string{launcher.TeeAll: "every rank's output", launcher.TeeRank0: "rank 0's output", launcher.TeeNone: "no rank's output"}[logs.Tee]
 	note := fmt.Sprintf("%s: the terminal shows %s; every rank's is in %s", english.Count(ranks, "process"), shown, where)
