@@ -95,7 +95,9 @@ func TestJobsAreObjects(t *testing.T) {
 	code, stdout, stderr = cli(t, nil, append([]string{"scale", "--job", "long", "--np", "1", "--create"}, etcd...)...)
 	require.Equal(t, 0, code, stderr)
 	assert.Equal(t, "job long: np 1\n", stdout)
-	toyEnv := func(steps string) []string { return []string{"TOY_DIR=" + t.TempDir(), "TOY_STEPS=" + steps, "TOY_INTERVAL=0.1"} }
+	toyEnv := func(steps string) []string {
+		return []string{"TOY_DIR=" + t.TempDir(), "TOY_STEPS=" + steps, "TOY_INTERVAL=0.1"}
+	}
 	long := background(t, toyEnv("1000"), append([]string{"sidecar", "--job", "long", "--host", "127.0.0.1", "--port", freePort(t), "--master-port", freePort(t)},
 		append(etcd, "--", "testdata/toytrainer.sh")...)...)
 	short := background(t, toyEnv("2"), append([]string{"sidecar", "--job", "short", "--np", "1", "--host", "127.0.0.1", "--port", freePort(t), "--master-port", freePort(t)},

@@ -73,7 +73,7 @@ and a member restarted on its data rejoins its cluster whatever
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&cfg.DataDir, "data-dir", fromEnv(env, "", "ELASTIC_ETCD_DATA_DIR"), "directory of the member's data"+envNote("ELASTIC_ETCD_DATA_DIR"))
+	fs.StringVar(&cfg.DataDir, "data-dir", fromEnv(env, "", "ELASTIC_ETCD_DATA_DIR"), "directory of the member's data (required)"+envNote("ELASTIC_ETCD_DATA_DIR"))
 	fs.StringVar(&cfg.ClientURL, "listen-client-urls", "http://127.0.0.1:2379", "URL to serve clients on; https needs --cert-file and --key-file")
 	fs.StringVar(&cfg.AdvertiseClientURL, "advertise-client-urls", "", "client URL to advertise; --listen-client-urls if empty")
 	fs.StringVar(&cfg.PeerURL, "listen-peer-urls", "http://127.0.0.1:2380", "URL of the member's peer port; https needs --peer-cert-file and --peer-key-file")

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -18,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/homedir"
 
 	"github.com/elastictraining/coordinator/autoscale"
 	"github.com/elastictraining/coordinator/coordinator"
@@ -54,7 +57,7 @@ type kubeOptions struct {
 
 func (o *kubeOptions) register(fs *pflag.FlagSet, env lookupEnv) {
 	fs.BoolVar(&o.enabled, "kubernetes", false, "run the Kubernetes bridge and the ElasticJob controller on the leader")
-	fs.StringVar(&o.kubeconfig, "kubeconfig", fromEnv(env, "", "KUBECONFIG"), "kubeconfig of the bridge; the in-cluster config if empty"+envNote("KUBECONFIG"))
+	fs.StringVar(&o.kubeconfig, "kubeconfig", fromEnv(env, "", "KUBECONFIG"), "kubeconfig of the bridge; if empty, the pod's service account inside a cluster, else ~/.kube/config"+envNote("KUBECONFIG"))
 	fs.StringVar(&o.namespace, "namespace", fromEnv(env, "default", "POD_NAMESPACE"),
 		"namespace of the jobs, their workloads and pods, and of --sidecar-etcd-secret"+envNote("POD_NAMESPACE"))
 	fs.BoolVar(&o.all, "all-namespaces", false, "follow the jobs of every namespace (a ClusterRole: deploy/all-namespaces)")
@@ -93,15 +96,9 @@ type kubeClients struct {
 }
 
 func (o *kubeOptions) clients() (kubeClients, error) {
-	var config *rest.Config
-	var err error
-	if o.kubeconfig != "" {
-		config, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
-	} else {
-		config, err = rest.InClusterConfig()
-	}
+	config, err := o.restConfig()
 	if err != nil {
-		return kubeClients{}, fmt.Errorf("kubernetes client config: %w", err)
+		return kubeClients{}, err
 	}
 	config.UserAgent = "elastic-coordinator"
 	// client-go's default of 5 requests a second, burst 10, would make the
@@ -115,6 +112,32 @@ func (o *kubeOptions) clients() (kubeClients, error) {
 		return kubeClients{}, fmt.Errorf("kubernetes client: %w", err)
 	}
 	return c, nil
+}
+
+// restConfig finds the cluster the way kubectl does: --kubeconfig (or
+// KUBECONFIG), else the pod's service account inside a cluster, else
+// ~/.kube/config, so that serve --kubernetes works from a workstation too.
+func (o *kubeOptions) restConfig() (*rest.Config, error) {
+	path := o.kubeconfig
+	if path == "" {
+		config, err := rest.InClusterConfig()
+		if err == nil {
+			return config, nil
+		}
+		home := filepath.Join(homedir.HomeDir(), clientcmd.RecommendedHomeDir, clientcmd.RecommendedFileName)
+		if _, statErr := os.Stat(home); statErr != nil {
+			return nil, fmt.Errorf("no Kubernetes cluster to talk to: not inside a pod (%v) and no %s; give --kubeconfig", err, home)
+		}
+		path = home
+	}
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", path, errors.Unwrap(err))
+	}
+	config, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
+	}
+	return config, nil
 }
 
 // parsedKube are the flags of the Kubernetes side, read.
