@@ -90,6 +90,7 @@ func measure(etcdBinary, binary string) (string, error) {
 
 	sidecar := exec.Command(binary, "sidecar", "--etcd-endpoints", endpoint, "--job", "footprint", "--np", "1", "--node-id", "n0",
 		"--host", "127.0.0.1", "--port", freePort(), "--master-port", freePort(), "--log-level", "warn", "--", "sleep", "600")
+	sidecar.Stderr = os.Stderr // warnings and errors only: why a node does not run
 	if err := sidecar.Start(); err != nil {
 		return "", err
 	}

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/elastictraining/coordinator/sidecar"
 )
@@ -17,17 +15,13 @@ import (
 // serveSidecarMetrics serves a sidecar's metrics on /metrics at addr until
 // the returned function is called.
 func serveSidecarMetrics(addr, job, node string, logger hclog.Logger) (func(), *sidecar.Metrics, error) {
-	reg := prometheus.NewRegistry()
-	m, err := sidecar.NewMetrics(reg, job, node)
-	if err != nil {
-		return nil, nil, err
-	}
+	m := sidecar.NewMetrics(job, node)
 	listener, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, usagef("--listen-metrics %s: %v", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("/metrics", m)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})
 	go func() {
