@@ -108,14 +108,8 @@ func (f *etcdFlags) client(ctx context.Context) (*clientv3.Client, membership.Ke
 	// What answers at the endpoints, found out at once: a wrong port or a
 	// TLS mismatch is not a timeout. One endpoint that may be etcd is
 	// enough to go on.
-	var probeErr error
-	for _, e := range endpoints {
-		if probeErr = probeEndpoint(ctx, e, tlsConfig, f.dialTimeout); errors.Is(probeErr, errLooksLikeEtcd) {
-			break
-		}
-	}
-	if probeErr != nil && !errors.Is(probeErr, errLooksLikeEtcd) {
-		return nil, keys, fmt.Errorf("etcd at %s: %w", strings.Join(endpoints, ","), probeErr)
+	if err := probeEndpoints(ctx, endpoints, tlsConfig, f.dialTimeout); err != nil {
+		return nil, keys, fmt.Errorf("etcd at %s: %w", strings.Join(endpoints, ","), err)
 	}
 	cli, err := etcdclient.New(etcdclient.Config{
 		Endpoints: endpoints, DialTimeout: f.dialTimeout, TLS: tlsConfig, Username: f.user, Password: f.password,

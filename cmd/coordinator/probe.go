@@ -23,6 +23,40 @@ const probeTimeout = 2 * time.Second
 // own check decides.
 var errLooksLikeEtcd = errors.New("looks like etcd")
 
+// unreachableError: nothing answered, which may change (an etcd still
+// starting, a name not yet in DNS), unlike a server that is not etcd.
+type unreachableError struct{ why string }
+
+func (e unreachableError) Error() string { return "unreachable: " + e.why }
+
+// probeEndpoints probes each endpoint until one may be etcd. While nothing
+// answers at all it tries again until the dial timeout has passed, as the
+// client would, so that a sidecar started beside its etcd waits for it; a
+// server that answers as something else is an error at once.
+func probeEndpoints(ctx context.Context, endpoints []string, cfg *tls.Config, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var err error
+		for _, e := range endpoints {
+			if err = probeEndpoint(ctx, e, cfg, time.Until(deadline)); errors.Is(err, errLooksLikeEtcd) {
+				return nil
+			}
+		}
+		var unreachable unreachableError
+		if !errors.As(err, &unreachable) || time.Until(deadline) < probeRetry {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(probeRetry):
+		}
+	}
+}
+
+// probeRetry is the pause between probes of endpoints nothing answers at.
+const probeRetry = 200 * time.Millisecond
+
 // probeEndpoint finds out quickly what answers at an etcd endpoint, so
 // that a wrong port, a TLS mismatch or another server is one specific line
 // at once rather than a timeout. It returns errLooksLikeEtcd when etcd
@@ -40,19 +74,19 @@ func probeEndpoint(ctx context.Context, endpoint string, cfg *tls.Config, timeou
 	if err != nil {
 		return fmt.Errorf("%q is not HOST:PORT or a URL such as http://HOST:2379", endpoint)
 	}
-	step := min(timeout, probeTimeout)
+	step := min(max(timeout, 50*time.Millisecond), probeTimeout) // a dialer's 0 would be no limit
 	conn, err := (&net.Dialer{Timeout: step}).DialContext(ctx, "tcp", hostport)
 	if err != nil {
 		var dns *net.DNSError
 		switch {
 		case errors.Is(err, syscall.ECONNREFUSED):
-			return fmt.Errorf("unreachable: connection refused (nothing listens on %s)", hostport)
+			return unreachableError{fmt.Sprintf("connection refused (nothing listens on %s)", hostport)}
 		case errors.As(err, &dns):
-			return fmt.Errorf("unreachable: host %s not found", host)
+			return unreachableError{fmt.Sprintf("host %s not found", host)}
 		case errors.Is(err, context.DeadlineExceeded), isTimeout(err):
-			return fmt.Errorf("unreachable: no answer from %s within %s", hostport, step)
+			return unreachableError{fmt.Sprintf("no answer from %s within %s", hostport, step)}
 		}
-		return fmt.Errorf("unreachable: %v", err)
+		return unreachableError{err.Error()}
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(step))

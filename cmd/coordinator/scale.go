@@ -123,7 +123,11 @@ func waitForSize(ctx context.Context, out io.Writer, client *coordinator.Client,
 			return true, nil
 		}
 		if !seen || s.Phase != last.Phase || s.Generation != last.Generation || s.Message != last.Message {
-			fmt.Fprintf(out, "  %-10s generation %d: %s\n", s.Phase, s.Generation, orDash(s.Message))
+			line := fmt.Sprintf("  %-10s generation %d", s.Phase, s.Generation)
+			if s.Message != "" {
+				line += ": " + s.Message
+			}
+			fmt.Fprintln(out, line)
 		}
 		last, seen = s, true
 		return false, nil
