@@ -119,7 +119,7 @@ func TestBadInputThroughTheBinary(t *testing.T) {
 	}{
 		{[]string{"run", "--np", "5:2", "--", "true"}, 2, "minimum 5 is greater than maximum 2"},
 		{[]string{"run", "--np", "0", "--", "true"}, 2, "need at least 1"},
-		{[]string{"run", "--np", "2", "--job", "Bad_Name", "--", "true"}, 2, "DNS-1123"},
+		{[]string{"run", "--np", "2", "--job", strings.Repeat("x_", 130), "--", "true"}, 2, "--job: invalid job id: longer than 253 characters"},
 		{[]string{"run", "--np", "2", "--"}, 2, "no training command"},
 		{[]string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--dial-timeout", "300ms", "--job", "j", "--", "true"}, 1, "unreachable"},
 	} {

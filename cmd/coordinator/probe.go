@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -53,6 +54,9 @@ func probeEndpoints(ctx context.Context, endpoints []string, cfg *tls.Config, ti
 		}
 	}
 }
+
+// httpStatusLine is the protocol at the start of an HTTP status line.
+var httpStatusLine = regexp.MustCompile(`^HTTP/[0-9.]+ `)
 
 // probeRetry is the pause between probes of endpoints nothing answers at.
 const probeRetry = 200 * time.Millisecond
@@ -141,7 +145,7 @@ func probeEndpoint(ctx context.Context, endpoint string, cfg *tls.Config, timeou
 				server = ", server " + strings.TrimSpace(v)
 			}
 		}
-		return fmt.Errorf("%s is an HTTP server, not etcd (GET /version answered %q%s)", hostport, strings.TrimPrefix(status, "HTTP/1.1 "), server)
+		return fmt.Errorf("%s is an HTTP server, not etcd (GET /version answered %q%s)", hostport, httpStatusLine.ReplaceAllString(status, ""), server)
 	}
 	first, _, _ := strings.Cut(text, "\n")
 	return fmt.Errorf("%s is not etcd: it answered %q", hostport, strings.TrimSpace(first))

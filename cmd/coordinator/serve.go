@@ -164,7 +164,7 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return usagef("--listen-metrics %s: %v", o.listen, err)
 	}
-	srv := &http.Server{Handler: healthMux(reg, c, cli, keys.Prefix()), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: healthMux(reg, c, cli, keys), ReadHeaderTimeout: 5 * time.Second}
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- srv.Serve(listener) }()
 	logger.Info("serving", "metrics", "http://"+listener.Addr().String()+"/metrics")
@@ -180,17 +180,21 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 }
 
 // healthMux serves /metrics, /healthz (the process is up, and whether it
-// leads) and /readyz (etcd answers).
-func healthMux(reg *prometheus.Registry, c *coordinator.Coordinator, cli *clientv3.Client, prefix string) *http.ServeMux {
+// leads), /readyz (etcd answers) and the read-only pages of the jobs.
+func healthMux(reg *prometheus.Registry, c *coordinator.Coordinator, cli *clientv3.Client, keys membership.Keys) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	pages := jobPages(coordinator.NewClient(cli, keys))
+	mux.Handle("/jobs", pages)
+	mux.Handle("/jobs/", pages)
+	mux.HandleFunc("/{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/jobs", http.StatusFound) })
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, "ok\nleader: %t\n", c.IsLeader())
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if _, err := cli.Get(ctx, prefix, clientv3.WithCountOnly(), clientv3.WithLimit(1)); err != nil {
+		if _, err := cli.Get(ctx, keys.Prefix(), clientv3.WithCountOnly(), clientv3.WithLimit(1)); err != nil {
 			http.Error(w, "etcd: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}

@@ -290,13 +290,27 @@ func (r *run) statusCLI() (membership.Status, error) {
 	if err := cmd.Run(); err != nil {
 		return membership.Status{}, fmt.Errorf("%v: %s", err, strings.TrimSpace(errOut.String()))
 	}
+	// The JSON a script reads: numbers as numbers, np as {min,max}.
 	var view struct {
-		Status membership.Status `json:"status"`
+		Phase      membership.JobPhase     `json:"phase"`
+		Generation int64                   `json:"generation"`
+		NP         *struct{ Min, Max int } `json:"np"`
+		Members    int                     `json:"members"`
+		Ready      int                     `json:"ready"`
+		WorldSize  int                     `json:"worldSize"`
+		Restarts   int                     `json:"restarts"`
+		Message    string                  `json:"message"`
+		ExitCode   int                     `json:"exitCode"`
 	}
 	if err := json.Unmarshal(out.Bytes(), &view); err != nil {
 		return membership.Status{}, err
 	}
-	return view.Status, nil
+	st := membership.Status{Phase: view.Phase, Generation: view.Generation, Members: view.Members, Ready: view.Ready,
+		WorldSize: view.WorldSize, Restarts: view.Restarts, Message: view.Message, ExitCode: view.ExitCode}
+	if view.NP != nil {
+		st.NP = membership.NP{Min: view.NP.Min, Max: view.NP.Max}.String()
+	}
+	return st, nil
 }
 
 // allAlive reports whether n ranks of generation gen logged a heartbeat in

@@ -1,0 +1,146 @@
+//go:build !sidecaronly
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"errors"
+	"html/template"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/elastictraining/coordinator/coordinator"
+	"github.com/elastictraining/coordinator/internal/timeline"
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// The read-only pages serve shows on its metrics port: /jobs lists the
+// jobs as `coordinator jobs` does, /jobs/JOB shows one as `status` and
+// `events` do, with its timeline drawn by /jobs/JOB/timeline.svg. They read
+// etcd on every request and write nothing.
+
+//go:embed jobpages/*.html
+var jobPageFiles embed.FS
+
+var jobPageTemplates = template.Must(template.New("").Funcs(template.FuncMap{
+	"age": func(t *time.Time, now time.Time) string {
+		if t == nil {
+			return "-"
+		}
+		return shortDuration(now.Sub(*t))
+	},
+	"np": func(v *npView) string {
+		if v == nil {
+			return "-"
+		}
+		return membership.NP{Min: v.Min, Max: v.Max}.String()
+	},
+	"steps": func(st *membership.Steps) []string {
+		if st == nil {
+			return []string{"-", "-", "-", "-", "-"}
+		}
+		return []string{st.Detect.String(), st.Stop.String(), st.Wait.String(), st.Start.String(), st.Total.String()}
+	},
+	"when":  func(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05.000") },
+	"lower": func(p membership.JobPhase) string { return strings.ToLower(string(p)) },
+}).ParseFS(jobPageFiles, "jobpages/*.html"))
+
+// jobPageTimeout bounds the reads of one page: a page that cannot be read
+// says so rather than hanging the browser.
+const jobPageTimeout = 5 * time.Second
+
+// jobPages serves /jobs and /jobs/JOB[/timeline.svg] from client.
+func jobPages(client *coordinator.Client) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /jobs", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), jobPageTimeout)
+		defer cancel()
+		jobs, err := client.Jobs(ctx)
+		if err != nil {
+			http.Error(w, oneLine(err.Error()), http.StatusServiceUnavailable)
+			return
+		}
+		views := make([]jobView, 0, len(jobs))
+		for _, j := range jobs {
+			views = append(views, newJobView(j))
+		}
+		renderPage(w, "jobs.html", map[string]any{"Jobs": views, "Now": time.Now()})
+	})
+	mux.HandleFunc("GET /jobs/{job}", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), jobPageTimeout)
+		defer cancel()
+		id := r.PathValue("job")
+		// A job's name as the user gave it (Resnet_50) leads to its id.
+		if stored, err := membership.JobIDFor(id); err == nil && stored != id {
+			http.Redirect(w, r, "/jobs/"+stored, http.StatusFound)
+			return
+		}
+		view, err := loadView(ctx, client, id)
+		if err != nil {
+			jobPageError(w, id, err)
+			return
+		}
+		events, err := client.Events(ctx, id)
+		if err != nil {
+			http.Error(w, oneLine(err.Error()), http.StatusServiceUnavailable)
+			return
+		}
+		// Newest first: what an operator looks for is what just happened.
+		for i, j := 0, len(events)-1; i < j; i, j = i+1, j-1 {
+			events[i], events[j] = events[j], events[i]
+		}
+		renderPage(w, "job.html", map[string]any{"Job": view, "Events": events})
+	})
+	mux.HandleFunc("GET /jobs/{job}/timeline.svg", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), jobPageTimeout)
+		defer cancel()
+		id := r.PathValue("job")
+		if _, err := client.Status(ctx, id); err != nil {
+			jobPageError(w, id, err)
+			return
+		}
+		events, err := client.Events(ctx, id)
+		if err != nil {
+			http.Error(w, oneLine(err.Error()), http.StatusServiceUnavailable)
+			return
+		}
+		name := id
+		if spec, err := client.Spec(ctx, id); err == nil && spec.Name != "" {
+			name = spec.Name
+		}
+		var svg bytes.Buffer
+		if err := timeline.Plot(&svg, ".svg", "job "+name, events); err != nil {
+			// No generation yet: nothing to draw.
+			http.Error(w, oneLine(err.Error()), http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "image/svg+xml")
+		_, _ = w.Write(svg.Bytes())
+	})
+	return mux
+}
+
+// jobPageError answers a job that is not there with 404 and anything else
+// (etcd unreachable) with 503.
+func jobPageError(w http.ResponseWriter, id string, err error) {
+	if errors.Is(err, coordinator.ErrJobNotFound) || membership.ValidateJobID(id) != nil {
+		http.Error(w, oneLine(err.Error()), http.StatusNotFound)
+		return
+	}
+	http.Error(w, oneLine(err.Error()), http.StatusServiceUnavailable)
+}
+
+// renderPage renders a template whole before writing, so that a failure is
+// an error status rather than half a page.
+func renderPage(w http.ResponseWriter, name string, data any) {
+	var page bytes.Buffer
+	if err := jobPageTemplates.ExecuteTemplate(&page, name, data); err != nil {
+		http.Error(w, oneLine(err.Error()), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(page.Bytes())
+}
