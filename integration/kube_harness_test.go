@@ -115,6 +115,9 @@ type kubeOptions struct {
 	// deletionCost adds deploy/autoscaler-deletion-cost's rules and
 	// --autoscale-deletion-cost to autoscale.
 	deletionCost bool
+	// homeKubeconfig runs serve without --kubeconfig, outside a pod, with
+	// the kubeconfig in $HOME/.kube/config, as from a workstation.
+	homeKubeconfig bool
 }
 
 // toyTrainer is testdata/toytrainer.sh.
@@ -165,8 +168,18 @@ func newKubeEnv(t *testing.T, o kubeOptions) *kubeEnv {
 		etcdFlags = []string{"--etcd-endpoints", e.etcd.Endpoint()}
 	}
 	args := []string{"serve", "--listen-metrics", "127.0.0.1:0",
-		"--kubernetes", "--kubeconfig", e.kubeconfig, "--namespace", e.ns, "--session-ttl", "2s", "--sidecar-image", sidecarImage}
-	e.bridge = background(t, nil, append(append(args, etcdFlags...), o.bridgeArgs...)...)
+		"--kubernetes", "--namespace", e.ns, "--session-ttl", "2s", "--sidecar-image", sidecarImage}
+	var serveEnv []string
+	if o.homeKubeconfig {
+		home := t.TempDir()
+		require.NoError(t, os.MkdirAll(filepath.Join(home, ".kube"), 0o700))
+		require.NoError(t, os.Rename(e.kubeconfig, filepath.Join(home, ".kube", "config")))
+		e.kubeconfig = filepath.Join(home, ".kube", "config")
+		serveEnv = []string{"HOME=" + home, "KUBECONFIG=", "KUBERNETES_SERVICE_HOST="}
+	} else {
+		args = append(args, "--kubeconfig", e.kubeconfig)
+	}
+	e.bridge = background(t, serveEnv, append(append(args, etcdFlags...), o.bridgeArgs...)...)
 	ttl := o.sidecarTTL
 	if ttl == 0 {
 		ttl = 5 * time.Second

@@ -208,7 +208,8 @@ func TestGonePodEvictsItsNodeAtOnce(t *testing.T) {
 
 func TestOnCompletionRemovesThePods(t *testing.T) {
 	t.Parallel()
-	e := newKubeEnv(t, kubeOptions{toyEnv: []string{"TOY_STEPS=3", "TOY_INTERVAL=0.2"}})
+	// serve finds the cluster in ~/.kube/config, as kubectl does.
+	e := newKubeEnv(t, kubeOptions{toyEnv: []string{"TOY_STEPS=3", "TOY_INTERVAL=0.2"}, homeKubeconfig: true})
 	spec := membership.DefaultSpec(membership.NP{Min: 2, Max: 2})
 	spec.CleanPodPolicy = membership.CleanPodOnCompletion
 	e.spec("done", spec)
@@ -346,6 +347,17 @@ func TestBridgeProblemsAreReportedAndTheJobGoesOn(t *testing.T) {
 		lines := strings.Split(strings.TrimSpace(serve.out.String()), "\n")
 		last := lines[len(lines)-1]
 		assert.Equal(t, "coordinator serve: kubeconfig /nonexistent/kubeconfig: no such file or directory", last)
+
+		// Outside a pod, without --kubeconfig and without ~/.kube/config:
+		// one line that says where it looked.
+		home := t.TempDir()
+		serve = background(t, []string{"HOME=" + home, "KUBECONFIG=", "KUBERNETES_SERVICE_HOST="},
+			"serve", "--etcd-endpoints", srv.Endpoint(), "--listen-metrics", "127.0.0.1:0", "--kubernetes")
+		assert.NotEqual(t, 0, serve.wait(t))
+		lines = strings.Split(strings.TrimSpace(serve.out.String()), "\n")
+		last = lines[len(lines)-1]
+		assert.Contains(t, last, "coordinator serve: no Kubernetes cluster to talk to: not inside a pod")
+		assert.Contains(t, last, filepath.Join(home, ".kube", "config")+"; give --kubeconfig")
 		// Nothing etcd stores was touched: a coordinator started without
 		// --kubernetes runs the job.
 		background(t, nil, "serve", "--etcd-endpoints", srv.Endpoint(), "--listen-metrics", "127.0.0.1:0")
