@@ -120,9 +120,15 @@ func decide(v view, m memo, tm timing, now time.Time) decision {
 // expire deletes a finished job once its retention has passed since it
 // ended, unless a Kubernetes resource runs it: that resource's deletion
 // removes its keys, and its controller would otherwise write it again.
+// A job whose node or eviction records remain is kept: their processes may
+// still run, and a job created again under the same name must not start a
+// generation beside them.
 func expire(v view, d *decision, tm timing, now time.Time) {
 	if tm.retention <= 0 || v.status == nil || !v.status.Phase.Done() || (v.spec != nil && v.spec.Owner != "") {
 		return
+	}
+	if len(v.index().nodes) > 0 || len(v.evictions) > 0 {
+		return // the watch brings their going
 	}
 	at := v.status.UpdatedAt.Add(tm.retention)
 	if now.Before(at) {

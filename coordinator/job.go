@@ -525,7 +525,8 @@ func (a *jobActor) deleteJob(ctx context.Context, v view) error {
 	keys := a.t.c.cfg.Keys
 	a.t.c.metrics.writes.Inc()
 	resp, err := a.t.c.cfg.Client.Txn(ctx).
-		If(a.t.fence, clientv3.Compare(clientv3.ModRevision(keys.Plan(a.job)), "=", v.planRev)).
+		If(a.t.fence, clientv3.Compare(clientv3.ModRevision(keys.Plan(a.job)), "=", v.planRev),
+			membership.NoKeysUnder(keys.Nodes(a.job)), membership.NoKeysUnder(keys.Evictions(a.job))).
 		Then(clientv3.OpDelete(keys.Job(a.job), clientv3.WithPrefix())).
 		Else(clientv3.OpGet(a.t.electionKey)).
 		Commit()

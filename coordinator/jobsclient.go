@@ -8,6 +8,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/elastictraining/coordinator/internal/english"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -80,11 +81,37 @@ func (c *Client) summary(ctx context.Context, id string) (JobSummary, error) {
 // ErrJobRunning is returned by Delete for a job that has not ended.
 var ErrJobRunning = errors.New("coordinator: job has not ended")
 
-// Delete deletes every key of a job that has ended (Succeeded or Failed),
-// in one transaction conditional on the status it read: a job that starts
-// again meanwhile is not deleted. A job that has not ended is
-// ErrJobRunning; a job run by a Kubernetes resource is refused, since its
-// controller would write it again.
+// StoppingError is returned by Delete for a job that has ended while some
+// of its nodes are still registered, or evicted and not yet certainly
+// fenced: their processes may still run. Deleting the job then would let a
+// job created again under the same name start a generation beside them.
+type StoppingError struct {
+	// Nodes are the node records left; Evicted the eviction records.
+	Nodes, Evicted int64
+}
+
+func (e *StoppingError) Error() string {
+	var parts []string
+	if e.Nodes > 0 {
+		parts = append(parts, english.Count(int(e.Nodes), "node")+" still registered")
+	}
+	if e.Evicted > 0 {
+		parts = append(parts, english.Count(int(e.Evicted), "node")+" evicted and not yet certainly stopped")
+	}
+	their := "their"
+	if e.Nodes+e.Evicted == 1 {
+		their = "its"
+	}
+	return strings.Join(parts, " and ") + ": " + their + " processes may still run"
+}
+
+// Delete deletes every key of a job that has ended (Succeeded or Failed)
+// and whose nodes have all stopped, in one transaction conditional on the
+// status it read and on no node or eviction record being left: a job that
+// starts again meanwhile is not deleted. A job that has not ended is
+// ErrJobRunning, one whose nodes are still stopping a *StoppingError; a
+// job run by a Kubernetes resource is refused, since its controller would
+// write it again.
 func (c *Client) Delete(ctx context.Context, job string) (membership.Status, error) {
 	if err := membership.ValidateJobID(job); err != nil {
 		return membership.Status{}, err
@@ -93,6 +120,8 @@ func (c *Client) Delete(ctx context.Context, job string) (membership.Status, err
 		clientv3.OpGet(c.keys.Spec(job)),
 		clientv3.OpGet(c.keys.Status(job)),
 		clientv3.OpGet(c.keys.Job(job), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(c.keys.Nodes(job), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(c.keys.Evictions(job), clientv3.WithPrefix(), clientv3.WithCountOnly()),
 	).Commit()
 	if err != nil {
 		return membership.Status{}, fmt.Errorf("read job: %w", err)
@@ -116,8 +145,13 @@ func (c *Client) Delete(ctx context.Context, job string) (membership.Status, err
 		}
 		return st, fmt.Errorf("%w: %s is %s", ErrJobRunning, job, st.Phase)
 	}
+	nodes, evicted := resp.Responses[3].GetResponseRange().Count, resp.Responses[4].GetResponseRange().Count
+	if nodes > 0 || evicted > 0 {
+		return st, &StoppingError{Nodes: nodes, Evicted: evicted}
+	}
 	del, err := c.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(c.keys.Status(job)), "=", statusKVs[0].ModRevision)).
+		If(clientv3.Compare(clientv3.ModRevision(c.keys.Status(job)), "=", statusKVs[0].ModRevision),
+			membership.NoKeysUnder(c.keys.Nodes(job)), membership.NoKeysUnder(c.keys.Evictions(job))).
 		Then(clientv3.OpDelete(c.keys.Job(job), clientv3.WithPrefix())).
 		Commit()
 	if err != nil {

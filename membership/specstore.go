@@ -57,3 +57,10 @@ func CreateSpec(ctx context.Context, cli *clientv3.Client, keys Keys, job string
 	}
 	return UpdateSpec(ctx, cli, keys, job, func(*Spec) {}, spec)
 }
+
+// NoKeysUnder is a transaction condition that holds while no key has the
+// prefix: every key in the range is compared, and an empty range compares
+// as one key never created.
+func NoKeysUnder(prefix string) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(prefix), "=", 0).WithPrefix()
+}

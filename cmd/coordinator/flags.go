@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -108,7 +109,8 @@ func (f *etcdFlags) client(ctx context.Context) (*clientv3.Client, membership.Ke
 	// What answers at the endpoints, found out at once: a wrong port or a
 	// TLS mismatch is not a timeout. One endpoint that may be etcd is
 	// enough to go on.
-	if err := probeEndpoints(ctx, endpoints, tlsConfig, f.dialTimeout); err != nil {
+	answering, err := probeEndpoints(ctx, endpoints, tlsConfig, f.dialTimeout)
+	if err != nil {
 		return nil, keys, fmt.Errorf("etcd at %s: %w", strings.Join(endpoints, ","), err)
 	}
 	cli, err := etcdclient.New(etcdclient.Config{
@@ -118,12 +120,16 @@ func (f *etcdFlags) client(ctx context.Context) (*clientv3.Client, membership.Ke
 		return nil, keys, fmt.Errorf("etcd client: %w", err)
 	}
 	// Status needs no permission on any key, so a user confined to one
-	// job's prefix passes this check too.
-	checkCtx, cancel := context.WithTimeout(ctx, f.dialTimeout)
-	defer cancel()
+	// job's prefix passes this check too. The endpoint the probe found
+	// answering goes first, and each gets the whole dial timeout: a
+	// cluster's member that is down must not use it up for the others.
+	order := append([]string{answering}, slices.DeleteFunc(slices.Clone(endpoints), func(e string) bool { return e == answering })...)
 	var lastErr error
-	for _, e := range endpoints {
-		if _, lastErr = cli.Status(checkCtx, e); lastErr == nil {
+	for _, e := range order {
+		checkCtx, cancel := context.WithTimeout(ctx, f.dialTimeout)
+		_, lastErr = cli.Status(checkCtx, e)
+		cancel()
+		if lastErr == nil {
 			return cli, keys, nil
 		}
 	}

@@ -156,9 +156,12 @@ func newDeleteCommand(env lookupEnv) *cobra.Command {
 status, plan, rank tables, events and node records.
 
 A job that has not ended is refused unless --force is given: then the
-coordinator is asked to end it first (failed, "cancelled"), its sidecars stop
-their training processes and exit, and its keys go once it has ended. A job
-that a Kubernetes resource runs is deleted by deleting that resource.
+coordinator is asked to end it first (failed, "cancelled"). Either way the
+keys go only once every node has stopped its training processes and left
+(an evicted node: once it is certainly fenced), so that a job created again
+under the same name never runs beside the old one's processes; delete waits
+for that up to --timeout. A job that a Kubernetes resource runs is deleted
+by deleting that resource.
 
 serve deletes finished jobs by itself after --finished-job-retention.`,
 		Example: `  coordinator delete --etcd-endpoints http://127.0.0.1:2379 --job resnet
@@ -172,29 +175,23 @@ serve deletes finished jobs by itself after --finished-job-retention.`,
 			if timeout <= 0 {
 				return usagef("--timeout %s: want a positive duration", timeout)
 			}
-			ctx := cmd.Context()
-			cli, keys, err := etcd.client(ctx)
+			cli, keys, err := etcd.client(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer cli.Close()
 			client := coordinator.NewClient(cli, keys)
 			name := job.displayName(id)
-			st, err := client.Delete(ctx, id)
-			if errors.Is(err, coordinator.ErrJobRunning) && force {
-				fmt.Fprintf(cmd.OutOrStdout(), "job %s is %s: asking the coordinator to end it\n", name, st.Phase)
-				waitCtx, cancel := context.WithTimeout(ctx, timeout)
-				_, err = client.Cancel(waitCtx, id, "deleted with coordinator delete --force")
-				cancel()
-				if errors.Is(err, context.DeadlineExceeded) {
-					return fmt.Errorf("job %s did not end within %s: is a coordinator (serve) running? Nothing was deleted; it ends, and can be deleted, once one runs", name, timeout)
-				}
-				if err != nil {
-					return err
-				}
-				st, err = client.Delete(ctx, id)
-			}
+			// Everything from here, the reads included, within --timeout:
+			// an etcd that goes away (run's, when run ends) is an error,
+			// not a wait for ever.
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			st, err := deleteJob(ctx, cmd.OutOrStdout(), client, id, name, force)
+			var stopping *coordinator.StoppingError
 			switch {
+			case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &stopping):
+				return fmt.Errorf("job %s: not deleted within --timeout %s: %s", name, timeout, deleteWaitingFor(st, err))
 			case errors.Is(err, coordinator.ErrJobRunning):
 				return fmt.Errorf("job %s is %s (generation %d, %d of %s ready): it has not ended; wait for it, or add --force to end it first",
 					name, st.Phase, st.Generation, st.Ready, english.Count(st.Members, "member"))
@@ -211,6 +208,51 @@ serve deletes finished jobs by itself after --finished-job-retention.`,
 	etcd.register(fs, env)
 	job.register(fs, env, "", jobVariables...)
 	fs.BoolVar(&force, "force", false, "end a job that has not ended first, then delete it")
-	fs.DurationVar(&timeout, "timeout", 30*time.Second, "with --force, how long to wait for the coordinator to end the job")
+	fs.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the job to end (with --force) and for its nodes to stop their processes")
 	return cmd
+}
+
+// deleteJob deletes a job once it has ended and every node has stopped its
+// processes: the keys go only then, so that a job created again under the
+// same name never starts beside the old one's processes. With force, a
+// job that has not ended is asked to end first.
+func deleteJob(ctx context.Context, out io.Writer, client *coordinator.Client, id, name string, force bool) (membership.Status, error) {
+	cancelled, waiting := false, int64(-1)
+	for {
+		st, err := client.Delete(ctx, id)
+		var stopping *coordinator.StoppingError
+		switch {
+		case errors.Is(err, coordinator.ErrJobRunning) && force && !cancelled:
+			fmt.Fprintf(out, "job %s is %s: asking the coordinator to end it\n", name, st.Phase)
+			if st, err = client.Cancel(ctx, id, "deleted with coordinator delete --force"); err != nil {
+				return st, err
+			}
+			cancelled = true
+			continue
+		case errors.As(err, &stopping):
+			if left := stopping.Nodes + stopping.Evicted; left != waiting {
+				fmt.Fprintf(out, "job %s is %s: waiting for its nodes to stop: %s\n", name, st.Phase, stopping)
+				waiting = left
+			}
+			select {
+			case <-ctx.Done():
+				return st, stopping // out of time with nodes left
+			case <-time.After(200 * time.Millisecond):
+			}
+			continue
+		}
+		return st, err
+	}
+}
+
+// deleteWaitingFor says what a delete that ran out of time waited for.
+func deleteWaitingFor(st membership.Status, err error) string {
+	var stopping *coordinator.StoppingError
+	switch {
+	case errors.As(err, &stopping):
+		return stopping.Error() + "; nothing was deleted"
+	case st.Phase != "" && !st.Phase.Done():
+		return fmt.Sprintf("it is still %s: is a coordinator (serve) running? Nothing was deleted", st.Phase)
+	}
+	return "etcd did not answer; nothing was deleted"
 }

@@ -34,22 +34,23 @@ func (e unreachableError) Error() string { return "unreachable: " + e.why }
 // answers at all it tries again until the dial timeout has passed, as the
 // client would, so that a sidecar started beside its etcd waits for it; a
 // server that answers as something else is an error at once.
-func probeEndpoints(ctx context.Context, endpoints []string, cfg *tls.Config, timeout time.Duration) error {
+// It returns the first endpoint that may be etcd.
+func probeEndpoints(ctx context.Context, endpoints []string, cfg *tls.Config, timeout time.Duration) (string, error) {
 	deadline := time.Now().Add(timeout)
 	for {
 		var err error
 		for _, e := range endpoints {
 			if err = probeEndpoint(ctx, e, cfg, time.Until(deadline)); errors.Is(err, errLooksLikeEtcd) {
-				return nil
+				return e, nil
 			}
 		}
 		var unreachable unreachableError
 		if !errors.As(err, &unreachable) || time.Until(deadline) < probeRetry {
-			return err
+			return "", err
 		}
 		select {
 		case <-ctx.Done():
-			return err
+			return "", err
 		case <-time.After(probeRetry):
 		}
 	}
