@@ -38,22 +38,25 @@ func envNote(names ...string) string {
 
 // etcdFlags are the flags of every command that talks to etcd.
 type etcdFlags struct {
-	endpoints   string
-	cacert      string
-	cert        string
-	key         string
-	user        string
-	password    string
-	prefix      string
-	dialTimeout time.Duration
-	envErr      error // a variable that could not be read
-	fs          *pflag.FlagSet
+	endpoints string
+	// endpointsOrigin names the flag or variable the endpoints came from.
+	endpointsOrigin origin
+	cacert          string
+	cert            string
+	key             string
+	user            string
+	password        string
+	prefix          string
+	dialTimeout     time.Duration
+	envErr          error // a variable that could not be read
+	fs              *pflag.FlagSet
 }
 
 func (f *etcdFlags) register(fs *pflag.FlagSet, env lookupEnv) {
 	f.fs = fs
 	fs.StringVar(&f.endpoints, "etcd-endpoints", fromEnv(env, "", "ELASTIC_ETCD_ENDPOINTS", "PADDLE_ELASTIC_SERVER"),
 		"comma-separated etcd endpoints, e.g. https://10.0.0.5:2379"+envNote("ELASTIC_ETCD_ENDPOINTS", "PADDLE_ELASTIC_SERVER"))
+	f.endpointsOrigin = fromVariable(fs, "etcd-endpoints", env, "ELASTIC_ETCD_ENDPOINTS", "PADDLE_ELASTIC_SERVER")
 	fs.StringVar(&f.cacert, "cacert", fromEnv(env, "", "ELASTIC_ETCD_CACERT"), "verify etcd's certificate with this CA bundle"+envNote("ELASTIC_ETCD_CACERT"))
 	fs.StringVar(&f.cert, "cert", fromEnv(env, "", "ELASTIC_ETCD_CERT"), "client certificate for etcd"+envNote("ELASTIC_ETCD_CERT"))
 	fs.StringVar(&f.key, "key", fromEnv(env, "", "ELASTIC_ETCD_KEY"), "client key for etcd"+envNote("ELASTIC_ETCD_KEY"))
@@ -98,6 +101,11 @@ func (f *etcdFlags) client(ctx context.Context) (*clientv3.Client, membership.Ke
 	}
 	if len(endpoints) == 0 {
 		return nil, keys, usagef("--etcd-endpoints is required (or ELASTIC_ETCD_ENDPOINTS, PADDLE_ELASTIC_SERVER)")
+	}
+	for _, e := range endpoints {
+		if err := checkEndpoint(e); err != nil {
+			return nil, keys, usagef("%s: %v", f.endpointsOrigin, err)
+		}
 	}
 	if f.user != "" && f.password == "" {
 		return nil, keys, usagef("--user %s needs its password in ELASTIC_ETCD_PASSWORD", f.user)
@@ -196,6 +204,19 @@ func (o origin) String() string {
 		return o.variable
 	}
 	return "--" + o.flag
+}
+
+// fromVariable is the origin of a flag whose default is read from the
+// first set variable of names.
+func fromVariable(fs *pflag.FlagSet, flag string, env lookupEnv, names ...string) origin {
+	o := origin{fs: fs, flag: flag}
+	for _, n := range names {
+		if v, ok := env(n); ok && v != "" {
+			o.variable = n
+			break
+		}
+	}
+	return o
 }
 
 // envString registers a string flag whose default is the first set

@@ -79,6 +79,8 @@ func TestBadInputIsOneLineAndExitCode2(t *testing.T) {
 		{[]string{"etcd", "--data-dir", "/nonexistent", "--name", "e3", "--initial-cluster", "e0=http://a:2380,e1=http://b:2380"}, "does not name this member (--name e3)"},
 		{[]string{"etcd", "--data-dir", "/nonexistent", "--peer-cert-file", "p.crt"}, "--peer-cert-file and --peer-key-file go together"},
 		{[]string{"frobnicate"}, "unknown command"},
+		{[]string{"jobs", "--etcd-endpoints", "notahost:::"}, `--etcd-endpoints: "notahost:::" is not HOST:PORT or a URL such as http://HOST:2379`},
+		{[]string{"jobs", "--etcd-endpoints", "http://127.0.0.1"}, `"http://127.0.0.1" has no port`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, stdout, stderr := runCLI(t, nil, tc.args...)
@@ -171,4 +173,27 @@ func TestInstallCopiesTheBinary(t *testing.T) {
 	code, _, stderr = runCLI(t, nil, "install", "/proc/nonexistent/coordinator")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "install /proc/nonexistent/coordinator")
+}
+
+// A value read from a variable is named by the variable in the error.
+func TestErrorsNameTheVariableAValueCameFrom(t *testing.T) {
+	for _, tc := range []struct {
+		env     map[string]string
+		args    []string
+		mention string
+	}{
+		{map[string]string{"PADDLE_ELASTIC_SERVER": "notahost:::"}, []string{"jobs"}, `PADDLE_ELASTIC_SERVER: "notahost:::" is not HOST:PORT`},
+		{map[string]string{"PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL": "9"}, []string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "j", "--", "true"}, "PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL 9: want 0, 1 or 2"},
+		{map[string]string{"ELASTIC_TTL": "1s"}, []string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "j", "--", "true"}, "ELASTIC_TTL 1s: at least 2s"},
+		{map[string]string{"ELASTIC_ROLE": "bogus"}, []string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "j", "--", "true"}, `ELASTIC_ROLE: role "bogus"`},
+		{map[string]string{"ELASTIC_TTL": "1s"}, []string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "j", "--ttl", "1s", "--", "true"}, "--ttl 1s: at least 2s"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, tc.env, tc.args...)
+			assert.Equal(t, 2, code)
+			assert.Empty(t, stdout)
+			assert.Contains(t, stderr, tc.mention)
+			assert.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
+		})
+	}
 }

@@ -62,6 +62,25 @@ var httpStatusLine = regexp.MustCompile(`^HTTP/[0-9.]+ `)
 // probeRetry is the pause between probes of endpoints nothing answers at.
 const probeRetry = 200 * time.Millisecond
 
+// checkEndpoint reports an endpoint that is neither HOST:PORT nor a URL
+// with a host, such as http://HOST:2379.
+func checkEndpoint(endpoint string) error {
+	hostport := endpoint
+	if u, err := url.Parse(endpoint); err == nil && u.Host != "" {
+		if u.Scheme != "http" && u.Scheme != "https" {
+			return nil // unix sockets and the like: the client checks
+		}
+		hostport = u.Host
+		if u.Port() == "" {
+			return fmt.Errorf("%q has no port: want a URL such as http://HOST:2379", endpoint)
+		}
+	}
+	if _, _, err := net.SplitHostPort(hostport); err != nil {
+		return fmt.Errorf("%q is not HOST:PORT or a URL such as http://HOST:2379", endpoint)
+	}
+	return nil
+}
+
 // probeEndpoint finds out quickly what answers at an etcd endpoint, so
 // that a wrong port, a TLS mismatch or another server is one specific line
 // at once rather than a timeout. It returns errLooksLikeEtcd when etcd

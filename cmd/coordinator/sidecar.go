@@ -27,6 +27,9 @@ type sidecarOptions struct {
 	np             string
 	npOrigin       origin
 	role           string
+	roleOrigin     origin
+	ttlOrigin      origin
+	ftOrigin       origin
 	nodeID         string
 	ordinal        int
 	host           string
@@ -102,6 +105,7 @@ it; --tee says whose output still reaches the terminal.`,
 	o.job.register(fs, env, "", jobVariables...)
 	o.npOrigin = envString(fs, &o.np, "np", env, "", "target worker nodes, N or MIN:MAX; sets the job's spec if it has none", "ELASTIC_NP", "PADDLE_ELASTIC_NP")
 	fs.StringVar(&o.role, "role", fromEnv(env, "worker", "ELASTIC_ROLE"), "this node's role: worker, ps, scheduler (MindSpore) or heter (PaddlePaddle)"+envNote("ELASTIC_ROLE"))
+	o.roleOrigin = fromVariable(fs, "role", env, "ELASTIC_ROLE")
 	fs.StringVar(&o.nodeID, "node-id", fromEnv(env, "", "ELASTIC_NODE_ID", "POD_NAME"), "stable id of this node; the host name if empty"+envNote("ELASTIC_NODE_ID", "POD_NAME"))
 	fs.IntVar(&o.ordinal, "ordinal", -1,
 		"the node's place in its workload (a StatefulSet pod's ordinal); a shrinking job keeps the lowest. -1: the number that ends the node id, if any")
@@ -111,6 +115,7 @@ it; --tee says whose output still reaches the terminal.`,
 	fs.IntVar(&o.nproc, "nproc-per-node", 1, "training processes on this node")
 	ttl, ttlErr := envDuration(env, membership.DefaultTTL, "ELASTIC_TTL")
 	fs.DurationVar(&o.ttl, "ttl", ttl, "lease TTL: how long a silent node keeps its place (at least 2s)"+envNote("ELASTIC_TTL"))
+	o.ttlOrigin = fromVariable(fs, "ttl", env, "ELASTIC_TTL")
 	fs.DurationVar(&o.fenceMargin, "fence-margin", 0,
 		"how long before the lease could expire the node kills its processes; 0: a tenth of the TTL, at least 250ms")
 	fs.StringVar(&o.cgroup, "cgroup", "auto", "auto: run the training processes in a cgroup v2 of their own where one is writable; off: never")
@@ -118,6 +123,7 @@ it; --tee says whose output still reaches the terminal.`,
 	faultTolerance, ftErr := envInt(env, membership.FaultToleranceRestart, "PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL")
 	fs.IntVar(&o.faultTolerance, "fault-tolerance-level", faultTolerance,
 		"0: a failure ends the job; 1: restart; 2: restart and replace the failing node"+envNote("PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL"))
+	o.ftOrigin = fromVariable(fs, "fault-tolerance-level", env, "PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL")
 	fs.IntVar(&o.maxRestarts, "max-restarts", membership.DefaultMaxRestarts, "restarts a job may spend on failures")
 	fs.IntVar(&o.ps, "ps", 0, "parameter-server nodes of the job")
 	fs.IntVar(&o.heter, "heter", 0, "heterogeneous trainer nodes of the job (PaddlePaddle's heter parameter servers)")
@@ -183,7 +189,7 @@ func envSeconds(env lookupEnv, name string) (time.Duration, error) {
 func (o *sidecarOptions) node() (membership.Node, error) {
 	role, err := membership.ParseRole(o.role)
 	if err != nil {
-		return membership.Node{}, usageError{fmt.Errorf("--role: %w", err)}
+		return membership.Node{}, usageError{fmt.Errorf("%s: %w", o.roleOrigin, err)}
 	}
 	if o.nproc < 1 || o.nproc > membership.MaxNProc {
 		return membership.Node{}, usagef("--nproc-per-node %d: want 1..%d", o.nproc, membership.MaxNProc)
@@ -246,7 +252,11 @@ func (o *sidecarOptions) spec(name string) (*membership.Spec, error) {
 	s.SuccessPolicy, s.CleanPodPolicy = membership.SuccessPolicy(o.successPolicy), membership.CleanPodPolicy(o.cleanPodPolicy)
 	s.Name = name
 	if err := s.Validate(); err != nil {
-		return nil, usageError{specFlagError(err, o.npOrigin)}
+		err = specFlagError(err, o.npOrigin)
+		if rest, ok := strings.CutPrefix(err.Error(), "--fault-tolerance-level "); ok {
+			err = fmt.Errorf("%s %s", o.ftOrigin, rest) // the variable, if it was one
+		}
+		return nil, usageError{err}
 	}
 	if o.np == "" {
 		return nil, nil
@@ -288,7 +298,7 @@ func (o *sidecarOptions) validate() (jobID string, node membership.Node, spec *m
 	}
 	switch {
 	case o.ttl < membership.MinTTL:
-		return "", node, nil, usagef("--ttl %s: at least %s", o.ttl, membership.MinTTL)
+		return "", node, nil, usagef("%s %s: at least %s", o.ttlOrigin, o.ttl, membership.MinTTL)
 	case o.fenceMargin < 0 || o.fenceMargin >= o.ttl/2:
 		return "", node, nil, usagef("--fence-margin %s: want 0 or a duration below half the TTL %s", o.fenceMargin, o.ttl)
 	case o.cgroup != "auto" && o.cgroup != "off":
