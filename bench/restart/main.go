@@ -189,8 +189,13 @@ func measureJob(binary, python, np string, n, runs int, scale bool) ([]result, e
 	defer os.RemoveAll(dir)
 	log := filepath.Join(dir, "starts.log")
 	script, _ := filepath.Abs("bench/noop_trainer.py")
+	binary, err = filepath.Abs(binary)
+	if err != nil {
+		return nil, err
+	}
 	cmd := exec.Command(binary, "run", "--np", np, "--job", "bench", "--max-restarts", "100000",
 		"--grace-period", "5s", "--", python, script)
+	cmd.Dir = dir // where run keeps the ranks' logs above 4 processes
 	cmd.Env = append(os.Environ(), "BENCH_LOG="+log)
 	var output proctest.Buffer
 	cmd.Stdout, cmd.Stderr = &output, &output

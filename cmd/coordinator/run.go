@@ -49,8 +49,10 @@ It prints the etcd endpoint it serves on (a free port unless
 nodes. A node whose sidecar dies is started again. One line is printed per
 generation: its size, why it exists and how long the restart took.
 
-Each rank's output is shown prefixed with [rank N]. Above 4 processes only rank
-0's is shown, and every rank's goes to log/NODE/rank-R.log (--log-dir, --tee).
+Each rank's output is shown prefixed with [rank N]. When --np's maximum times
+--nproc-per-node is above 4, only rank 0's is shown, and every rank's goes to
+log/NODE/rank-R.log (--log-dir, --tee). The choice is made at start: give
+--log-dir for a job you will scale past 4 processes.
 
 run exits 0 when the job succeeds, with the failed training process's exit
 code when it fails, 127 or 126 at once when the command cannot be started, and
