@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/elastictraining/coordinator/internal/etcdtest"
+	"github.com/elastictraining/coordinator/membership"
 )
 
 // TestMain runs the tests, or, when a test started this binary as a
@@ -148,6 +149,24 @@ func TestEnvironmentFallbacks(t *testing.T) {
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, "job not found: nosuchjob")
 	assert.NotContains(t, stderr, "coordinator: job", "no package prefix")
+}
+
+// A job that has ended is not scaled: its sidecars have gone, and the
+// record of how it ended stays as it was.
+func TestScaleRefusesAJobThatHasEnded(t *testing.T) {
+	srv := etcdtest.Start(t)
+	keys := membership.DefaultKeys()
+	_, err := srv.Client(t).Put(t.Context(), keys.Spec("done"), `{"np":"2"}`)
+	require.NoError(t, err)
+	_, err = srv.Client(t).Put(t.Context(), keys.Status("done"), `{"phase":"Failed","generation":3,"np":"2","message":"node n1 failed with exit code 3"}`)
+	require.NoError(t, err)
+	code, stdout, stderr := runCLI(t, nil, "scale", "--etcd-endpoints", srv.Endpoint(), "--job", "done", "--np", "3")
+	assert.Equal(t, 1, code)
+	assert.Empty(t, stdout)
+	assert.Equal(t, "coordinator scale: job done has ended (Failed: node n1 failed with exit code 3); delete it (coordinator delete --job done) to run it again\n", stderr)
+	resp, err := srv.Client(t).Get(t.Context(), keys.Spec("done"))
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"np":"2"}`, string(resp.Kvs[0].Value), "the spec is as it was")
 }
 
 func TestVersion(t *testing.T) {

@@ -68,6 +68,11 @@ PaddlePaddle's spelling works too: --elastic_server for --etcd-endpoints and
 			client := coordinator.NewClient(cli, keys)
 			name := job.displayName(id)
 			before, _ := client.Status(ctx, id)
+			if before.Phase.Done() {
+				// Its sidecars have exited: a new np would change nothing
+				// but the record of how it ended.
+				return fmt.Errorf("job %s has ended (%s: %s); delete it (coordinator delete --job %s) to run it again", name, before.Phase, orDash(before.Message), name)
+			}
 			spec, err := client.Resize(ctx, coordinator.ScaleRequest{Job: id, NP: np, Create: create, Name: job.specName(id)})
 			if errors.Is(err, coordinator.ErrJobNotFound) {
 				return fmt.Errorf("job %s does not exist (no spec, node or status under %s); check --job, or add --create to start it", name, keys.Job(id))
