@@ -9,6 +9,7 @@ import (
 	"errors"
 	"html/template"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -69,10 +70,7 @@ func jobPages(client *coordinator.Client) http.Handler {
 		}
 		renderPage(w, "jobs.html", map[string]any{"Jobs": views, "Now": time.Now()})
 	})
-	mux.HandleFunc("GET /jobs/{job}", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), jobPageTimeout)
-		defer cancel()
-		id := r.PathValue("job")
+	mux.HandleFunc("GET /jobs/{job}", withJob(func(ctx context.Context, w http.ResponseWriter, r *http.Request, id string) {
 		// A job's name as the user gave it (Resnet_50) leads to its id.
 		if stored, err := membership.JobIDFor(id); err == nil && stored != id {
 			http.Redirect(w, r, "/jobs/"+stored, http.StatusFound)
@@ -83,28 +81,20 @@ func jobPages(client *coordinator.Client) http.Handler {
 			jobPageError(w, id, err)
 			return
 		}
-		events, err := client.Events(ctx, id)
-		if err != nil {
-			http.Error(w, oneLine(err.Error()), http.StatusServiceUnavailable)
+		events, ok := jobEvents(ctx, w, client, id)
+		if !ok {
 			return
 		}
-		// Newest first: what an operator looks for is what just happened.
-		for i, j := 0, len(events)-1; i < j; i, j = i+1, j-1 {
-			events[i], events[j] = events[j], events[i]
-		}
+		slices.Reverse(events) // newest first: what an operator looks for is what just happened
 		renderPage(w, "job.html", map[string]any{"Job": view, "Events": events})
-	})
-	mux.HandleFunc("GET /jobs/{job}/timeline.svg", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), jobPageTimeout)
-		defer cancel()
-		id := r.PathValue("job")
+	}))
+	mux.HandleFunc("GET /jobs/{job}/timeline.svg", withJob(func(ctx context.Context, w http.ResponseWriter, _ *http.Request, id string) {
 		if _, err := client.Status(ctx, id); err != nil {
 			jobPageError(w, id, err)
 			return
 		}
-		events, err := client.Events(ctx, id)
-		if err != nil {
-			http.Error(w, oneLine(err.Error()), http.StatusServiceUnavailable)
+		events, ok := jobEvents(ctx, w, client, id)
+		if !ok {
 			return
 		}
 		name := id
@@ -119,8 +109,28 @@ func jobPages(client *coordinator.Client) http.Handler {
 		}
 		w.Header().Set("Content-Type", "image/svg+xml")
 		_, _ = w.Write(svg.Bytes())
-	})
+	}))
 	return mux
+}
+
+// withJob serves a page of the job in the path, its reads bounded by
+// jobPageTimeout.
+func withJob(page func(ctx context.Context, w http.ResponseWriter, r *http.Request, id string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), jobPageTimeout)
+		defer cancel()
+		page(ctx, w, r, r.PathValue("job"))
+	}
+}
+
+// jobEvents reads a job's events, oldest first, or answers 503.
+func jobEvents(ctx context.Context, w http.ResponseWriter, client *coordinator.Client, id string) ([]membership.Event, bool) {
+	events, err := client.Events(ctx, id)
+	if err != nil {
+		http.Error(w, oneLine(err.Error()), http.StatusServiceUnavailable)
+		return nil, false
+	}
+	return events, true
 }
 
 // jobPageError answers a job that is not there with 404 and anything else
