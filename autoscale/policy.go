@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/elastictraining/coordinator/internal/english"
+	"github.com/elastictraining/coordinator/english"
 )
 
 // Config tunes the policy. Zero fields take the defaults.

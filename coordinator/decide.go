@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/elastictraining/coordinator/internal/english"
+	"github.com/elastictraining/coordinator/english"
 	"github.com/elastictraining/coordinator/membership"
 )
 

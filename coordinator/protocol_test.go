@@ -10,7 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/elastictraining/coordinator/coordinator"
-	"github.com/elastictraining/coordinator/internal/simnode"
+	"github.com/elastictraining/coordinator/internal/testkit/simnode"
 	"github.com/elastictraining/coordinator/membership"
 )
 

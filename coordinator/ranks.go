@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/elastictraining/coordinator/internal/english"
+	"github.com/elastictraining/coordinator/english"
 	"github.com/elastictraining/coordinator/membership"
 )
 

@@ -19,9 +19,9 @@ import (
 
 	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/internal/etcdclient"
-	"github.com/elastictraining/coordinator/internal/etcdcluster"
-	"github.com/elastictraining/coordinator/internal/proctest"
-	"github.com/elastictraining/coordinator/internal/tcpproxy"
+	"github.com/elastictraining/coordinator/internal/testkit/etcdcluster"
+	"github.com/elastictraining/coordinator/internal/testkit/proctest"
+	"github.com/elastictraining/coordinator/internal/testkit/tcpproxy"
 	"github.com/elastictraining/coordinator/membership"
 )
 

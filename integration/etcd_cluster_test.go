@@ -18,7 +18,7 @@ import (
 
 	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/internal/etcdclient"
-	"github.com/elastictraining/coordinator/internal/etcdcluster"
+	"github.com/elastictraining/coordinator/internal/testkit/etcdcluster"
 	"github.com/elastictraining/coordinator/membership"
 )
 

@@ -31,8 +31,8 @@ import (
 	"k8s.io/client-go/restmapper"
 
 	"github.com/elastictraining/coordinator/coordinator"
-	"github.com/elastictraining/coordinator/internal/etcdtest"
-	"github.com/elastictraining/coordinator/internal/kubetest"
+	"github.com/elastictraining/coordinator/internal/testkit/etcdtest"
+	"github.com/elastictraining/coordinator/internal/testkit/kubetest"
 	"github.com/elastictraining/coordinator/membership"
 )
 

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/elastictraining/coordinator/internal/etcdtest"
+	"github.com/elastictraining/coordinator/internal/testkit/etcdtest"
 )
 
 // TestAMindSporeSchedulerOutsideKubernetes runs a scheduler node (`sidecar

@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/elastictraining/coordinator/internal/etcdtest"
-	"github.com/elastictraining/coordinator/internal/kubetest"
+	"github.com/elastictraining/coordinator/internal/testkit/etcdtest"
+	"github.com/elastictraining/coordinator/internal/testkit/kubetest"
 )
 
 // promtool is Prometheus's own checker, built by `make test` (the

@@ -20,9 +20,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/elastictraining/coordinator/internal/embedetcd"
-	"github.com/elastictraining/coordinator/internal/etcdtest"
 	"github.com/elastictraining/coordinator/internal/pki"
-	"github.com/elastictraining/coordinator/internal/proctest"
+	"github.com/elastictraining/coordinator/internal/testkit/etcdtest"
+	"github.com/elastictraining/coordinator/internal/testkit/proctest"
 )
 
 // certs writes a CA, a server certificate for 127.0.0.1, a client

@@ -9,7 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/elastictraining/coordinator/internal/etcdauth"
+	"github.com/elastictraining/coordinator/etcdauth"
 	"github.com/elastictraining/coordinator/operatorbridge"
 )
 

@@ -19,7 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/elastictraining/coordinator/guard"
-	"github.com/elastictraining/coordinator/internal/proctest"
+	"github.com/elastictraining/coordinator/internal/testkit/proctest"
 	"github.com/elastictraining/coordinator/launcher"
 )
 

@@ -9,8 +9,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
-	"github.com/elastictraining/coordinator/internal/etcdtest"
-	"github.com/elastictraining/coordinator/internal/simnode"
+	"github.com/elastictraining/coordinator/internal/testkit/etcdtest"
+	"github.com/elastictraining/coordinator/internal/testkit/simnode"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/sidecar"
 )

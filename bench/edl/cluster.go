@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/elastictraining/coordinator/internal/kubetest"
-	"github.com/elastictraining/coordinator/internal/simnode"
+	"github.com/elastictraining/coordinator/internal/testkit/kubetest"
+	"github.com/elastictraining/coordinator/internal/testkit/simnode"
 	"github.com/elastictraining/coordinator/membership"
 )
 

@@ -27,7 +27,7 @@ import (
 
 	"github.com/elastictraining/coordinator/internal/embedetcd"
 	"github.com/elastictraining/coordinator/internal/etcdclient"
-	"github.com/elastictraining/coordinator/internal/kubetest"
+	"github.com/elastictraining/coordinator/internal/testkit/kubetest"
 )
 
 // env is what every pass shares.

@@ -3,7 +3,7 @@
 // no autoscaling, EDL's one trainer a pass, and the autoscale policy — and
 // writes a table of average job completion time, pending time,
 // utilization and restarts. No control plane: the policy alone
-// (internal/policysim).
+// (bench/internal/policysim).
 package main
 
 import (
@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/elastictraining/coordinator/autoscale"
-	"github.com/elastictraining/coordinator/internal/policysim"
+	"github.com/elastictraining/coordinator/bench/internal/policysim"
 )
 
 func main() {

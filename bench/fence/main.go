@@ -41,8 +41,8 @@ import (
 	"github.com/elastictraining/coordinator/guard"
 	"github.com/elastictraining/coordinator/internal/embedetcd"
 	"github.com/elastictraining/coordinator/internal/etcdclient"
-	"github.com/elastictraining/coordinator/internal/proctest"
-	"github.com/elastictraining/coordinator/internal/tcpproxy"
+	"github.com/elastictraining/coordinator/internal/testkit/proctest"
+	"github.com/elastictraining/coordinator/internal/testkit/tcpproxy"
 	"github.com/elastictraining/coordinator/membership"
 )
 

@@ -20,7 +20,7 @@ import (
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/internal/embedetcd"
-	"github.com/elastictraining/coordinator/internal/kubetest"
+	"github.com/elastictraining/coordinator/internal/testkit/kubetest"
 )
 
 // elasticJobRows are the timings of ElasticJobs: from the create (what

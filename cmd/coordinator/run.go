@@ -18,7 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/elastictraining/coordinator/internal/english"
+	"github.com/elastictraining/coordinator/english"
 	"github.com/elastictraining/coordinator/internal/localrun"
 	"github.com/elastictraining/coordinator/launcher"
 	"github.com/elastictraining/coordinator/membership"

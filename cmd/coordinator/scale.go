@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/elastictraining/coordinator/coordinator"
-	"github.com/elastictraining/coordinator/internal/english"
+	"github.com/elastictraining/coordinator/english"
 	"github.com/elastictraining/coordinator/membership"
 )
 

@@ -19,7 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/elastictraining/coordinator/coordinator"
-	"github.com/elastictraining/coordinator/internal/etcdauth"
+	"github.com/elastictraining/coordinator/etcdauth"
 	"github.com/elastictraining/coordinator/membership"
 )
 

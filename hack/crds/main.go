@@ -1,4 +1,4 @@
-// Command crds renders the CRDs of internal/crds into deploy/.
+// Command crds renders the CRDs of kube/crds into deploy/.
 package main
 
 import (
@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/elastictraining/coordinator/internal/crds"
+	"github.com/elastictraining/coordinator/kube/crds"
 )
 
 func main() {

@@ -18,8 +18,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/elastictraining/coordinator/coordinator"
+	"github.com/elastictraining/coordinator/english"
 	"github.com/elastictraining/coordinator/internal/embedetcd"
-	"github.com/elastictraining/coordinator/internal/english"
 	"github.com/elastictraining/coordinator/internal/etcdclient"
 	"github.com/elastictraining/coordinator/membership"
 )

@@ -6,7 +6,7 @@ import (
 	"io"
 
 	"github.com/elastictraining/coordinator/coordinator"
-	"github.com/elastictraining/coordinator/internal/english"
+	"github.com/elastictraining/coordinator/english"
 	"github.com/elastictraining/coordinator/membership"
 )
 

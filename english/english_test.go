@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/elastictraining/coordinator/internal/english"
+	"github.com/elastictraining/coordinator/english"
 )
 
 func TestCount(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/elastictraining/coordinator/autoscale"
-	"github.com/elastictraining/coordinator/internal/policysim"
+	"github.com/elastictraining/coordinator/bench/internal/policysim"
 )
 
 func nodes(n int, milliCPU int64) []int64 {
