@@ -92,7 +92,7 @@ bench-restart: build
 		$$(/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null && echo -torchrun) -out bench/results/restart.txt
 
 # Each fuzz target for FUZZTIME (the seed corpora also run in `make test`).
-FUZZ_PKGS := ./membership/ ./guard/ ./jobcontroller/
+FUZZ_PKGS := ./membership/ ./guard/ ./kube/jobcontroller/
 fuzz:
 	@for pkg in $(FUZZ_PKGS); do \
 		for target in $$($(GO) test -list 'Fuzz.*' $$pkg | grep ^Fuzz); do \

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/elastictraining/coordinator/membership"
-	"github.com/elastictraining/coordinator/operatorbridge"
+	"github.com/elastictraining/coordinator/kube/bridge"
 )
 
 // TestConfigMapWriteIsRetriedUntilItSucceeds denies the bridge the job's
@@ -33,8 +33,8 @@ func TestConfigMapWriteIsRetriedUntilItSucceeds(t *testing.T) {
 
 	e.setRole("")
 	require.Eventually(t, func() bool {
-		cm, err := e.c.Client.CoreV1().ConfigMaps(e.ns).Get(t.Context(), operatorbridge.ConfigMapName("retry"), metav1.GetOptions{})
-		return err == nil && cm.Annotations[operatorbridge.AnnotationGeneration] == itoa64(st.Generation)
+		cm, err := e.c.Client.CoreV1().ConfigMaps(e.ns).Get(t.Context(), bridge.ConfigMapName("retry"), metav1.GetOptions{})
+		return err == nil && cm.Annotations[bridge.AnnotationGeneration] == itoa64(st.Generation)
 	}, 60*time.Second, 20*time.Millisecond, "the ConfigMap of generation %d was never written once RBAC allowed it:\n%s", st.Generation, e.bridge.out)
 	now, err := e.client.Status(t.Context(), "retry")
 	require.NoError(t, err)
@@ -50,8 +50,8 @@ func TestConfigMapOfANewerGenerationIsKept(t *testing.T) {
 	t.Parallel()
 	e := newKubeEnv(t, kubeOptions{toyEnv: []string{"TOY_STEPS=100000", "TOY_INTERVAL=1"}})
 	newer := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: operatorbridge.ConfigMapName("kept"), Labels: map[string]string{"elastic.job": "kept"},
-			Annotations: map[string]string{operatorbridge.AnnotationGeneration: "100"}},
+		ObjectMeta: metav1.ObjectMeta{Name: bridge.ConfigMapName("kept"), Labels: map[string]string{"elastic.job": "kept"},
+			Annotations: map[string]string{bridge.AnnotationGeneration: "100"}},
 		Data: map[string]string{"ELASTIC_GENERATION": "100", "WORLD_SIZE": "8"},
 	}
 	_, err := e.c.Client.CoreV1().ConfigMaps(e.ns).Create(t.Context(), newer, metav1.CreateOptions{})
@@ -65,10 +65,10 @@ func TestConfigMapOfANewerGenerationIsKept(t *testing.T) {
 	require.Eventually(t, func() bool {
 		got, err = e.c.Client.CoreV1().ConfigMaps(e.ns).Get(t.Context(), newer.Name, metav1.GetOptions{})
 		require.NoError(t, err)
-		return got.Annotations[operatorbridge.AnnotationGeneration] != "100" ||
+		return got.Annotations[bridge.AnnotationGeneration] != "100" ||
 			strings.Contains(e.bridge.out.String(), "describes a newer generation")
 	}, 30*time.Second, 20*time.Millisecond, "the bridge never dealt with generation %d:\n%s", st.Generation, e.bridge.out)
-	assert.Equal(t, "100", got.Annotations[operatorbridge.AnnotationGeneration], "generation %d replaced a newer ConfigMap", st.Generation)
+	assert.Equal(t, "100", got.Annotations[bridge.AnnotationGeneration], "generation %d replaced a newer ConfigMap", st.Generation)
 	assert.Equal(t, newer.Data, got.Data)
 }
 

@@ -35,7 +35,7 @@ import (
 	"github.com/elastictraining/coordinator/internal/etcdclient"
 	"github.com/elastictraining/coordinator/internal/testkit/kubetest"
 	"github.com/elastictraining/coordinator/membership"
-	"github.com/elastictraining/coordinator/operatorbridge"
+	"github.com/elastictraining/coordinator/kube/bridge"
 )
 
 func main() {
@@ -149,7 +149,7 @@ func measure(ctx context.Context, c *kubetest.Cluster, binary, dir string, n, ru
 	if _, err := client.Scale(ctx, "bench", strconv.Itoa(half)); err != nil {
 		return nil, err
 	}
-	labels := map[string]string{operatorbridge.LabelJob: "bench", operatorbridge.LabelRole: "worker"}
+	labels := map[string]string{bridge.LabelJob: "bench", bridge.LabelRole: "worker"}
 	replicas := int32(half)
 	if _, err := c.Client.AppsV1().StatefulSets(ns).Create(ctx, &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "bench-worker", Labels: labels},
@@ -210,7 +210,7 @@ func waitUp(ctx context.Context, c *kubetest.Cluster, ns string, n int) (time.Ti
 			podsAt = time.Now()
 		}
 		if cmAt.IsZero() {
-			cm, err := c.Client.CoreV1().ConfigMaps(ns).Get(ctx, operatorbridge.ConfigMapName("bench"), metav1.GetOptions{})
+			cm, err := c.Client.CoreV1().ConfigMaps(ns).Get(ctx, bridge.ConfigMapName("bench"), metav1.GetOptions{})
 			if err == nil && cm.Data["PADDLE_TRAINERS_NUM"] == strconv.Itoa(n) {
 				cmAt = time.Now()
 			}
@@ -236,7 +236,7 @@ func waitSize(ctx context.Context, c *kubetest.Cluster, client *coordinator.Clie
 	}
 	for ctx.Err() == nil {
 		pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		cm, cmErr := c.Client.CoreV1().ConfigMaps(ns).Get(ctx, operatorbridge.ConfigMapName("bench"), metav1.GetOptions{})
+		cm, cmErr := c.Client.CoreV1().ConfigMaps(ns).Get(ctx, bridge.ConfigMapName("bench"), metav1.GetOptions{})
 		if err == nil && len(pods.Items) == n && cmErr == nil && cm.Data["PADDLE_TRAINERS_NUM"] == strconv.Itoa(n) {
 			return nil
 		}

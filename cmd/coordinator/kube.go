@@ -24,10 +24,10 @@ import (
 
 	"github.com/elastictraining/coordinator/autoscale"
 	"github.com/elastictraining/coordinator/coordinator"
-	"github.com/elastictraining/coordinator/jobcontroller"
-	"github.com/elastictraining/coordinator/kubeautoscale"
+	"github.com/elastictraining/coordinator/kube/jobcontroller"
+	"github.com/elastictraining/coordinator/kube/autoscaler"
 	"github.com/elastictraining/coordinator/membership"
-	"github.com/elastictraining/coordinator/operatorbridge"
+	"github.com/elastictraining/coordinator/kube/bridge"
 )
 
 // kubeOptions are the flags of the Kubernetes side of serve.
@@ -206,15 +206,15 @@ func (o *kubeOptions) leaderTasks(ctx context.Context, cli *clientv3.Client, key
 	if o.all {
 		jobsNamespace = "" // every namespace
 	}
-	bridge, err := operatorbridge.New(operatorbridge.Config{
+	br, err := bridge.New(bridge.Config{
 		Kube: c.kube, Dynamic: c.dyn, Etcd: cli, Keys: keys, Namespace: jobsNamespace, Workloads: gvrs, Logger: logger, Registerer: reg,
 	})
 	if err != nil {
 		return nil, err
 	}
-	tasks := []coordinator.LeaderTask{bridge}
+	tasks := []coordinator.LeaderTask{br}
 	if o.autoscale {
-		scaler, err := kubeautoscale.New(kubeautoscale.Config{
+		scaler, err := autoscaler.New(autoscaler.Config{
 			Kube: c.kube, Dynamic: c.dyn, Etcd: cli, Keys: keys, Namespace: jobsNamespace, Policy: p.autoscale,
 			Period: o.autoscalePeriod, Settle: o.autoscaleSettle, DeletionCost: o.deletionCost, Logger: logger, Registerer: reg,
 		})

@@ -19,7 +19,7 @@ import (
 
 	"github.com/elastictraining/coordinator/etcdauth"
 	"github.com/elastictraining/coordinator/membership"
-	"github.com/elastictraining/coordinator/operatorbridge"
+	"github.com/elastictraining/coordinator/kube/bridge"
 )
 
 // reconcile makes etcd and Kubernetes hold what one job asks for, and
@@ -248,11 +248,11 @@ func (t *term) ensureService(ctx context.Context, u *unstructured.Unstructured, 
 	}
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: j.ID, Namespace: j.Namespace, Labels: map[string]string{operatorbridge.LabelJob: j.ID},
+			Name: j.ID, Namespace: j.Namespace, Labels: map[string]string{bridge.LabelJob: j.ID},
 			OwnerReferences: []metav1.OwnerReference{j.Owner},
 		},
 		Spec: corev1.ServiceSpec{
-			ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{operatorbridge.LabelJob: j.ID},
+			ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{bridge.LabelJob: j.ID},
 			PublishNotReadyAddresses: true, // peers are resolved before they are ready
 		},
 	}
@@ -333,7 +333,7 @@ func (t *term) command(ctx context.Context, c *corev1.Container) ([]string, erro
 // removeDroppedRoles deletes the StatefulSets of roles the job no longer
 // has.
 func (t *term) removeDroppedRoles(ctx context.Context, u *unstructured.Unstructured, j Job) error {
-	have, err := t.sets.StatefulSets(j.Namespace).List(labels.SelectorFromSet(labels.Set{operatorbridge.LabelJob: j.ID}))
+	have, err := t.sets.StatefulSets(j.Namespace).List(labels.SelectorFromSet(labels.Set{bridge.LabelJob: j.ID}))
 	if err != nil {
 		return err
 	}

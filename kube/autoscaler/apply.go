@@ -1,4 +1,4 @@
-package kubeautoscale
+package autoscaler
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/elastictraining/coordinator/autoscale"
-	"github.com/elastictraining/coordinator/jobcontroller"
+	"github.com/elastictraining/coordinator/kube/jobcontroller"
 	"github.com/elastictraining/coordinator/membership"
 )
 

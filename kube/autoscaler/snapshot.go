@@ -1,4 +1,4 @@
-package kubeautoscale
+package autoscaler
 
 import (
 	"strconv"
@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/elastictraining/coordinator/autoscale"
-	"github.com/elastictraining/coordinator/jobcontroller"
+	"github.com/elastictraining/coordinator/kube/jobcontroller"
 	"github.com/elastictraining/coordinator/membership"
 )
 

@@ -1,4 +1,4 @@
-// Package kubeautoscale runs the autoscale policy on a Kubernetes cluster:
+// Package autoscaler runs the autoscale policy on a Kubernetes cluster:
 // a leader task of `coordinator serve --kubernetes --autoscale`. It watches
 // nodes and pods through informers and the jobs' records in etcd, turns
 // them into an autoscale.Snapshot when something changes (a pod pending, a
@@ -8,4 +8,4 @@
 // the spec), the spec's target in etcd otherwise. It reports each job in
 // etcd (Keys.Autoscaler, shown by `coordinator status`), as Events and as
 // Prometheus metrics.
-package kubeautoscale
+package autoscaler

@@ -1,4 +1,4 @@
-package kubeautoscale
+package autoscaler
 
 import (
 	"fmt"

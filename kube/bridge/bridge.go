@@ -1,4 +1,4 @@
-// Package operatorbridge makes Kubernetes follow the coordinator. It finds a
+// Package bridge makes Kubernetes follow the coordinator. It finds a
 // job's workloads by label (elastic.job, elastic.role), sets their replicas
 // through the scale subresource when the job's np changes, writes the
 // ConfigMap <job>-elastic with the endpoints of every committed generation,
@@ -10,7 +10,7 @@
 // it writes only its own report (Keys.Bridge) and the evictions of nodes
 // whose pods are gone (membership.Evict: a revoked lease, and a record
 // unless Kubernetes says the pod's containers stopped).
-package operatorbridge
+package bridge
 
 import (
 	"context"
@@ -82,7 +82,7 @@ type Bridge struct {
 // New validates cfg.
 func New(cfg Config) (*Bridge, error) {
 	if cfg.Kube == nil || cfg.Dynamic == nil || cfg.Etcd == nil {
-		return nil, errors.New("operatorbridge: kubernetes, dynamic and etcd clients are required")
+		return nil, errors.New("bridge: kubernetes, dynamic and etcd clients are required")
 	}
 	if cfg.Keys == (membership.Keys{}) {
 		cfg.Keys = membership.DefaultKeys()

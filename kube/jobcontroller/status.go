@@ -15,7 +15,7 @@ import (
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/membership"
-	"github.com/elastictraining/coordinator/operatorbridge"
+	"github.com/elastictraining/coordinator/kube/bridge"
 )
 
 // writeStatus reports the job in its resource's status: the coordinator's
@@ -154,5 +154,5 @@ func (t *term) warnOnce(u *unstructured.Unstructured, reason, message string) {
 }
 
 func labelsString(job string, role membership.Role) string {
-	return operatorbridge.LabelJob + "=" + job + "," + operatorbridge.LabelRole + "=" + string(role)
+	return bridge.LabelJob + "=" + job + "," + bridge.LabelRole + "=" + string(role)
 }

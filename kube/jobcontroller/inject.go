@@ -13,7 +13,7 @@ import (
 
 	"github.com/elastictraining/coordinator/etcdauth"
 	"github.com/elastictraining/coordinator/membership"
-	"github.com/elastictraining/coordinator/operatorbridge"
+	"github.com/elastictraining/coordinator/kube/bridge"
 )
 
 // Sidecar is what the controller injects into every pod of a job.
@@ -68,7 +68,7 @@ func StatefulSetName(job string, role membership.Role) string { return job + "-"
 // after it (OnDelete): a rolling update would restart the job behind the
 // coordinator's back.
 func statefulSet(j Job, r Role, sc Sidecar, command commandOf) (*appsv1.StatefulSet, error) {
-	labels := map[string]string{operatorbridge.LabelJob: j.ID, operatorbridge.LabelRole: string(r.Name)}
+	labels := map[string]string{bridge.LabelJob: j.ID, bridge.LabelRole: string(r.Name)}
 	tmpl, err := inject(j, r, sc, command)
 	if err != nil {
 		return nil, err
@@ -107,12 +107,12 @@ func inject(j Job, r Role, sc Sidecar, command commandOf) (corev1.PodTemplateSpe
 	if t.Labels == nil {
 		t.Labels = map[string]string{}
 	}
-	t.Labels[operatorbridge.LabelJob], t.Labels[operatorbridge.LabelRole] = j.ID, string(r.Name)
+	t.Labels[bridge.LabelJob], t.Labels[bridge.LabelRole] = j.ID, string(r.Name)
 	if j.Intranet == IntranetService {
 		if t.Annotations == nil {
 			t.Annotations = map[string]string{}
 		}
-		t.Annotations[operatorbridge.AnnotationIntranet] = IntranetService
+		t.Annotations[bridge.AnnotationIntranet] = IntranetService
 	}
 	spec := &t.Spec
 	if len(spec.Containers) == 0 {

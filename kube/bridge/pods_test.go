@@ -1,4 +1,4 @@
-package operatorbridge
+package bridge
 
 import (
 	"testing"

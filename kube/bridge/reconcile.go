@@ -1,4 +1,4 @@
-package operatorbridge
+package bridge
 
 import (
 	"context"
@@ -29,7 +29,7 @@ type reportedState struct {
 
 // errReported marks a failed reconcile whose problem is already in the
 // bridge's report; the job is queued again with backoff.
-var errReported = errors.New("operatorbridge: reported")
+var errReported = errors.New("bridge: reported")
 
 var errCachesNotReady = fmt.Errorf("%w: kubernetes caches not filled", errReported)
 

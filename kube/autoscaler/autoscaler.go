@@ -1,4 +1,4 @@
-package kubeautoscale
+package autoscaler
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/elastictraining/coordinator/autoscale"
-	"github.com/elastictraining/coordinator/jobcontroller"
+	"github.com/elastictraining/coordinator/kube/jobcontroller"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -87,7 +87,7 @@ const writeSettle = 10 * time.Second
 // New validates cfg and fills its defaults.
 func New(cfg Config) (*Autoscaler, error) {
 	if cfg.Kube == nil || cfg.Dynamic == nil || cfg.Etcd == nil {
-		return nil, errors.New("kubeautoscale: kubernetes, dynamic and etcd clients are required")
+		return nil, errors.New("autoscaler: kubernetes, dynamic and etcd clients are required")
 	}
 	if cfg.Keys == (membership.Keys{}) {
 		cfg.Keys = membership.DefaultKeys()
@@ -102,7 +102,7 @@ func New(cfg Config) (*Autoscaler, error) {
 		cfg.MaxSettle = 15 * time.Second
 	}
 	if cfg.Period < 0 || cfg.Batch < 0 || cfg.Settle < 0 || cfg.MaxSettle < 0 {
-		return nil, errors.New("kubeautoscale: period, batch and settle must not be negative")
+		return nil, errors.New("autoscaler: period, batch and settle must not be negative")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()

@@ -40,7 +40,7 @@ import (
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/membership"
-	"github.com/elastictraining/coordinator/operatorbridge"
+	"github.com/elastictraining/coordinator/kube/bridge"
 )
 
 // Config configures a Controller.
@@ -185,7 +185,7 @@ func (t *term) startInformers() (stop func(), err error) {
 	stopCh := make(chan struct{})
 	dyn := dynamicinformer.NewFilteredDynamicSharedInformerFactory(t.cfg.Dynamic, 0, ns, nil)
 	typed := informers.NewSharedInformerFactoryWithOptions(t.cfg.Kube, 0, informers.WithNamespace(ns),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = operatorbridge.LabelJob }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = bridge.LabelJob }))
 
 	for _, k := range t.cfg.Kinds {
 		inf := dyn.ForResource(k.Resource)
