@@ -22,9 +22,9 @@ import (
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/internal/testkit/kubetest"
+	"github.com/elastictraining/coordinator/kube/bridge"
 	"github.com/elastictraining/coordinator/kube/crds"
 	"github.com/elastictraining/coordinator/membership"
-	"github.com/elastictraining/coordinator/kube/bridge"
 )
 
 // applyCRDs applies the CRDs of deploy/ to the shared control plane.

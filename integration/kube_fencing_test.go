@@ -11,8 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/kube/bridge"
+	"github.com/elastictraining/coordinator/membership"
 )
 
 // TestConfigMapWriteIsRetriedUntilItSucceeds denies the bridge the job's

@@ -34,8 +34,8 @@ import (
 	"github.com/elastictraining/coordinator/internal/embedetcd"
 	"github.com/elastictraining/coordinator/internal/etcdclient"
 	"github.com/elastictraining/coordinator/internal/testkit/kubetest"
-	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/kube/bridge"
+	"github.com/elastictraining/coordinator/membership"
 )
 
 func main() {

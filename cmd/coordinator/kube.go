@@ -24,10 +24,10 @@ import (
 
 	"github.com/elastictraining/coordinator/autoscale"
 	"github.com/elastictraining/coordinator/coordinator"
-	"github.com/elastictraining/coordinator/kube/jobcontroller"
 	"github.com/elastictraining/coordinator/kube/autoscaler"
-	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/kube/bridge"
+	"github.com/elastictraining/coordinator/kube/jobcontroller"
+	"github.com/elastictraining/coordinator/membership"
 )
 
 // kubeOptions are the flags of the Kubernetes side of serve.

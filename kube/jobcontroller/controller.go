@@ -39,8 +39,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
-	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/kube/bridge"
+	"github.com/elastictraining/coordinator/membership"
 )
 
 // Config configures a Controller.

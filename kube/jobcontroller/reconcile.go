@@ -18,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/elastictraining/coordinator/etcdauth"
-	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/kube/bridge"
+	"github.com/elastictraining/coordinator/membership"
 )
 
 // reconcile makes etcd and Kubernetes hold what one job asks for, and
