@@ -14,6 +14,7 @@ import (
 	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/internal/testkit/etcdtest"
 	"github.com/elastictraining/coordinator/internal/testkit/simnode"
+	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -23,7 +24,7 @@ type harness struct {
 	srv    *etcdtest.Server
 	cli    *clientv3.Client
 	keys   membership.Keys
-	client *coordinator.Client
+	client *jobclient.Client
 	// nodeTTL is the lease TTL of simulated nodes.
 	nodeTTL time.Duration
 }
@@ -32,7 +33,7 @@ func newHarness(t testing.TB) *harness {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
 	keys := membership.DefaultKeys()
-	return &harness{t: t, srv: srv, cli: cli, keys: keys, client: coordinator.NewClient(cli, keys), nodeTTL: 2 * time.Second}
+	return &harness{t: t, srv: srv, cli: cli, keys: keys, client: jobclient.New(cli, keys), nodeTTL: 2 * time.Second}
 }
 
 func testLogger(name string) hclog.Logger {

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/elastictraining/coordinator/coordinator"
+	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -137,7 +138,7 @@ func TestACancelledJobEndsFailed(t *testing.T) {
 	h.waitRunning("c", 2, 0)
 
 	_, err := h.client.Delete(t.Context(), "c")
-	require.ErrorIs(t, err, coordinator.ErrJobRunning)
+	require.ErrorIs(t, err, jobclient.ErrJobRunning)
 
 	st, err := h.client.Cancel(t.Context(), "c", "deleted by a test")
 	require.NoError(t, err)
@@ -158,5 +159,5 @@ func TestACancelledJobEndsFailed(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, resp.Kvs)
 	_, err = h.client.Delete(t.Context(), "c")
-	require.ErrorIs(t, err, coordinator.ErrJobNotFound)
+	require.ErrorIs(t, err, jobclient.ErrJobNotFound)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/elastictraining/coordinator/coordinator"
+	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -51,7 +52,7 @@ func TestScaleRejectsBadInput(t *testing.T) {
 	assert.Equal(t, before.Kvs[0].ModRevision, after.Kvs[0].ModRevision, "rejected input changes nothing")
 
 	_, err = h.client.Status(t.Context(), "nosuchjob")
-	assert.ErrorIs(t, err, coordinator.ErrJobNotFound)
+	assert.ErrorIs(t, err, jobclient.ErrJobNotFound)
 }
 
 func TestScaleKeepsTheRestOfTheSpec(t *testing.T) {

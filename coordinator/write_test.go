@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/elastictraining/coordinator/internal/testkit/etcdtest"
+	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -58,7 +59,7 @@ func TestADecisionNeverReplacesAPlanItDidNotSee(t *testing.T) {
 
 			err = a.write(t.Context(), stale, d)
 			require.ErrorIs(t, err, errPlanMoved)
-			got, err := NewClient(cli, c.cfg.Keys).Plan(t.Context(), "job")
+			got, err := jobclient.New(cli, c.cfg.Keys).Plan(t.Context(), "job")
 			require.NoError(t, err, "the table the plan names is intact")
 			assert.Equal(t, applied.Members, got.Members, "the plan etcd holds was not replaced")
 			latest, err := membership.ReadTableSnapshot(t.Context(), cli, c.cfg.Keys, "job", *applied.Table, 0)

@@ -17,11 +17,11 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/internal/etcdclient"
 	"github.com/elastictraining/coordinator/internal/testkit/etcdcluster"
 	"github.com/elastictraining/coordinator/internal/testkit/proctest"
 	"github.com/elastictraining/coordinator/internal/testkit/tcpproxy"
+	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -37,7 +37,7 @@ type jobCluster struct {
 	marker  string
 	log     string
 	cli     *clientv3.Client
-	client  *coordinator.Client
+	client  *jobclient.Client
 }
 
 // clusterNode is one sidecar and its link to etcd (none on three members).
@@ -81,7 +81,7 @@ func (c *jobCluster) connect() {
 	cli, err := etcdclient.New(etcdclient.Config{Endpoints: strings.Split(c.etcdURL, ",")})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cli.Close() })
-	c.cli, c.client = cli, coordinator.NewClient(cli, membership.DefaultKeys())
+	c.cli, c.client = cli, jobclient.New(cli, membership.DefaultKeys())
 	t.Cleanup(func() {
 		var left []proctest.Process
 		require.Eventually(t, func() bool {

@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/internal/etcdclient"
 	"github.com/elastictraining/coordinator/internal/testkit/etcdcluster"
+	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -62,7 +62,7 @@ func TestAThreeMemberEtcdWithPeerTLSLosesItsLeaderAndTheJobRunsOn(t *testing.T) 
 	cliEtcd, err := etcdclient.New(etcdclient.Config{Endpoints: etcd.Endpoints()})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cliEtcd.Close() })
-	client := coordinator.NewClient(cliEtcd, membership.DefaultKeys())
+	client := jobclient.New(cliEtcd, membership.DefaultKeys())
 	env := []string{"ELASTIC_TEST_MARK=" + marker, "FT_LOG=" + filepath.Join(dir, "trainer.log")}
 	background(t, env, "serve", "--etcd-endpoints", endpoints, "--listen-metrics", "127.0.0.1:"+freePort(t))
 	for _, id := range []string{"n0", "n1"} {

@@ -21,9 +21,9 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/internal/etcdclient"
 	"github.com/elastictraining/coordinator/internal/testkit/proctest"
+	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -65,7 +65,7 @@ type localRun struct {
 	toyDir   string
 	marker   string
 	endpoint string
-	client   *coordinator.Client
+	client   *jobclient.Client
 	cli      *clientv3.Client
 }
 
@@ -128,7 +128,7 @@ func startRunIn(t *testing.T, dir string, args []string, command []string, env .
 	cli, err := etcdclient.New(etcdclient.Config{Endpoints: []string{r.endpoint}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cli.Close() })
-	r.cli, r.client = cli, coordinator.NewClient(cli, membership.DefaultKeys())
+	r.cli, r.client = cli, jobclient.New(cli, membership.DefaultKeys())
 	return r
 }
 

@@ -30,9 +30,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
 
-	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/internal/testkit/etcdtest"
 	"github.com/elastictraining/coordinator/internal/testkit/kubetest"
+	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -80,7 +80,7 @@ type kubeEnv struct {
 	c          *kubetest.Cluster
 	ns         string
 	etcd       *etcdtest.Server
-	client     *coordinator.Client
+	client     *jobclient.Client
 	dyn        dynamic.Interface
 	kubeconfig string // the bridge's: its ServiceAccount's token
 	bridge     *bgProcess
@@ -133,7 +133,7 @@ func newKubeEnv(t *testing.T, o kubeOptions) *kubeEnv {
 	var err error
 	e.dyn, err = dynamic.NewForConfig(c.Config)
 	require.NoError(t, err)
-	e.client = coordinator.NewClient(e.etcd.Client(t), membership.DefaultKeys())
+	e.client = jobclient.New(e.etcd.Client(t), membership.DefaultKeys())
 	_, err = c.Client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.ns}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 

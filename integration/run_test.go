@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/internal/testkit/etcdtest"
 	"github.com/elastictraining/coordinator/internal/testkit/proctest"
+	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -151,7 +151,7 @@ func TestSidecarTakesPaddlePaddlesVariables(t *testing.T) {
 		"TOY_DIR=" + t.TempDir(), "TOY_STEPS=20", "TOY_INTERVAL=0.05",
 	}, "sidecar", "--port", freePort(t), "--master-port", freePort(t), "--", "testdata/toytrainer.sh")
 
-	client := coordinator.NewClient(srv.Client(t), membership.DefaultKeys())
+	client := jobclient.New(srv.Client(t), membership.DefaultKeys())
 	require.Eventually(t, func() bool {
 		nodes, err := client.Nodes(t.Context(), "paddle")
 		return err == nil && len(nodes) == 1 && nodes[0].ID == "paddle-0" && nodes[0].Host == "127.0.0.2" && nodes[0].Pod == "paddle-0"

@@ -16,7 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/elastictraining/coordinator/coordinator"
+	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -154,7 +154,7 @@ func (p *pass) run(ctx context.Context) error {
 
 // sampleEvery lists the namespace's pods and the jobs' status each period.
 func (p *pass) sampleEvery(ctx context.Context, period time.Duration) {
-	client := coordinator.NewClient(p.env.etcd, membership.DefaultKeys())
+	client := jobclient.New(p.env.etcd, membership.DefaultKeys())
 	p.listEvery(ctx, period, func(pods *corev1.PodList) {
 		now := time.Since(p.start)
 		s := sample{at: now}
@@ -241,7 +241,7 @@ func (p *pass) listEvery(ctx context.Context, period time.Duration, fn func(*cor
 // readGenerations notes every job's generation: each after the first was
 // a restart of the whole job.
 func (p *pass) readGenerations(ctx context.Context) {
-	client := coordinator.NewClient(p.env.etcd, membership.DefaultKeys())
+	client := jobclient.New(p.env.etcd, membership.DefaultKeys())
 	for _, j := range p.jobs {
 		if st, err := client.Status(ctx, j.name); err == nil {
 			j.generation = st.Generation

@@ -37,12 +37,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/elastictraining/coordinator/bench/internal/stats"
-	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/guard"
 	"github.com/elastictraining/coordinator/internal/embedetcd"
 	"github.com/elastictraining/coordinator/internal/etcdclient"
 	"github.com/elastictraining/coordinator/internal/testkit/proctest"
 	"github.com/elastictraining/coordinator/internal/testkit/tcpproxy"
+	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -129,7 +129,7 @@ type bench struct {
 	serve  *exec.Cmd
 	nodes  []*node
 	cli    *clientv3.Client
-	client *coordinator.Client
+	client *jobclient.Client
 	keys   membership.Keys
 	out    *proctest.Buffer
 }
@@ -163,7 +163,7 @@ func start(binary, trainer string, nodes int, ttl time.Duration) (*bench, error)
 	if b.cli, err = etcdclient.New(etcdclient.Config{Endpoints: []string{"http://" + endpoint}}); err != nil {
 		return nil, err
 	}
-	b.client = coordinator.NewClient(b.cli, b.keys)
+	b.client = jobclient.New(b.cli, b.keys)
 	metrics, err := embedetcd.FreePort("127.0.0.1")
 	if err != nil {
 		return nil, err

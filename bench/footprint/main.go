@@ -20,6 +20,7 @@ import (
 	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/internal/embedetcd"
 	"github.com/elastictraining/coordinator/internal/etcdclient"
+	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -95,7 +96,7 @@ func measure(etcdBinary, binary string) (string, error) {
 		return "", err
 	}
 	defer func() { _ = sidecar.Process.Signal(syscall.SIGTERM); _ = sidecar.Wait() }()
-	status := coordinator.NewClient(cli, membership.DefaultKeys())
+	status := jobclient.New(cli, membership.DefaultKeys())
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		s, err := status.Status(ctx, "footprint")

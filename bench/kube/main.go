@@ -30,10 +30,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/elastictraining/coordinator/bench/internal/stats"
-	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/internal/embedetcd"
 	"github.com/elastictraining/coordinator/internal/etcdclient"
 	"github.com/elastictraining/coordinator/internal/testkit/kubetest"
+	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/kube/bridge"
 	"github.com/elastictraining/coordinator/membership"
 )
@@ -115,7 +115,7 @@ func measure(ctx context.Context, c *kubetest.Cluster, binary, dir string, n, ru
 		return nil, err
 	}
 	defer cli.Close()
-	client := coordinator.NewClient(cli, membership.DefaultKeys())
+	client := jobclient.New(cli, membership.DefaultKeys())
 
 	ns := fmt.Sprintf("bench-%d", n)
 	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -225,7 +225,7 @@ func waitUp(ctx context.Context, c *kubetest.Cluster, ns string, n int) (time.Ti
 
 // waitSize waits for the job to run at size n with n pods, for the pods of
 // an earlier size to be gone, and for the ConfigMap to describe size n.
-func waitSize(ctx context.Context, c *kubetest.Cluster, client *coordinator.Client, ns string, n int) error {
+func waitSize(ctx context.Context, c *kubetest.Cluster, client *jobclient.Client, ns string, n int) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	err := client.WatchStatus(ctx, "bench", func(s membership.Status) (bool, error) {

@@ -28,10 +28,10 @@ import (
 	"time"
 
 	"github.com/elastictraining/coordinator/bench/internal/stats"
-	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/internal/embedetcd"
 	"github.com/elastictraining/coordinator/internal/etcdclient"
 	"github.com/elastictraining/coordinator/internal/testkit/proctest"
+	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -215,7 +215,7 @@ func measureJob(binary, python, np string, n, runs int, scale bool) ([]result, e
 		return nil, err
 	}
 	defer cli.Close()
-	client := coordinator.NewClient(cli, membership.DefaultKeys())
+	client := jobclient.New(cli, membership.DefaultKeys())
 	ctx := context.Background()
 
 	_, ranks, gen, err := waitStarted(log, time.Time{}, n, time.Minute)
@@ -307,7 +307,7 @@ func measureBaseline(python string, n, runs int) (result, error) {
 // waitRunning waits for the job to report generation gen Running, so that
 // one measurement does not overlap the next; the restart time it reports
 // goes into reported.
-func waitRunning(ctx context.Context, client *coordinator.Client, gen int64, reported *result) error {
+func waitRunning(ctx context.Context, client *jobclient.Client, gen int64, reported *result) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	return client.WatchStatus(ctx, "bench", func(s membership.Status) (bool, error) {

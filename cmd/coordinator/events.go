@@ -13,8 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/internal/timeline"
+	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -58,7 +58,7 @@ each generation over time, and each restart's duration, step by step.`,
 				return err
 			}
 			defer cli.Close()
-			client := coordinator.NewClient(cli, keys)
+			client := jobclient.New(cli, keys)
 			if _, err := client.Status(ctx, id); err != nil {
 				return err
 			}

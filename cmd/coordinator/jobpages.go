@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/internal/timeline"
+	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -54,7 +54,7 @@ var jobPageTemplates = template.Must(template.New("").Funcs(template.FuncMap{
 const jobPageTimeout = 5 * time.Second
 
 // jobPages serves /jobs and /jobs/JOB[/timeline.svg] from client.
-func jobPages(client *coordinator.Client) http.Handler {
+func jobPages(client *jobclient.Client) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /jobs", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), jobPageTimeout)
@@ -124,7 +124,7 @@ func withJob(page func(ctx context.Context, w http.ResponseWriter, r *http.Reque
 }
 
 // jobEvents reads a job's events, oldest first, or answers 503.
-func jobEvents(ctx context.Context, w http.ResponseWriter, client *coordinator.Client, id string) ([]membership.Event, bool) {
+func jobEvents(ctx context.Context, w http.ResponseWriter, client *jobclient.Client, id string) ([]membership.Event, bool) {
 	events, err := client.Events(ctx, id)
 	if err != nil {
 		http.Error(w, oneLine(err.Error()), http.StatusServiceUnavailable)
@@ -136,7 +136,7 @@ func jobEvents(ctx context.Context, w http.ResponseWriter, client *coordinator.C
 // jobPageError answers a job that is not there with 404 and anything else
 // (etcd unreachable) with 503.
 func jobPageError(w http.ResponseWriter, id string, err error) {
-	if errors.Is(err, coordinator.ErrJobNotFound) || membership.ValidateJobID(id) != nil {
+	if errors.Is(err, jobclient.ErrJobNotFound) || membership.ValidateJobID(id) != nil {
 		http.Error(w, oneLine(err.Error()), http.StatusNotFound)
 		return
 	}

@@ -13,8 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/english"
+	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -42,7 +42,7 @@ spec was first stored).`,
 				return err
 			}
 			defer cli.Close()
-			jobs, err := coordinator.NewClient(cli, keys).Jobs(ctx)
+			jobs, err := jobclient.New(cli, keys).Jobs(ctx)
 			if err != nil {
 				return err
 			}
@@ -73,7 +73,7 @@ type jobView struct {
 	Message    string              `json:"message"`
 }
 
-func newJobView(j coordinator.JobSummary) jobView {
+func newJobView(j jobclient.JobSummary) jobView {
 	v := jobView{Job: j.ID, Phase: j.Status.Phase, Generation: j.Status.Generation, Members: j.Status.Members, Ready: j.Status.Ready,
 		Nodes: j.Nodes, Restarts: j.Status.Restarts, Message: j.Status.Message}
 	if np, err := membership.ParseNP(j.Status.NP); err == nil {
@@ -89,7 +89,7 @@ func newJobView(j coordinator.JobSummary) jobView {
 	return v
 }
 
-func writeJobsJSON(w io.Writer, jobs []coordinator.JobSummary) error {
+func writeJobsJSON(w io.Writer, jobs []jobclient.JobSummary) error {
 	out := make([]jobView, 0, len(jobs))
 	for _, j := range jobs {
 		out = append(out, newJobView(j))
@@ -97,7 +97,7 @@ func writeJobsJSON(w io.Writer, jobs []coordinator.JobSummary) error {
 	return writeJSON(w, out)
 }
 
-func writeJobsTable(w io.Writer, jobs []coordinator.JobSummary, now time.Time) {
+func writeJobsTable(w io.Writer, jobs []jobclient.JobSummary, now time.Time) {
 	if len(jobs) == 0 {
 		fmt.Fprintln(w, "No jobs.")
 		return
@@ -180,7 +180,7 @@ serve deletes finished jobs by itself after --finished-job-retention.`,
 				return err
 			}
 			defer cli.Close()
-			client := coordinator.NewClient(cli, keys)
+			client := jobclient.New(cli, keys)
 			name := job.displayName(id)
 			// Everything from here, the reads included, within --timeout:
 			// an etcd that goes away (run's, when run ends) is an error,
@@ -188,14 +188,14 @@ serve deletes finished jobs by itself after --finished-job-retention.`,
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			st, err := deleteJob(ctx, cmd.OutOrStdout(), client, id, name, force)
-			var stopping *coordinator.StoppingError
+			var stopping *jobclient.StoppingError
 			switch {
 			case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &stopping):
 				return fmt.Errorf("job %s: not deleted within --timeout %s: %s", name, timeout, deleteWaitingFor(st, err))
-			case errors.Is(err, coordinator.ErrJobRunning):
+			case errors.Is(err, jobclient.ErrJobRunning):
 				return fmt.Errorf("job %s is %s (generation %d, %d of %s ready): it has not ended; wait for it, or add --force to end it first",
 					name, st.Phase, st.Generation, st.Ready, english.Count(st.Members, "member"))
-			case errors.Is(err, coordinator.ErrJobNotFound):
+			case errors.Is(err, jobclient.ErrJobNotFound):
 				return fmt.Errorf("job %s does not exist (nothing under %s)", name, keys.Job(id))
 			case err != nil:
 				return err
@@ -216,13 +216,13 @@ serve deletes finished jobs by itself after --finished-job-retention.`,
 // processes: the keys go only then, so that a job created again under the
 // same name never starts beside the old one's processes. With force, a
 // job that has not ended is asked to end first.
-func deleteJob(ctx context.Context, out io.Writer, client *coordinator.Client, id, name string, force bool) (membership.Status, error) {
+func deleteJob(ctx context.Context, out io.Writer, client *jobclient.Client, id, name string, force bool) (membership.Status, error) {
 	cancelled, waiting := false, int64(-1)
 	for {
 		st, err := client.Delete(ctx, id)
-		var stopping *coordinator.StoppingError
+		var stopping *jobclient.StoppingError
 		switch {
-		case errors.Is(err, coordinator.ErrJobRunning) && force && !cancelled:
+		case errors.Is(err, jobclient.ErrJobRunning) && force && !cancelled:
 			fmt.Fprintf(out, "job %s is %s: asking the coordinator to end it\n", name, st.Phase)
 			if st, err = client.Cancel(ctx, id, "deleted with coordinator delete --force"); err != nil {
 				return st, err
@@ -247,7 +247,7 @@ func deleteJob(ctx context.Context, out io.Writer, client *coordinator.Client, i
 
 // deleteWaitingFor says what a delete that ran out of time waited for.
 func deleteWaitingFor(st membership.Status, err error) string {
-	var stopping *coordinator.StoppingError
+	var stopping *jobclient.StoppingError
 	switch {
 	case errors.As(err, &stopping):
 		return stopping.Error() + "; nothing was deleted"

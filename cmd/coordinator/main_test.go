@@ -148,7 +148,7 @@ func TestEnvironmentFallbacks(t *testing.T) {
 	code, _, stderr = runCLI(t, env, "status", "--job", "nosuchjob")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, "job not found: nosuchjob")
-	assert.NotContains(t, stderr, "coordinator: job", "no package prefix")
+	assert.NotContains(t, stderr, "jobclient: job", "no package prefix")
 }
 
 // A job that has ended is not scaled: its sidecars have gone, and the

@@ -12,8 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/english"
+	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -65,7 +65,7 @@ PaddlePaddle's spelling works too: --elastic_server for --etcd-endpoints and
 				return err
 			}
 			defer cli.Close()
-			client := coordinator.NewClient(cli, keys)
+			client := jobclient.New(cli, keys)
 			name := job.displayName(id)
 			before, _ := client.Status(ctx, id)
 			if before.Phase.Done() {
@@ -73,8 +73,8 @@ PaddlePaddle's spelling works too: --elastic_server for --etcd-endpoints and
 				// but the record of how it ended.
 				return fmt.Errorf("job %s has ended (%s: %s); delete it (coordinator delete --job %s) to run it again", name, before.Phase, orDash(before.Message), name)
 			}
-			spec, err := client.Resize(ctx, coordinator.ScaleRequest{Job: id, NP: np, Create: create, Name: job.specName(id)})
-			if errors.Is(err, coordinator.ErrJobNotFound) {
+			spec, err := client.Resize(ctx, jobclient.ScaleRequest{Job: id, NP: np, Create: create, Name: job.specName(id)})
+			if errors.Is(err, jobclient.ErrJobNotFound) {
 				return fmt.Errorf("job %s does not exist (no spec, node or status under %s); check --job, or add --create to start it", name, keys.Job(id))
 			}
 			if err != nil {
@@ -112,7 +112,7 @@ func describeChange(before, after string) string {
 // coordinator has taken the new np into account and runs the job at a size
 // it allows, then says so; the job's end or the timeout is an error that
 // says where the job stands.
-func waitForSize(ctx context.Context, out io.Writer, client *coordinator.Client, id, name string, np membership.NP, timeout time.Duration) error {
+func waitForSize(ctx context.Context, out io.Writer, client *jobclient.Client, id, name string, np membership.NP, timeout time.Duration) error {
 	waitCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	began := time.Now()

@@ -14,7 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/elastictraining/coordinator/coordinator"
+	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -53,7 +53,7 @@ durations in seconds, np as {"min":N,"max":M} and the nodes.`,
 				return err
 			}
 			defer cli.Close()
-			client := coordinator.NewClient(cli, keys)
+			client := jobclient.New(cli, keys)
 			out := cmd.OutOrStdout()
 			view, err := loadView(ctx, client, id)
 			if err != nil {
@@ -140,7 +140,7 @@ func newStatusView(job string, s membership.Status) statusView {
 }
 
 // loadView reads everything `status` shows of a job.
-func loadView(ctx context.Context, client *coordinator.Client, job string) (statusView, error) {
+func loadView(ctx context.Context, client *jobclient.Client, job string) (statusView, error) {
 	st, err := client.Status(ctx, job)
 	if err != nil {
 		return statusView{}, err
@@ -162,7 +162,7 @@ func loadView(ctx context.Context, client *coordinator.Client, job string) (stat
 }
 
 // loadNodes reads the job's nodes with their ranks in the running plan.
-func loadNodes(ctx context.Context, client *coordinator.Client, job string) ([]nodeView, error) {
+func loadNodes(ctx context.Context, client *jobclient.Client, job string) ([]nodeView, error) {
 	nodes, err := client.Nodes(ctx, job)
 	if err != nil {
 		return nil, err
@@ -281,7 +281,7 @@ func writeTable(w io.Writer, v statusView) {
 // watchJob prints the status at every change until the job ends, and
 // returns the job's result: nil when it succeeded, an exitError with its
 // exit code when it failed.
-func watchJob(ctx context.Context, out io.Writer, client *coordinator.Client, job, output string) error {
+func watchJob(ctx context.Context, out io.Writer, client *jobclient.Client, job, output string) error {
 	name := job
 	if spec, err := client.Spec(ctx, job); err == nil && spec.Name != "" {
 		name = spec.Name

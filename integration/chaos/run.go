@@ -18,13 +18,13 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/guard"
 	"github.com/elastictraining/coordinator/internal/embedetcd"
 	"github.com/elastictraining/coordinator/internal/etcdclient"
 	"github.com/elastictraining/coordinator/internal/testkit/etcdcluster"
 	"github.com/elastictraining/coordinator/internal/testkit/proctest"
 	"github.com/elastictraining/coordinator/internal/testkit/tcpproxy"
+	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -77,7 +77,7 @@ type run struct {
 	replicas []*coordinatorReplica
 	nodes    []*node
 	cli      *clientv3.Client
-	client   *coordinator.Client
+	client   *jobclient.Client
 	start    time.Time
 
 	mu         sync.Mutex
@@ -167,7 +167,7 @@ func (r *run) up(ctx context.Context) error {
 	if r.cli, err = etcdclient.New(etcdclient.Config{Endpoints: r.etcd.Endpoints()}); err != nil {
 		return err
 	}
-	r.client = coordinator.NewClient(r.cli, membership.DefaultKeys())
+	r.client = jobclient.New(r.cli, membership.DefaultKeys())
 	for i := range r.cfg.Replicas {
 		port, err := embedetcd.FreePort("127.0.0.1")
 		if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/elastictraining/coordinator/english"
 	"github.com/elastictraining/coordinator/internal/embedetcd"
 	"github.com/elastictraining/coordinator/internal/etcdclient"
+	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -91,7 +92,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	defer cli.Close()
 
 	keys := membership.DefaultKeys()
-	client := coordinator.NewClient(cli, keys)
+	client := jobclient.New(cli, keys)
 	if st, err := client.Status(ctx, cfg.Job); err == nil && st.Phase.Done() {
 		return 1, fmt.Errorf("job %s already ended (%s) in %s; use another --job or --data-dir", cfg.Job, st.Phase, dataDir)
 	}
@@ -130,7 +131,7 @@ type runner struct {
 	cfg      Config
 	cli      *clientv3.Client
 	keys     membership.Keys
-	client   *coordinator.Client
+	client   *jobclient.Client
 	endpoint string
 
 	// Owned by run's goroutine.

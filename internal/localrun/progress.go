@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/english"
+	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -14,13 +14,13 @@ import (
 // the job waits or ends.
 type progress struct {
 	out         io.Writer
-	client      *coordinator.Client
+	client      *jobclient.Client
 	job         string
 	lastPhase   membership.JobPhase
 	lastRunning int64
 }
 
-func newProgress(out io.Writer, client *coordinator.Client, job string) *progress {
+func newProgress(out io.Writer, client *jobclient.Client, job string) *progress {
 	return &progress{out: out, client: client, job: job}
 }
 

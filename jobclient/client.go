@@ -1,4 +1,4 @@
-package coordinator
+package jobclient
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 )
 
 // ErrJobNotFound is returned for a job that has no keys in etcd.
-var ErrJobNotFound = errors.New("coordinator: job not found")
+var ErrJobNotFound = errors.New("jobclient: job not found")
 
 // Client reads and changes jobs the way the command line does; it needs no
 // leadership and can run anywhere.
@@ -20,8 +20,8 @@ type Client struct {
 	keys membership.Keys
 }
 
-// NewClient returns a client of the jobs under keys.
-func NewClient(cli *clientv3.Client, keys membership.Keys) *Client {
+// New returns a client of the jobs under keys.
+func New(cli *clientv3.Client, keys membership.Keys) *Client {
 	if keys == (membership.Keys{}) {
 		keys = membership.DefaultKeys()
 	}

@@ -1,4 +1,4 @@
-package coordinator
+package jobclient
 
 import (
 	"context"
@@ -79,7 +79,7 @@ func (c *Client) summary(ctx context.Context, id string) (JobSummary, error) {
 }
 
 // ErrJobRunning is returned by Delete for a job that has not ended.
-var ErrJobRunning = errors.New("coordinator: job has not ended")
+var ErrJobRunning = errors.New("jobclient: job has not ended")
 
 // StoppingError is returned by Delete for a job that has ended while some
 // of its nodes are still registered, or evicted and not yet certainly
