@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/presence"
 )
 
 // Defaults of Config.
@@ -62,7 +63,7 @@ type Config struct {
 
 // LeaderTask is work that only the leader does. Lead runs until ctx ends,
 // which happens when the lead is lost; an error makes it start again after
-// a backoff while the lead lasts. membership.LeaderFence(ctx) is the
+// a backoff while the lead lasts. presence.LeaderFence(ctx) is the
 // comparison its etcd transactions add so as to fail once the lead is lost.
 type LeaderTask interface {
 	Lead(ctx context.Context) error
@@ -83,8 +84,8 @@ func (c *Config) setDefaults() error {
 	if c.SessionTTL == 0 {
 		c.SessionTTL = DefaultSessionTTL
 	}
-	if c.SessionTTL < membership.MinTTL {
-		return fmt.Errorf("coordinator: session ttl %s is below the minimum of %s", c.SessionTTL, membership.MinTTL)
+	if c.SessionTTL < presence.MinTTL {
+		return fmt.Errorf("coordinator: session ttl %s is below the minimum of %s", c.SessionTTL, presence.MinTTL)
 	}
 	if c.SettleWindow == 0 {
 		c.SettleWindow = DefaultSettleWindow

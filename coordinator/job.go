@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/presence"
 )
 
 // jobActor reconciles one job. The watch goroutine feeds it changes through
@@ -563,12 +564,12 @@ func (a *jobActor) evict(ctx context.Context, gen int64, nodes []membership.Live
 		go func() {
 			defer func() { <-slots; wg.Done() }()
 			a.t.c.metrics.writes.Inc()
-			err := membership.Evict(ctx, a.t.c.cfg.Client, a.t.c.cfg.Keys, membership.EvictRequest{
+			err := presence.Evict(ctx, a.t.c.cfg.Client, a.t.c.cfg.Keys, presence.EvictRequest{
 				Job: a.job, Node: n.ID, Lease: n.Lease, By: "coordinator", If: []clientv3.Cmp{a.t.fence},
 				Reason: fmt.Sprintf("did not ack the stop of generation %d in time", gen),
 			})
 			switch {
-			case errors.Is(err, membership.ErrEvictionMoot):
+			case errors.Is(err, presence.ErrEvictionMoot):
 				return // the node left, or re-registered, meanwhile
 			case err != nil:
 				mu.Lock()

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/presence"
 )
 
 // term is one period of leadership. It follows every job's keys with a
@@ -52,8 +53,8 @@ func (t *term) run(ctx context.Context) error {
 			t.lead(ctx, task)
 		}()
 	}
-	err := membership.Follow(ctx, t.c.cfg.Client, membership.Range{Key: t.c.cfg.Keys.Jobs(), Prefix: true}, t.c.logger,
-		func(u membership.Update) error { return t.dispatch(ctx, u) })
+	err := presence.Follow(ctx, t.c.cfg.Client, presence.Range{Key: t.c.cfg.Keys.Jobs(), Prefix: true}, t.c.logger,
+		func(u presence.Update) error { return t.dispatch(ctx, u) })
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause
 	}
@@ -63,7 +64,7 @@ func (t *term) run(ctx context.Context) error {
 // stepDown ends the term because a fenced write failed.
 func (t *term) stepDown(err error) { t.cancel(err) }
 
-func (t *term) dispatch(ctx context.Context, u membership.Update) error {
+func (t *term) dispatch(ctx context.Context, u presence.Update) error {
 	if u.Reset {
 		for _, a := range t.jobs {
 			a.reset()
@@ -132,7 +133,7 @@ func (t *term) lead(ctx context.Context, task LeaderTask) {
 		backoff.WithMaxInterval(30*time.Second),
 		backoff.WithMaxElapsedTime(0))
 	for {
-		err := task.Lead(membership.WithLeaderFence(ctx, t.fence))
+		err := task.Lead(presence.WithLeaderFence(ctx, t.fence))
 		if ctx.Err() != nil {
 			return
 		}

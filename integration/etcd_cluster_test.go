@@ -20,6 +20,7 @@ import (
 	"github.com/elastictraining/coordinator/internal/testkit/etcdcluster"
 	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/presence"
 )
 
 // Three `coordinator etcd` members with peer TLS carry a job through the
@@ -88,7 +89,7 @@ func TestAThreeMemberEtcdWithPeerTLSLosesItsLeaderAndTheJobRunsOn(t *testing.T) 
 		_, err = cliEtcd.Put(ctx, "/chaos/after-the-leader-died", "1")
 		return err == nil
 	}, 30*time.Second, 10*time.Millisecond, "no write went through: %v", &err)
-	time.Sleep(2 * membership.DefaultTTL) // long enough for any lease to have run out
+	time.Sleep(2 * presence.DefaultTTL) // long enough for any lease to have run out
 	after := running()
 	assert.Equal(t, before.Generation, after.Generation, "the job was restarted by the loss of an etcd member")
 

@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/presence"
 )
 
 // ErrJobNotFound is returned for a job that has no keys in etcd.
@@ -202,7 +203,7 @@ func (c *Client) WatchStatus(ctx context.Context, job string, fn func(membership
 	if err := membership.ValidateJobID(job); err != nil {
 		return err
 	}
-	err := membership.Follow(ctx, c.cli, membership.Range{Key: c.keys.Status(job)}, nil, func(u membership.Update) error {
+	err := presence.Follow(ctx, c.cli, presence.Range{Key: c.keys.Status(job)}, nil, func(u presence.Update) error {
 		if len(u.Changes) == 0 {
 			return nil
 		}

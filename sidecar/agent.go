@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/presence"
 )
 
 // Workload is what an agent supervises: the training processes of one node.
@@ -76,7 +77,7 @@ type Config struct {
 	Node membership.Node
 	TTL  time.Duration
 	// FenceMargin is how long before the lease's earliest expiry the node
-	// fences itself; see membership.RegistrationConfig.
+	// fences itself; see presence.RegistrationConfig.
 	FenceMargin time.Duration
 	// Spec, if set, is stored as the job's spec unless it has one.
 	Spec     *membership.Spec
@@ -121,10 +122,10 @@ type Agent struct {
 
 	abandon chan struct{}
 	once    sync.Once
-	current atomic.Pointer[membership.Registration]
+	current atomic.Pointer[presence.Registration]
 
 	// Owned by the Run goroutine.
-	reg          *membership.Registration
+	reg          *presence.Registration
 	exits        <-chan Exit
 	running      bool
 	startedGen   int64 // highest generation started (or fenced out of)
@@ -163,7 +164,7 @@ func New(cfg Config) (*Agent, error) {
 }
 
 // Registration is the node's registration, nil before Run registered it.
-func (a *Agent) Registration() *membership.Registration { return a.current.Load() }
+func (a *Agent) Registration() *presence.Registration { return a.current.Load() }
 
 // LeaseFenced tells the agent that its processes were killed because the
 // deadline of lease passed (the workload's guard did it): the node gives
@@ -191,7 +192,7 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 			a.logger.Info("the job's spec sets another np; it wins", "np", stored.NP.String(), "flag_np", a.cfg.Spec.NP.String())
 		}
 	}
-	reg, err := membership.Register(ctx, membership.RegistrationConfig{
+	reg, err := presence.Register(ctx, presence.RegistrationConfig{
 		Client: a.cfg.Client, Keys: a.cfg.Keys, Job: a.cfg.Job, Node: a.cfg.Node, TTL: a.cfg.TTL, FenceMargin: a.cfg.FenceMargin,
 		Logger:     a.cfg.Logger,
 		OnDeadline: func(lease clientv3.LeaseID, at time.Time) { a.cfg.Workload.SetDeadline(int64(lease), at) },
@@ -215,7 +216,7 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	plans, err := membership.WatchPlan(watchCtx, a.cfg.Client, a.cfg.Keys, a.cfg.Job, a.cfg.Tables, a.cfg.Logger)
+	plans, err := presence.WatchPlan(watchCtx, a.cfg.Client, a.cfg.Keys, a.cfg.Job, a.cfg.Tables, a.cfg.Logger)
 	if err != nil {
 		reg.Close()
 		return Result{}, err
@@ -289,7 +290,7 @@ func (a *Agent) markLeaving(ctx context.Context) {
 	defer cancel()
 	if _, err := a.reg.Update(ctx, func(n *membership.Node) {
 		n.State, n.Message = membership.NodeLeaving, "the sidecar is leaving"
-	}); err != nil && !errors.Is(err, membership.ErrNotRegistered) {
+	}); err != nil && !errors.Is(err, presence.ErrNotRegistered) {
 		a.logger.Debug("leaving not recorded", "error", err)
 	}
 }
@@ -402,7 +403,7 @@ func (a *Agent) write(ctx context.Context, state membership.NodeState, gen int64
 		attemptCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		_, err := a.reg.Update(attemptCtx, set)
-		if errors.Is(err, membership.ErrNotRegistered) {
+		if errors.Is(err, presence.ErrNotRegistered) {
 			return backoff.Permanent(err)
 		}
 		return err

@@ -44,6 +44,7 @@ import (
 	"github.com/elastictraining/coordinator/internal/testkit/tcpproxy"
 	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/presence"
 )
 
 const job = "fence"
@@ -53,7 +54,7 @@ func main() {
 	trainer := flag.String("trainer", "testdata/fencetrainer.sh", "the fence trainer")
 	runs := flag.Int("runs", 20, "repetitions of each fault")
 	nodes := flag.Int("nodes", 3, "nodes of the job (np 2:nodes); each fault takes one of them")
-	ttl := flag.Duration("ttl", membership.DefaultTTL, "the sidecars' lease TTL")
+	ttl := flag.Duration("ttl", presence.DefaultTTL, "the sidecars' lease TTL")
 	out := flag.String("out", "", "also write the report here")
 	flag.Parse()
 

@@ -93,7 +93,7 @@ func oneLine(s string) string {
 
 // packagePrefix matches the package names that the project's sentinel
 // errors start with.
-var packagePrefix = regexp.MustCompile(`(^|[\s(])(?:membership|coordinator|jobclient|registration|launcher|sidecar|guard|bridge|jobcontroller|autoscaler|autoscale|localrun|embedetcd|etcdclient|etcdauth|kubetest): `)
+var packagePrefix = regexp.MustCompile(`(^|[\s(])(?:membership|presence|coordinator|jobclient|registration|launcher|sidecar|guard|bridge|jobcontroller|autoscaler|autoscale|localrun|embedetcd|etcdclient|etcdauth|kubetest): `)
 
 // paddleSpelling lets a flag be spelled as PaddlePaddle's launcher spells
 // it: --job_id for --job, --elastic_server for --etcd-endpoints, and '_'

@@ -22,6 +22,7 @@ import (
 	"github.com/elastictraining/coordinator/internal/localrun"
 	"github.com/elastictraining/coordinator/launcher"
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/presence"
 )
 
 func newRunCommand(env lookupEnv) *cobra.Command {
@@ -83,8 +84,8 @@ signal kills them at once).`,
 			switch {
 			case nproc < 1 || nproc > membership.MaxNProc:
 				return usagef("--nproc-per-node %d: want 1..%d", nproc, membership.MaxNProc)
-			case ttl < membership.MinTTL:
-				return usagef("--ttl %s: at least %s", ttl, membership.MinTTL)
+			case ttl < presence.MinTTL:
+				return usagef("--ttl %s: at least %s", ttl, presence.MinTTL)
 			case withGloo < 0 || withGloo > 2:
 				return usagef("--with-gloo %d: want 0, 1 or 2", withGloo)
 			case grace < 0:
@@ -151,7 +152,7 @@ signal kills them at once).`,
 		"0: a failure ends the job; 1: restart; 2: restart and replace the failing node"+envNote("PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL"))
 	fs.IntVar(&maxRestarts, "max-restarts", membership.DefaultMaxRestarts, "restarts the job may spend on failures")
 	fs.StringVar(&successPolicy, "success-policy", string(membership.SuccessAllWorkers), "AllWorkers or Rank0")
-	fs.DurationVar(&ttl, "ttl", membership.DefaultTTL, "sidecars' lease TTL")
+	fs.DurationVar(&ttl, "ttl", presence.DefaultTTL, "sidecars' lease TTL")
 	fs.DurationVar(&grace, "grace-period", launcher.DefaultGrace, "time between SIGTERM and SIGKILL when stopping training processes")
 	fs.IntVar(&withGloo, "with-gloo", 0, "PaddlePaddle's withGloo, 1 or 2: set PADDLE_WITH_GLOO and PADDLE_GLOO_RENDEZVOUS=3; --with-gloo alone is 1")
 	fs.Lookup("with-gloo").NoOptDefVal = "1"

@@ -22,6 +22,7 @@ import (
 	"github.com/elastictraining/coordinator/etcdauth"
 	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/presence"
 )
 
 type serveOptions struct {
@@ -104,8 +105,8 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 		return err
 	}
 	switch {
-	case o.sessionTTL < membership.MinTTL:
-		return usagef("--session-ttl %s: at least %s", o.sessionTTL, membership.MinTTL)
+	case o.sessionTTL < presence.MinTTL:
+		return usagef("--session-ttl %s: at least %s", o.sessionTTL, presence.MinTTL)
 	case o.settle < 0:
 		return usagef("--settle-window %s: must not be negative", o.settle)
 	case o.stopTimeout < 0:

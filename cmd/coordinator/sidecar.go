@@ -18,6 +18,7 @@ import (
 	"github.com/elastictraining/coordinator/guard"
 	"github.com/elastictraining/coordinator/launcher"
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/presence"
 	"github.com/elastictraining/coordinator/sidecar"
 )
 
@@ -113,7 +114,7 @@ it; --tee says whose output still reaches the terminal.`,
 	fs.IntVar(&o.port, "port", 36000, "first endpoint port; process l listens on port+l")
 	fs.IntVar(&o.masterPort, "master-port", 29500, "rendezvous port (MASTER_PORT) if this node becomes rank 0")
 	fs.IntVar(&o.nproc, "nproc-per-node", 1, "training processes on this node")
-	ttl, ttlErr := envDuration(env, membership.DefaultTTL, "ELASTIC_TTL")
+	ttl, ttlErr := envDuration(env, presence.DefaultTTL, "ELASTIC_TTL")
 	fs.DurationVar(&o.ttl, "ttl", ttl, "lease TTL: how long a silent node keeps its place (at least 2s)"+envNote("ELASTIC_TTL"))
 	o.ttlOrigin = fromVariable(fs, "ttl", env, "ELASTIC_TTL")
 	fs.DurationVar(&o.fenceMargin, "fence-margin", 0,
@@ -297,8 +298,8 @@ func (o *sidecarOptions) validate() (jobID string, node membership.Node, spec *m
 		return "", node, nil, err
 	}
 	switch {
-	case o.ttl < membership.MinTTL:
-		return "", node, nil, usagef("%s %s: at least %s", o.ttlOrigin, o.ttl, membership.MinTTL)
+	case o.ttl < presence.MinTTL:
+		return "", node, nil, usagef("%s %s: at least %s", o.ttlOrigin, o.ttl, presence.MinTTL)
 	case o.fenceMargin < 0 || o.fenceMargin >= o.ttl/2:
 		return "", node, nil, usagef("--fence-margin %s: want 0 or a duration below half the TTL %s", o.fenceMargin, o.ttl)
 	case o.cgroup != "auto" && o.cgroup != "off":

@@ -157,7 +157,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	// History is compacted: every membership change writes a revision per
 	// node (acks), which nothing needs once the watchers have it. Five
 	// minutes of history outlast any watcher's reconnect; a watcher later
-	// than that lists again (membership.Follow). The quota is etcd's
+	// than that lists again (presence.Follow). The quota is etcd's
 	// default made explicit: 2 GiB, far above what compacted jobs use.
 	ec.AutoCompactionMode = "periodic"
 	ec.AutoCompactionRetention = cfg.HistoryRetention.String()

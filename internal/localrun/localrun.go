@@ -23,6 +23,7 @@ import (
 	"github.com/elastictraining/coordinator/internal/etcdclient"
 	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/presence"
 )
 
 // Config configures Run.
@@ -153,7 +154,7 @@ func (r *runner) run(ctx context.Context) (int, error) {
 	watches.Add(2)
 	go func() {
 		defer watches.Done()
-		_ = membership.Follow(watchCtx, r.cli, membership.Range{Key: r.keys.Spec(r.cfg.Job)}, nil, func(u membership.Update) error {
+		_ = presence.Follow(watchCtx, r.cli, presence.Range{Key: r.keys.Spec(r.cfg.Job)}, nil, func(u presence.Update) error {
 			if n := len(u.Changes); n > 0 && !u.Changes[n-1].Deleted {
 				if s, err := membership.DecodeSpec(u.Changes[n-1].Value); err == nil {
 					replace(specs, s)

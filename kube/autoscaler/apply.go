@@ -15,6 +15,7 @@ import (
 	"github.com/elastictraining/coordinator/autoscale"
 	"github.com/elastictraining/coordinator/kube/jobcontroller"
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/presence"
 )
 
 // apply sets a job's number of workers the way a person would: through
@@ -24,7 +25,7 @@ import (
 func (t *term) apply(ctx context.Context, j *jobView, workers int) error {
 	if j.owner.Kind == "" {
 		var fence []clientv3.Cmp
-		if f, ok := membership.LeaderFence(ctx); ok {
+		if f, ok := presence.LeaderFence(ctx); ok {
 			fence = append(fence, f)
 		}
 		_, err := membership.SetTarget(ctx, t.cfg.Etcd, t.cfg.Keys, j.id, j.spec.NP, workers, fence...)
@@ -82,7 +83,7 @@ func (t *term) report(ctx context.Context, v view, plan autoscale.Plan, decided 
 		// Only while the job's spec is there: a deleted job's keys must
 		// stay deleted.
 		conds := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(t.cfg.Keys.Spec(j.ID)), ">", 0)}
-		if f, ok := membership.LeaderFence(ctx); ok {
+		if f, ok := presence.LeaderFence(ctx); ok {
 			conds = append(conds, f)
 		}
 		writeCtx, cancel := context.WithTimeout(ctx, 5*time.Second)

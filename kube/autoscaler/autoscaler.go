@@ -21,6 +21,7 @@ import (
 	"github.com/elastictraining/coordinator/autoscale"
 	"github.com/elastictraining/coordinator/kube/jobcontroller"
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/presence"
 )
 
 // Config configures an Autoscaler.
@@ -258,8 +259,8 @@ func equalResources(a, b corev1.ResourceList) bool {
 // followEtcd keeps the jobs' records and pokes when a spec or status
 // changes.
 func (t *term) followEtcd(ctx context.Context) {
-	_ = membership.Follow(ctx, t.cfg.Etcd, membership.Range{Key: t.cfg.Keys.Jobs(), Prefix: true}, t.logger,
-		func(u membership.Update) error {
+	_ = presence.Follow(ctx, t.cfg.Etcd, presence.Range{Key: t.cfg.Keys.Jobs(), Prefix: true}, t.logger,
+		func(u presence.Update) error {
 			t.mu.Lock()
 			if u.Reset {
 				clear(t.jobs)

@@ -8,7 +8,7 @@
 //
 // It reads the coordinator's published records from etcd like any client;
 // it writes only its own report (Keys.Bridge) and the evictions of nodes
-// whose pods are gone (membership.Evict: a revoked lease, and a record
+// whose pods are gone (presence.Evict: a revoked lease, and a record
 // unless Kubernetes says the pod's containers stopped).
 package bridge
 
@@ -33,6 +33,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/presence"
 )
 
 // Labels and annotations the bridge reads.
@@ -206,8 +207,8 @@ type jobRecords = membership.JobRecords
 
 // followEtcd keeps r.jobs current and queues every job that changes.
 func (r *run) followEtcd(ctx context.Context) {
-	_ = membership.Follow(ctx, r.cfg.Etcd, membership.Range{Key: r.cfg.Keys.Jobs(), Prefix: true}, r.logger,
-		func(u membership.Update) error {
+	_ = presence.Follow(ctx, r.cfg.Etcd, presence.Range{Key: r.cfg.Keys.Jobs(), Prefix: true}, r.logger,
+		func(u presence.Update) error {
 			r.mu.Lock()
 			if u.Reset {
 				clear(r.jobs)

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/presence"
 )
 
 // podChanged evicts the node of a pod that is gone or failed, and keeps the
@@ -45,7 +46,7 @@ func (r *run) podChanged(old, pod *corev1.Pod, deleted bool) {
 // terminates: its sidecar may still be stopping the training processes, and
 // the next generation must not start beside them. For the same reason an
 // eviction is not an ack: unless Kubernetes says the pod's containers
-// stopped, membership.Evict leaves a record that the coordinator waits out,
+// stopped, presence.Evict leaves a record that the coordinator waits out,
 // for the node's own fence deadline to pass.
 func (r *run) evict(ctx context.Context, job string, pod *corev1.Pod, why string) {
 	resp, err := r.cfg.Etcd.Get(ctx, r.cfg.Keys.Nodes(job), clientv3.WithPrefix())
@@ -62,11 +63,11 @@ func (r *run) evict(ctx context.Context, job string, pod *corev1.Pod, why string
 		if n.PodUID != "" && n.PodUID != string(pod.UID) {
 			continue // the node of a newer pod with the same name
 		}
-		err = membership.Evict(ctx, r.cfg.Etcd, r.cfg.Keys, membership.EvictRequest{
+		err = presence.Evict(ctx, r.cfg.Etcd, r.cfg.Keys, presence.EvictRequest{
 			Job: job, Node: n.ID, Lease: clientv3.LeaseID(kv.Lease), By: "bridge", Reason: why, StoppedForSure: stopped,
 		})
 		switch {
-		case errors.Is(err, membership.ErrEvictionMoot):
+		case errors.Is(err, presence.ErrEvictionMoot):
 			continue // it left, or registered again, meanwhile
 		case err != nil:
 			r.logger.Warn("node of a gone pod not evicted", "job", job, "node", n.ID, "error", err)

@@ -41,6 +41,7 @@ import (
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/kube/bridge"
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/presence"
 )
 
 // Config configures a Controller.
@@ -143,7 +144,7 @@ func (c *Controller) Lead(ctx context.Context) error {
 		reports:  map[string]jobv1.ElasticJobStatus{},
 		users:    map[string]string{},
 	}
-	if fence, ok := membership.LeaderFence(ctx); ok {
+	if fence, ok := presence.LeaderFence(ctx); ok {
 		t.fenced = append(t.fenced, fence)
 	}
 	defer t.queue.ShutDown()
@@ -326,8 +327,8 @@ func (t *term) processNext(ctx context.Context) bool {
 
 // followEtcd keeps t.records current and queues the job of every change.
 func (t *term) followEtcd(ctx context.Context) {
-	_ = membership.Follow(ctx, t.cfg.Etcd, membership.Range{Key: t.cfg.Keys.Jobs(), Prefix: true}, t.logger,
-		func(u membership.Update) error {
+	_ = presence.Follow(ctx, t.cfg.Etcd, presence.Range{Key: t.cfg.Keys.Jobs(), Prefix: true}, t.logger,
+		func(u presence.Update) error {
 			// The resource of a record is its spec's owner, before the
 			// change or after it; a job of no resource's may have held the
 			// id of one waiting for it.

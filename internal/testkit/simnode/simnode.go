@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/presence"
 	"github.com/elastictraining/coordinator/sidecar"
 )
 
@@ -244,7 +245,7 @@ func (n *Node) Crash() {
 }
 
 // Registration is the node's registration, nil until it registered.
-func (n *Node) Registration() *membership.Registration { return n.agent.Registration() }
+func (n *Node) Registration() *presence.Registration { return n.agent.Registration() }
 
 // Done is closed when the node has stopped.
 func (n *Node) Done() <-chan struct{} { return n.done }

@@ -1,4 +1,4 @@
-package membership
+package presence
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/elastictraining/coordinator/internal/testkit/etcdtest"
+	"github.com/elastictraining/coordinator/membership"
 )
 
 // A node that fenced itself while etcd had lost its quorum came back to find
@@ -22,9 +23,9 @@ import (
 func TestARecordUnderTheNodesOwnOldLeaseIsRevokedNotWaitedFor(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
-	keys := DefaultKeys()
-	node := Node{ID: "n1", Role: RoleWorker, Host: "127.0.0.1", Ports: []int{9000}, NProc: 1, MasterPort: 9100}
-	value, err := Encode(node)
+	keys := membership.DefaultKeys()
+	node := membership.Node{ID: "n1", Role: membership.RoleWorker, Host: "127.0.0.1", Ports: []int{9000}, NProc: 1, MasterPort: 9100}
+	value, err := membership.Encode(node)
 	require.NoError(t, err)
 
 	// The previous registration's lease, alive for a minute more.

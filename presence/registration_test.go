@@ -1,4 +1,4 @@
-package membership_test
+package presence_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/elastictraining/coordinator/internal/testkit/etcdtest"
 	"github.com/elastictraining/coordinator/internal/testkit/tcpproxy"
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/presence"
 )
 
 func testNode(id string) membership.Node {
@@ -38,7 +39,7 @@ func TestRegistrationLifecycle(t *testing.T) {
 	cli := srv.Client(t)
 	keys := membership.DefaultKeys()
 
-	reg, err := membership.Register(t.Context(), membership.RegistrationConfig{
+	reg, err := presence.Register(t.Context(), presence.RegistrationConfig{
 		Client: cli, Keys: keys, Job: "job", Node: testNode("n1"), TTL: 2 * time.Second,
 	})
 	require.NoError(t, err)
@@ -66,7 +67,7 @@ func TestRegistrationLifecycle(t *testing.T) {
 
 func TestRegistrationRejectsShortTTL(t *testing.T) {
 	srv := etcdtest.Start(t)
-	_, err := membership.Register(t.Context(), membership.RegistrationConfig{
+	_, err := presence.Register(t.Context(), presence.RegistrationConfig{
 		Client: srv.Client(t), Keys: membership.DefaultKeys(), Job: "job", Node: testNode("n1"), TTL: time.Second,
 	})
 	require.ErrorContains(t, err, "below the minimum of 2s")
@@ -76,7 +77,7 @@ func TestRegistrationFencesAndRegistersAgain(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
 	var lost, registered atomic.Int32
-	reg, err := membership.Register(t.Context(), membership.RegistrationConfig{
+	reg, err := presence.Register(t.Context(), presence.RegistrationConfig{
 		Client: cli, Keys: membership.DefaultKeys(), Job: "job", Node: testNode("n1"), TTL: 2 * time.Second,
 		OnLost:       func() { lost.Add(1) },
 		OnRegistered: func(membership.Node) { registered.Add(1) },
@@ -105,7 +106,7 @@ func TestRegistrationFencesWhenEtcdIsGone(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
 	lost := make(chan struct{})
-	reg, err := membership.Register(t.Context(), membership.RegistrationConfig{
+	reg, err := presence.Register(t.Context(), presence.RegistrationConfig{
 		Client: cli, Keys: membership.DefaultKeys(), Job: "job", Node: testNode("n1"), TTL: 2 * time.Second,
 		OnLost: func() { close(lost) },
 	})
@@ -121,7 +122,7 @@ func TestRegistrationFencesWhenEtcdIsGone(t *testing.T) {
 		t.Fatal("the node never fenced itself")
 	}
 	_, err = reg.Update(t.Context(), func(n *membership.Node) { n.State = membership.NodeStopped })
-	assert.ErrorIs(t, err, membership.ErrNotRegistered)
+	assert.ErrorIs(t, err, presence.ErrNotRegistered)
 
 	srv.Restart(t)
 	require.Eventually(t, func() bool { return reg.Lease() != 0 }, 20*time.Second, 10*time.Millisecond, "registered again once etcd is back")
@@ -141,7 +142,7 @@ func TestABlockedWriteDoesNotDelayTheFence(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cli.Close() })
 	lost := make(chan time.Time, 1)
-	reg, err := membership.Register(t.Context(), membership.RegistrationConfig{
+	reg, err := presence.Register(t.Context(), presence.RegistrationConfig{
 		Client: cli, Keys: membership.DefaultKeys(), Job: "job", Node: testNode("n1"), TTL: 2 * time.Second,
 		OnLost: func() { lost <- time.Now() },
 	})
@@ -200,7 +201,7 @@ func TestAWaitLongerThanTheTTLKeepsTheNewLeaseAlive(t *testing.T) {
 	require.NoError(t, err)
 
 	start := time.Now()
-	reg, err := membership.Register(t.Context(), membership.RegistrationConfig{
+	reg, err := presence.Register(t.Context(), presence.RegistrationConfig{
 		Client: cli, Keys: keys, Job: "job", Node: testNode("n1"), TTL: 2 * time.Second,
 	})
 	require.NoError(t, err)

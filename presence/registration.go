@@ -1,4 +1,4 @@
-package membership
+package presence
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/elastictraining/coordinator/membership"
 )
 
 // Lease TTL bounds of a node record.
@@ -26,19 +28,19 @@ const (
 
 // ErrNotRegistered is returned by Registration.Update while the node has no
 // live lease; the update is kept and written when the node registers again.
-var ErrNotRegistered = errors.New("membership: node not registered")
+var ErrNotRegistered = errors.New("presence: node not registered")
 
 // ErrNodeTaken is returned when another sidecar, alive, holds the node's
 // record: two sidecars must never run one node.
-var ErrNodeTaken = errors.New("membership: node id taken")
+var ErrNodeTaken = errors.New("presence: node id taken")
 
 // RegistrationConfig configures Register.
 type RegistrationConfig struct {
 	Client *clientv3.Client
-	Keys   Keys
+	Keys   membership.Keys
 	Job    string
 	// Node is the first record to write; Node.ID names the key.
-	Node Node
+	Node membership.Node
 	// TTL of the lease, whole seconds; DefaultTTL if zero, at least MinTTL.
 	TTL time.Duration
 	// FenceMargin is how long before the earliest possible expiry of the
@@ -57,7 +59,7 @@ type RegistrationConfig struct {
 	OnLost func()
 	// OnRegistered is called after the node registered again following a
 	// loss, with the record it wrote.
-	OnRegistered func(Node)
+	OnRegistered func(membership.Node)
 	// OnRenewal, if set, is told of every renewal sent: how long etcd
 	// took to answer, and its error. It must not block.
 	OnRenewal func(latency time.Duration, err error)
@@ -67,11 +69,11 @@ func (c *RegistrationConfig) setDefaults() error {
 	if c.Client == nil {
 		return errors.New("registration: no etcd client")
 	}
-	if err := ValidateJobID(c.Job); err != nil {
+	if err := membership.ValidateJobID(c.Job); err != nil {
 		return err
 	}
 	if c.Node.State == "" {
-		c.Node.State = NodeWaiting
+		c.Node.State = membership.NodeWaiting
 	}
 	if err := c.Node.Validate(); err != nil {
 		return fmt.Errorf("registration: %w", err)
@@ -100,7 +102,7 @@ func (c *RegistrationConfig) setDefaults() error {
 		c.OnLost = func() {}
 	}
 	if c.OnRegistered == nil {
-		c.OnRegistered = func(Node) {}
+		c.OnRegistered = func(membership.Node) {}
 	}
 	return nil
 }
@@ -122,7 +124,7 @@ type Registration struct {
 	// delay the fence.
 	writeMu sync.Mutex
 	mu      sync.Mutex
-	record  Node
+	record  membership.Node
 	lease   clientv3.LeaseID // 0 while lost
 	fenceAt time.Time
 
@@ -166,7 +168,7 @@ func Register(ctx context.Context, cfg RegistrationConfig) (*Registration, error
 func (r *Registration) Key() string { return r.key }
 
 // Record returns the last record written or queued.
-func (r *Registration) Record() Node {
+func (r *Registration) Record() membership.Node {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.record
@@ -202,7 +204,7 @@ func (r *Registration) GiveUp(lease clientv3.LeaseID) {
 // Update changes the record with fn and writes it under the current lease.
 // While the node is not registered, or once its fence time has passed, it
 // returns ErrNotRegistered and keeps the change for the next registration.
-func (r *Registration) Update(ctx context.Context, fn func(*Node)) (Node, error) {
+func (r *Registration) Update(ctx context.Context, fn func(*membership.Node)) (membership.Node, error) {
 	r.writeMu.Lock()
 	defer r.writeMu.Unlock()
 	r.mu.Lock()
@@ -279,7 +281,7 @@ func (r *Registration) register(ctx context.Context, old clientv3.LeaseID) error
 		// A new registration has started nothing, whatever was written
 		// meanwhile.
 		r.mu.Lock()
-		r.record.State, r.record.Generation, r.record.ExitCode, r.record.Message = NodeWaiting, 0, 0, ""
+		r.record.State, r.record.Generation, r.record.ExitCode, r.record.Message = membership.NodeWaiting, 0, 0, ""
 		r.record.LeaseLosses = r.losses.Load()
 		r.mu.Unlock()
 	}
@@ -404,8 +406,8 @@ func (r *Registration) fenceTime(sent time.Time, ttl int64) time.Time {
 // The wait can outlast the new lease's TTL (a dead sidecar's of a longer
 // one): the lease is renewed meanwhile, as nothing depends on it yet, and
 // create returns its fence time.
-func (r *Registration) create(ctx context.Context, lease clientv3.LeaseID, fenceAt time.Time, old clientv3.LeaseID, record Node) (time.Time, error) {
-	value, err := Encode(record)
+func (r *Registration) create(ctx context.Context, lease clientv3.LeaseID, fenceAt time.Time, old clientv3.LeaseID, record membership.Node) (time.Time, error) {
+	value, err := membership.Encode(record)
 	if err != nil {
 		return fenceAt, err
 	}
@@ -484,8 +486,8 @@ func (r *Registration) waitGone(ctx context.Context, rev int64, until time.Time)
 	return nil
 }
 
-func (r *Registration) put(ctx context.Context, lease clientv3.LeaseID, record Node) error {
-	value, err := Encode(record)
+func (r *Registration) put(ctx context.Context, lease clientv3.LeaseID, record membership.Node) error {
+	value, err := membership.Encode(record)
 	if err != nil {
 		return err
 	}
@@ -593,7 +595,7 @@ func (r *Registration) keepAlive(ctx context.Context) {
 // backoff until it succeeds, ctx is done or another sidecar holds the node.
 // The record says the node is waiting: it has started nothing under the new
 // lease.
-func (r *Registration) reregister(ctx context.Context, old clientv3.LeaseID) (Node, error) {
+func (r *Registration) reregister(ctx context.Context, old clientv3.LeaseID) (membership.Node, error) {
 	retry := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(100*time.Millisecond),
 		backoff.WithMaxInterval(2*time.Second),

@@ -1,4 +1,4 @@
-package membership_test
+package presence_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/elastictraining/coordinator/internal/testkit/etcdtest"
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/presence"
 )
 
 func TestFollowRelistsWhenCompactedPast(t *testing.T) {
@@ -21,11 +22,11 @@ func TestFollowRelistsWhenCompactedPast(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	updates := make(chan membership.Update, 16)
+	updates := make(chan presence.Update, 16)
 	first := true
 	done := make(chan error, 1)
 	go func() {
-		done <- membership.Follow(ctx, cli, membership.Range{Key: "/p/", Prefix: true}, nil, func(u membership.Update) error {
+		done <- presence.Follow(ctx, cli, presence.Range{Key: "/p/", Prefix: true}, nil, func(u presence.Update) error {
 			if first {
 				// Before the watch starts, the store moves on and is
 				// compacted past the listing.
@@ -62,7 +63,7 @@ func TestFollowRelistsWhenCompactedPast(t *testing.T) {
 
 func TestFollowRejectsPrefixWithoutSlash(t *testing.T) {
 	srv := etcdtest.Start(t)
-	err := membership.Follow(t.Context(), srv.Client(t), membership.Range{Key: "/elastic/jobs/a", Prefix: true}, nil, nil)
+	err := presence.Follow(t.Context(), srv.Client(t), presence.Range{Key: "/elastic/jobs/a", Prefix: true}, nil, nil)
 	assert.ErrorContains(t, err, "must end in '/'")
 }
 
@@ -71,12 +72,12 @@ func TestWatchNodesDeliversCompleteSets(t *testing.T) {
 	cli := srv.Client(t)
 	keys := membership.DefaultKeys()
 	ctx, cancel := context.WithCancel(t.Context())
-	sets, err := membership.WatchNodes(ctx, cli, keys, "job", nil)
+	sets, err := presence.WatchNodes(ctx, cli, keys, "job", nil)
 	require.NoError(t, err)
 
-	var regs []*membership.Registration
+	var regs []*presence.Registration
 	for i := range 5 {
-		reg, err := membership.Register(t.Context(), membership.RegistrationConfig{
+		reg, err := presence.Register(t.Context(), presence.RegistrationConfig{
 			Client: cli, Keys: keys, Job: "job", Node: testNode(fmt.Sprintf("n%d", i)), TTL: 5 * time.Second,
 		})
 		require.NoError(t, err)
@@ -84,7 +85,7 @@ func TestWatchNodesDeliversCompleteSets(t *testing.T) {
 	}
 	// A node of job "jobx" and a malformed record must not be mistaken for
 	// members.
-	other, err := membership.Register(t.Context(), membership.RegistrationConfig{
+	other, err := presence.Register(t.Context(), presence.RegistrationConfig{
 		Client: cli, Keys: keys, Job: "jobx", Node: testNode("x"), TTL: 5 * time.Second,
 	})
 	require.NoError(t, err)
@@ -94,7 +95,7 @@ func TestWatchNodesDeliversCompleteSets(t *testing.T) {
 	require.NoError(t, regs[2].Leave(t.Context()))
 
 	want := []string{"n0", "n1", "n3", "n4"}
-	var last membership.NodeSet
+	var last presence.NodeSet
 	require.Eventually(t, func() bool {
 		select {
 		case last = <-sets:

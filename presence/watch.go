@@ -1,4 +1,4 @@
-package membership
+package presence
 
 import (
 	"context"
@@ -9,20 +9,9 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/hashicorp/go-hclog"
 	clientv3 "go.etcd.io/etcd/client/v3"
-)
 
-// KeyValue is one key as Follow reports it.
-type KeyValue struct {
-	Key   string
-	Value []byte
-	// CreateRevision orders keys by when they were created: the join order
-	// of nodes.
-	CreateRevision int64
-	ModRevision    int64
-	Lease          clientv3.LeaseID
-	// Deleted is set on a change that removed the key.
-	Deleted bool
-}
+	"github.com/elastictraining/coordinator/membership"
+)
 
 // Update is one step of Follow. When Reset is set, Changes is the complete
 // listing of the range at Revision and replaces whatever the handler held;
@@ -30,7 +19,7 @@ type KeyValue struct {
 type Update struct {
 	Reset    bool
 	Revision int64
-	Changes  []KeyValue
+	Changes  []membership.KeyValue
 }
 
 // Range names the keys to follow: one key, or every key under a prefix
@@ -89,9 +78,9 @@ func followOnce(ctx context.Context, cli *clientv3.Client, r Range, opts []clien
 	if err != nil {
 		return fmt.Errorf("list %s: %w", r.Key, err)
 	}
-	listing := Update{Reset: true, Revision: resp.Header.Revision, Changes: make([]KeyValue, 0, len(resp.Kvs))}
+	listing := Update{Reset: true, Revision: resp.Header.Revision, Changes: make([]membership.KeyValue, 0, len(resp.Kvs))}
 	for _, kv := range resp.Kvs {
-		listing.Changes = append(listing.Changes, KeyValue{
+		listing.Changes = append(listing.Changes, membership.KeyValue{
 			Key: string(kv.Key), Value: kv.Value,
 			CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Lease: clientv3.LeaseID(kv.Lease),
 		})
@@ -113,9 +102,9 @@ func followOnce(ctx context.Context, cli *clientv3.Client, r Range, opts []clien
 		if len(wresp.Events) == 0 {
 			continue // progress notification
 		}
-		update := Update{Revision: wresp.Header.Revision, Changes: make([]KeyValue, 0, len(wresp.Events))}
+		update := Update{Revision: wresp.Header.Revision, Changes: make([]membership.KeyValue, 0, len(wresp.Events))}
 		for _, ev := range wresp.Events {
-			update.Changes = append(update.Changes, KeyValue{
+			update.Changes = append(update.Changes, membership.KeyValue{
 				Key: string(ev.Kv.Key), Value: ev.Kv.Value,
 				CreateRevision: ev.Kv.CreateRevision, ModRevision: ev.Kv.ModRevision, Lease: clientv3.LeaseID(ev.Kv.Lease),
 				Deleted: ev.Type == clientv3.EventTypeDelete,

@@ -1,4 +1,4 @@
-package membership_test
+package presence_test
 
 import (
 	"testing"
@@ -10,14 +10,15 @@ import (
 
 	"github.com/elastictraining/coordinator/internal/testkit/etcdtest"
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/presence"
 )
 
 func TestEvict(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
 	keys := membership.DefaultKeys()
-	register := func(id string) *membership.Registration {
-		reg, err := membership.Register(t.Context(), membership.RegistrationConfig{
+	register := func(id string) *presence.Registration {
+		reg, err := presence.Register(t.Context(), presence.RegistrationConfig{
 			Client: cli, Keys: keys, Job: "job", Node: testNode(id), TTL: 3 * time.Second,
 		})
 		require.NoError(t, err)
@@ -51,7 +52,7 @@ func TestEvict(t *testing.T) {
 	t.Run("revokes the lease and leaves a record that outlives the node's deadline", func(t *testing.T) {
 		reg := register("n1")
 		lease := reg.Lease()
-		require.NoError(t, membership.Evict(t.Context(), cli, keys, membership.EvictRequest{Job: "job", Node: "n1", Lease: lease, By: "test", Reason: "r"}))
+		require.NoError(t, presence.Evict(t.Context(), cli, keys, presence.EvictRequest{Job: "job", Node: "n1", Lease: lease, By: "test", Reason: "r"}))
 		_, _, ok := readNode(t, srv, reg.Key())
 		assert.False(t, ok, "the node's record went with its lease")
 		e, recordLease, ok := record("n1")
@@ -66,10 +67,10 @@ func TestEvict(t *testing.T) {
 		// A pod deleted by force comes back under the same name and is
 		// deleted again: the first one's processes may still run.
 		first := register("n5")
-		require.NoError(t, membership.Evict(t.Context(), cli, keys, membership.EvictRequest{Job: "job", Node: "n5", Lease: first.Lease(), By: "test"}))
+		require.NoError(t, presence.Evict(t.Context(), cli, keys, presence.EvictRequest{Job: "job", Node: "n5", Lease: first.Lease(), By: "test"}))
 		first.Close()
 		second := register("n5")
-		require.NoError(t, membership.Evict(t.Context(), cli, keys, membership.EvictRequest{Job: "job", Node: "n5", Lease: second.Lease(), By: "test"}))
+		require.NoError(t, presence.Evict(t.Context(), cli, keys, presence.EvictRequest{Job: "job", Node: "n5", Lease: second.Lease(), By: "test"}))
 		var leases []int64
 		for _, e := range records("n5") {
 			leases = append(leases, e.Lease)
@@ -80,7 +81,7 @@ func TestEvict(t *testing.T) {
 		reg := register("n2")
 		lease := reg.Lease()
 		require.NoError(t, reg.Leave(t.Context()))
-		require.NoError(t, membership.Evict(t.Context(), cli, keys, membership.EvictRequest{Job: "job", Node: "n2", Lease: lease}))
+		require.NoError(t, presence.Evict(t.Context(), cli, keys, presence.EvictRequest{Job: "job", Node: "n2", Lease: lease}))
 		_, _, ok := record("n2")
 		assert.False(t, ok)
 	})
@@ -88,14 +89,14 @@ func TestEvict(t *testing.T) {
 		reg := register("n3")
 		other, err := cli.Grant(t.Context(), 10)
 		require.NoError(t, err)
-		err = membership.Evict(t.Context(), cli, keys, membership.EvictRequest{Job: "job", Node: "n3", Lease: other.ID})
-		assert.ErrorIs(t, err, membership.ErrEvictionMoot)
+		err = presence.Evict(t.Context(), cli, keys, presence.EvictRequest{Job: "job", Node: "n3", Lease: other.ID})
+		assert.ErrorIs(t, err, presence.ErrEvictionMoot)
 		_, _, ok := readNode(t, srv, reg.Key())
 		assert.True(t, ok, "the node was not touched")
 	})
 	t.Run("processes known to be gone need no record", func(t *testing.T) {
 		reg := register("n4")
-		require.NoError(t, membership.Evict(t.Context(), cli, keys, membership.EvictRequest{Job: "job", Node: "n4", Lease: reg.Lease(), StoppedForSure: true}))
+		require.NoError(t, presence.Evict(t.Context(), cli, keys, presence.EvictRequest{Job: "job", Node: "n4", Lease: reg.Lease(), StoppedForSure: true}))
 		_, _, ok := record("n4")
 		assert.False(t, ok)
 		_, _, ok = readNode(t, srv, reg.Key())
