@@ -509,7 +509,7 @@ func stepsOf(p membership.Plan, running time.Time) *membership.Steps {
 func planStatus(v view, p membership.Plan, phase membership.JobPhase, ready int, msg string) *membership.Status {
 	s := &membership.Status{Phase: phase, Ready: ready, Message: msg, Generation: p.Generation, Restarts: p.Restarts}
 	if v.spec != nil {
-		s.NP = v.spec.Workers().String()
+		s.NP = v.spec.Workers()
 	}
 	if p.Phase == membership.PhaseRun {
 		s.Members, s.WorldSize = len(p.Members), p.WorldSize
@@ -525,7 +525,7 @@ func baseStatus(v view, phase membership.JobPhase, ready int, msg string) *membe
 	}
 	s := &membership.Status{Phase: phase, Ready: ready, Message: msg}
 	if v.spec != nil {
-		s.NP = v.spec.Workers().String()
+		s.NP = v.spec.Workers()
 	}
 	return s
 }

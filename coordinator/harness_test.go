@@ -78,7 +78,9 @@ func (h *harness) startCoordinator(id string, tweak func(*coordinator.Config)) *
 
 // scale sets a job's np through the public API.
 func (h *harness) scale(job, np string) {
-	_, err := h.client.Scale(h.t.Context(), job, np)
+	target, err := membership.ParseNP(np)
+	require.NoError(h.t, err)
+	_, err = h.client.Scale(h.t.Context(), job, target)
 	require.NoError(h.t, err)
 }
 

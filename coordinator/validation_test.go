@@ -40,12 +40,21 @@ func TestScaleRejectsBadInput(t *testing.T) {
 		{strings.Repeat("a", 64), "2", membership.ErrInvalidJobID, "longer than 63"},
 	} {
 		t.Run(tc.job+" "+tc.np, func(t *testing.T) {
-			_, err := h.client.Scale(t.Context(), tc.job, tc.np)
+			// What the command line does: parse, then scale.
+			np, err := membership.ParseNP(tc.np)
+			if err == nil {
+				_, err = h.client.Scale(t.Context(), tc.job, np)
+			}
 			require.Error(t, err)
 			assert.ErrorIs(t, err, tc.want)
 			assert.Contains(t, err.Error(), tc.mention)
 			assert.NotContains(t, err.Error(), "\n", "one line")
 		})
+	}
+	// A program that builds an np by hand gets the same refusal.
+	for _, np := range []membership.NP{{}, {Min: 5, Max: 2}, {Min: 0, Max: 3}, {Min: 1, Max: membership.MaxNP + 1}} {
+		_, err := h.client.Scale(t.Context(), "job", np)
+		assert.ErrorIs(t, err, membership.ErrInvalidNP, "np %+v", np)
 	}
 	after, err := h.cli.Get(t.Context(), h.keys.Spec("job"))
 	require.NoError(t, err)
@@ -60,7 +69,7 @@ func TestScaleKeepsTheRestOfTheSpec(t *testing.T) {
 	spec := membership.DefaultSpec(membership.NP{Min: 2, Max: 2})
 	spec.PS, spec.MaxRestarts, spec.SuccessPolicy = 1, 7, membership.SuccessRank0
 	h.setSpec("job", spec)
-	got, err := h.client.Scale(t.Context(), "job", "2:6")
+	got, err := h.client.Scale(t.Context(), "job", membership.NP{Min: 2, Max: 6})
 	require.NoError(t, err)
 	spec.NP = membership.NP{Min: 2, Max: 6}
 	assert.Equal(t, spec, got)
@@ -68,7 +77,7 @@ func TestScaleKeepsTheRestOfTheSpec(t *testing.T) {
 	// A malformed stored spec is reported and left alone.
 	_, err = h.cli.Put(t.Context(), h.keys.Spec("job"), "{not json")
 	require.NoError(t, err)
-	_, err = h.client.Scale(t.Context(), "job", "3")
+	_, err = h.client.Scale(t.Context(), "job", membership.FixedNP(3))
 	require.ErrorIs(t, err, membership.ErrInvalidRecord)
 	resp, err := h.cli.Get(t.Context(), h.keys.Spec("job"))
 	require.NoError(t, err)

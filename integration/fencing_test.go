@@ -49,7 +49,7 @@ func TestAStopWaitsForTheTrainerBelowAWrapper(t *testing.T) {
 	c.running(1, 2)
 	c.waitStarts(1, 2)
 
-	_, err := c.client.Scale(t.Context(), c.job, "1")
+	_, err := c.client.Scale(t.Context(), c.job, membership.FixedNP(1))
 	require.NoError(t, err)
 	c.running(2, 1)
 	c.waitStarts(2, 1)
@@ -136,7 +136,7 @@ func TestAnEvictedNodeIsNotTakenForStopped(t *testing.T) {
 		return err == nil && len(nodes) == 3
 	}, 30*time.Second, 10*time.Millisecond)
 
-	_, err := c.client.Scale(t.Context(), c.job, "1")
+	_, err := c.client.Scale(t.Context(), c.job, membership.FixedNP(1))
 	require.NoError(t, err)
 	c.running(2, 1)
 	c.waitStarts(2, 1)
@@ -162,7 +162,7 @@ func TestANodeCutOffDuringAStopIsFencedOnTime(t *testing.T) {
 	c.running(1, 3)
 	c.waitStarts(1, 3)
 
-	_, err := c.client.Scale(t.Context(), c.job, "2")
+	_, err := c.client.Scale(t.Context(), c.job, membership.FixedNP(2))
 	require.NoError(t, err)
 	time.Sleep(150 * time.Millisecond) // the stop has begun
 	nodes[0].proxy.Cut()
@@ -263,7 +263,7 @@ func TestARecordWithoutALeaseIsRefused(t *testing.T) {
 	require.NoError(t, err)
 	c.sidecar("n0", nil, "--np", "2", "--ttl", "2s")
 	time.Sleep(2 * time.Second) // whatever the ghost could cause happens now
-	_, err = c.client.Scale(t.Context(), c.job, "1")
+	_, err = c.client.Scale(t.Context(), c.job, membership.FixedNP(1))
 	require.NoError(t, err)
 	c.running(1, 1)
 	time.Sleep(3 * time.Second)

@@ -125,7 +125,7 @@ func TestAGuardKilledDuringAStopLeavesNothing(t *testing.T) {
 			}
 			c.running(1, 2)
 			c.waitStarts(1, 2)
-			_, err := c.client.Scale(t.Context(), c.job, "1")
+			_, err := c.client.Scale(t.Context(), c.job, membership.FixedNP(1))
 			require.NoError(t, err)
 			// Both trainers got SIGTERM and keep going.
 			require.Eventually(t, func() bool {

@@ -29,18 +29,18 @@ func New(cli *clientv3.Client, keys membership.Keys) *Client {
 	return &Client{cli: cli, keys: keys}
 }
 
-// Scale sets a job's target np ("N" or "MIN:MAX"), creating the job's spec
-// with defaults if it has none, and returns the spec as stored. A stored spec
-// that is malformed is left as it is and reported.
-func (c *Client) Scale(ctx context.Context, job, np string) (membership.Spec, error) {
+// Scale sets a job's target np, creating the job's spec with defaults if it
+// has none, and returns the spec as stored. A stored spec that is malformed
+// is left as it is and reported.
+func (c *Client) Scale(ctx context.Context, job string, np membership.NP) (membership.Spec, error) {
 	return c.Resize(ctx, ScaleRequest{Job: job, NP: np, Create: true})
 }
 
 // ScaleRequest is a change of a job's target np.
 type ScaleRequest struct {
 	Job string
-	// NP is the new target, "N" or "MIN:MAX".
-	NP string
+	// NP is the new target (membership.ParseNP reads "N" or "MIN:MAX").
+	NP membership.NP
 	// Create lets the change create a job that has no keys at all; without
 	// it such a job is ErrJobNotFound (a mistyped id must not start a job
 	// that waits for ever). A job with nodes but no spec yet exists.
@@ -56,8 +56,8 @@ func (c *Client) Resize(ctx context.Context, req ScaleRequest) (membership.Spec,
 	if err := membership.ValidateJobID(job); err != nil {
 		return membership.Spec{}, err
 	}
-	target, err := membership.ParseNP(req.NP)
-	if err != nil {
+	target := req.NP
+	if err := target.Validate(); err != nil {
 		return membership.Spec{}, err
 	}
 	resp, err := c.cli.Txn(ctx).Then(
@@ -123,7 +123,7 @@ func (c *Client) Status(ctx context.Context, job string) (membership.Status, err
 	}
 	s := membership.Status{Phase: membership.JobWaiting, Message: "no coordinator has reported on this job yet"}
 	if spec, err := membership.DecodeSpec(specKVs[0].Value); err == nil {
-		s.NP = spec.Workers().String()
+		s.NP = spec.Workers()
 	}
 	return s, nil
 }

@@ -66,7 +66,7 @@ func (c *Client) summary(ctx context.Context, id string) (JobSummary, error) {
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
 		if spec, err := membership.DecodeSpec(kvs[0].Value); err == nil {
 			s.Spec = &spec
-			s.Status.NP = spec.Workers().String()
+			s.Status.NP = spec.Workers()
 		}
 	}
 	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) == 1 {

@@ -78,18 +78,26 @@ func (np NP) Validate() error {
 	return nil
 }
 
-// String renders np as ParseNP reads it.
+// FixedNP is an np of exactly n nodes.
+func FixedNP(n int) NP { return NP{Min: n, Max: n} }
+
+// String renders np as ParseNP reads it; the zero NP is "".
 func (np NP) String() string {
+	if np.IsZero() {
+		return ""
+	}
 	if np.IsRange() {
 		return fmt.Sprintf("%d:%d", np.Min, np.Max)
 	}
 	return strconv.Itoa(np.Min)
 }
 
-// MarshalJSON writes np as a JSON string, "4" or "2:8".
+// MarshalJSON writes np as a JSON string, "4" or "2:8"; the zero NP is "".
 func (np NP) MarshalJSON() ([]byte, error) { return json.Marshal(np.String()) }
 
-// UnmarshalJSON reads a JSON string as ParseNP does, or a bare JSON number.
+// UnmarshalJSON reads a JSON string as ParseNP does, or a bare JSON number;
+// "" is the zero NP, which a spec refuses (DecodeSpec) and a status of a job
+// without one holds.
 func (np *NP) UnmarshalJSON(data []byte) error {
 	var s string
 	if err := json.Unmarshal(data, &s); err != nil {
@@ -98,6 +106,10 @@ func (np *NP) UnmarshalJSON(data []byte) error {
 			return fmt.Errorf("%w: %s is neither a string nor a number", ErrInvalidNP, data)
 		}
 		s = n.String()
+	}
+	if s == "" {
+		*np = NP{}
+		return nil
 	}
 	parsed, err := ParseNP(s)
 	if err != nil {

@@ -73,3 +73,17 @@ func FuzzParseNP(f *testing.F) {
 		require.Equal(t, np, again, "String and ParseNP round-trip")
 	})
 }
+
+// A status of a job without a spec holds the zero np: it is written as ""
+// and read back as zero, while a spec refuses it.
+func TestZeroNPIsTheEmptyString(t *testing.T) {
+	data, err := json.Marshal(membership.NP{})
+	require.NoError(t, err)
+	assert.Equal(t, `""`, string(data))
+	var np membership.NP
+	require.NoError(t, json.Unmarshal([]byte(`""`), &np))
+	assert.True(t, np.IsZero())
+	_, err = membership.DecodeSpec([]byte(`{"np":""}`))
+	assert.ErrorIs(t, err, membership.ErrInvalidRecord)
+	assert.Equal(t, membership.NP{Min: 3, Max: 3}, membership.FixedNP(3))
+}

@@ -80,7 +80,7 @@ type Status struct {
 	Phase      JobPhase `json:"phase"`
 	Generation int64    `json:"generation"`
 	// NP is the target from the spec.
-	NP string `json:"np"`
+	NP NP `json:"np"`
 	// Members is the number of nodes in the current generation. Ready is,
 	// while Running, the members running or done; while Waiting, the live
 	// workers; while Restarting, 0: the status changes only between phases,

@@ -146,7 +146,7 @@ func measure(ctx context.Context, c *kubetest.Cluster, binary, dir string, n, ru
 	defer runner.Stop()
 
 	half := n / 2
-	if _, err := client.Scale(ctx, "bench", strconv.Itoa(half)); err != nil {
+	if _, err := client.Scale(ctx, "bench", membership.FixedNP(half)); err != nil {
 		return nil, err
 	}
 	labels := map[string]string{bridge.LabelJob: "bench", bridge.LabelRole: "worker"}
@@ -173,7 +173,7 @@ func measure(ctx context.Context, c *kubetest.Cluster, binary, dir string, n, ru
 		if os.Getenv("BENCH_DEBUG") != "" {
 			fmt.Fprintf(os.Stderr, "debug: t0 %s\n", t0.Format("05.000"))
 		}
-		if _, err := client.Scale(ctx, "bench", strconv.Itoa(n)); err != nil {
+		if _, err := client.Scale(ctx, "bench", membership.FixedNP(n)); err != nil {
 			return nil, err
 		}
 		podsAt, cmAt, err := waitUp(ctx, c, ns, n)
@@ -188,7 +188,7 @@ func measure(ctx context.Context, c *kubetest.Cluster, binary, dir string, n, ru
 			st, _ := client.Status(ctx, "bench")
 			fmt.Fprintf(os.Stderr, "debug: generation %d steps %+v; pods at %s, configmap at %s\n", st.Generation, *st.Steps, podsAt.Sub(t0), cmAt.Sub(t0))
 		}
-		if _, err := client.Scale(ctx, "bench", strconv.Itoa(half)); err != nil {
+		if _, err := client.Scale(ctx, "bench", membership.FixedNP(half)); err != nil {
 			return nil, err
 		}
 		if err := waitSize(ctx, c, client, ns, half); err != nil {

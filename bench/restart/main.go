@@ -253,7 +253,7 @@ func measureJob(binary, python, np string, n, runs int, scale bool) ([]result, e
 			into *result
 		}{{n + 1, &up}, {n, &down}} {
 			t0 := time.Now()
-			if _, err := client.Scale(ctx, "bench", strconv.Itoa(step.size)); err != nil {
+			if _, err := client.Scale(ctx, "bench", membership.FixedNP(step.size)); err != nil {
 				return nil, err
 			}
 			var last time.Time

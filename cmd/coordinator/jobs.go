@@ -76,7 +76,7 @@ type jobView struct {
 func newJobView(j jobclient.JobSummary) jobView {
 	v := jobView{Job: j.ID, Phase: j.Status.Phase, Generation: j.Status.Generation, Members: j.Status.Members, Ready: j.Status.Ready,
 		Nodes: j.Nodes, Restarts: j.Status.Restarts, Message: j.Status.Message}
-	if np, err := membership.ParseNP(j.Status.NP); err == nil {
+	if np := j.Status.NP; !np.IsZero() {
 		v.NP = &npView{Min: np.Min, Max: np.Max}
 	}
 	if j.Spec != nil {

@@ -73,7 +73,7 @@ PaddlePaddle's spelling works too: --elastic_server for --etcd-endpoints and
 				// but the record of how it ended.
 				return fmt.Errorf("job %s has ended (%s: %s); delete it (coordinator delete --job %s) to run it again", name, before.Phase, orDash(before.Message), name)
 			}
-			spec, err := client.Resize(ctx, jobclient.ScaleRequest{Job: id, NP: np, Create: create, Name: job.specName(id)})
+			spec, err := client.Resize(ctx, jobclient.ScaleRequest{Job: id, NP: target, Create: create, Name: job.specName(id)})
 			if errors.Is(err, jobclient.ErrJobNotFound) {
 				return fmt.Errorf("job %s does not exist (no spec, node or status under %s); check --job, or add --create to start it", name, keys.Job(id))
 			}
@@ -81,7 +81,7 @@ PaddlePaddle's spelling works too: --elastic_server for --etcd-endpoints and
 				return err
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "job %s: np %s\n", name, describeChange(before.NP, spec.NP.String()))
+			fmt.Fprintf(out, "job %s: np %s\n", name, describeChange(before.NP, spec.NP))
 			if !wait {
 				return nil
 			}
@@ -98,14 +98,14 @@ PaddlePaddle's spelling works too: --elastic_server for --etcd-endpoints and
 	return cmd
 }
 
-func describeChange(before, after string) string {
+func describeChange(before, after membership.NP) string {
 	switch before {
-	case "":
-		return after
+	case membership.NP{}:
+		return after.String()
 	case after:
-		return after + " (unchanged)"
+		return after.String() + " (unchanged)"
 	}
-	return before + " → " + after
+	return before.String() + " → " + after.String()
 }
 
 // waitForSize prints the job's status at every change until the
@@ -122,7 +122,7 @@ func waitForSize(ctx context.Context, out io.Writer, client *jobclient.Client, i
 		if s.Phase.Done() {
 			return true, fmt.Errorf("job %s %s before it ran at np %s: %s", name, strings.ToLower(string(s.Phase)), np, s.Message)
 		}
-		if s.Phase == membership.JobRunning && s.NP == np.String() && s.Members >= np.Min && s.Members <= np.Max {
+		if s.Phase == membership.JobRunning && s.NP == np && s.Members >= np.Min && s.Members <= np.Max {
 			fmt.Fprintf(out, "job %s runs at np %s: generation %d, %s, world size %d (%s)\n",
 				name, np, s.Generation, english.Count(s.Members, "node"), s.WorldSize, time.Since(began).Round(time.Millisecond))
 			return true, nil

@@ -130,7 +130,7 @@ func seconds(d membership.Duration) float64 { return time.Duration(d).Seconds() 
 func newStatusView(job string, s membership.Status) statusView {
 	v := statusView{Job: job, Phase: s.Phase, Generation: s.Generation, Members: s.Members, Ready: s.Ready, WorldSize: s.WorldSize,
 		Restarts: s.Restarts, ExitCode: s.ExitCode, Message: s.Message, UpdatedAt: s.UpdatedAt, Nodes: []nodeView{}}
-	if np, err := membership.ParseNP(s.NP); err == nil {
+	if np := s.NP; !np.IsZero() {
 		v.NP = &npView{Min: np.Min, Max: np.Max}
 	}
 	if st := s.Steps; st != nil {

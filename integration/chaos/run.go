@@ -270,7 +270,7 @@ func (r *run) converge(ctx context.Context) (time.Duration, membership.Status, e
 		st, err := r.statusCLI()
 		if err == nil {
 			last = st
-			if st.Phase == membership.JobRunning && st.NP == strconv.Itoa(target) && st.Members == target &&
+			if st.Phase == membership.JobRunning && st.NP == membership.FixedNP(target) && st.Members == target &&
 				st.WorldSize == target && st.Ready == target && r.allAlive(st.Generation, target) {
 				return time.Since(start), st, nil
 			}
@@ -308,7 +308,7 @@ func (r *run) statusCLI() (membership.Status, error) {
 	st := membership.Status{Phase: view.Phase, Generation: view.Generation, Members: view.Members, Ready: view.Ready,
 		WorldSize: view.WorldSize, Restarts: view.Restarts, Message: view.Message, ExitCode: view.ExitCode}
 	if view.NP != nil {
-		st.NP = membership.NP{Min: view.NP.Min, Max: view.NP.Max}.String()
+		st.NP = membership.NP{Min: view.NP.Min, Max: view.NP.Max}
 	}
 	return st, nil
 }

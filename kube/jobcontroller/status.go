@@ -88,7 +88,7 @@ func (t *term) status(u *unstructured.Unstructured, j *Job, old jobv1.ElasticJob
 	}
 	if j != nil && rec.Spec != nil && rec.Spec.Owner == j.Spec.Owner && rec.Status != nil {
 		s := rec.Status
-		next.Phase, next.Generation, next.NP = string(s.Phase), s.Generation, s.NP
+		next.Phase, next.Generation, next.NP = string(s.Phase), s.Generation, s.NP.String()
 		next.Ready, next.WorldSize, next.Restarts, next.Message = s.Ready, s.WorldSize, s.Restarts, s.Message
 		if s.Steps != nil {
 			next.LastRestartSeconds = fmt.Sprintf("%.2f", time.Duration(s.Steps.Total).Seconds())
