@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/elastictraining/coordinator/membership"
 	"sync/atomic"
 	"time"
+
+	"github.com/elastictraining/coordinator/membership"
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/hashicorp/go-hclog"
@@ -29,6 +30,9 @@ type Coordinator struct {
 	// tables are the rank tables decoded last, shared by the jobs' actors
 	// and kept across terms.
 	tables *membership.TableCache
+	// now is the one clock of every time a decision compares: when an ack
+	// was seen, when a lease was seen gone, the decision's now.
+	now func() time.Time
 }
 
 // New validates cfg and fills its defaults.
@@ -41,7 +45,7 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, fmt.Errorf("coordinator: register metrics: %w", err)
 	}
 	return &Coordinator{cfg: cfg, logger: cfg.Logger.Named("coordinator").With("replica", cfg.ID), metrics: m, goneLeases: newGoneLeases(),
-		tables: &membership.TableCache{}}, nil
+		tables: &membership.TableCache{}, now: time.Now}, nil
 }
 
 // IsLeader reports whether this replica leads right now.

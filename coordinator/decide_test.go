@@ -2,6 +2,8 @@ package coordinator
 
 import (
 	"errors"
+	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -13,7 +15,7 @@ import (
 
 var (
 	t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	tm = timing{settle: time.Second, stopTimeout: 30 * time.Second}
+	tm = limits{settle: time.Second, stopTimeout: 30 * time.Second}
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -131,6 +133,7 @@ func TestDecideStopPhase(t *testing.T) {
 			evictions: []membership.Eviction{{Node: "b", Lease: stop.Members[1].Lease, TTLSeconds: 5}}}
 		d := decide(v, memo{}, tm, t0)
 		assert.Nil(t, d.plan, "b's processes may run until its own deadline")
+		assert.Equal(t, t0.Add(goneRecheck), d.wakeAt, "a lease not known gone is asked about again")
 		v.evictions = nil
 		d = decide(v, memo{}, tm, t0)
 		require.NotNil(t, d.plan)
@@ -140,10 +143,10 @@ func TestDecideStopPhase(t *testing.T) {
 		lease := stop.Members[1].Lease
 		v := view{job: "j", spec: ptr(spec("1")), plan: stop, nodes: in(nodes, membership.NodeStopped, 2)[:1],
 			evictions: []membership.Eviction{{Node: "b", Lease: lease, TTLSeconds: 5}},
-			fencedAt:  map[int64]time.Time{lease: t0.Add(6 * time.Second)}}
+			goneAt:    map[int64]time.Time{lease: t0}}
 		d := decide(v, memo{}, tm, t0)
 		assert.Nil(t, d.plan, "b's processes may run until its own deadline")
-		assert.Equal(t, t0.Add(6*time.Second), d.wakeAt, "the actor wakes when b is certainly fenced")
+		assert.Equal(t, t0.Add(6*time.Second), d.wakeAt, "the actor wakes when b is certainly fenced: gone + TTL + 1 s")
 		d = decide(v, memo{}, tm, t0.Add(6*time.Second))
 		require.NotNil(t, d.plan, "the record need not have expired")
 		assert.Equal(t, membership.PhaseRun, d.plan.Phase)
@@ -395,4 +398,57 @@ func types(events []membership.Event) []string {
 		out = append(out, e.Type)
 	}
 	return out
+}
+
+// TestDecideFailsAJobWhoseTableCannotBeStored: the table-size limit is an
+// argument of the decision, which fails the job, saying why, instead of
+// leaving the actor a plan that no write can store.
+func TestDecideFailsAJobWhoseTableCannotBeStored(t *testing.T) {
+	ids := make([]string, 200) // chunks of a byte make 200 nodes too many
+	for i := range ids {
+		ids[i] = fmt.Sprintf("node-%03d", i)
+	}
+	v := view{job: "j", spec: ptr(spec("200")), nodes: live(ids...)}
+	d := decide(v, memo{}, tm, t0)
+	require.NotNil(t, d.stored, "a plan is returned encoded")
+	assert.Equal(t, membership.PhaseRun, d.plan.Phase)
+	assert.Same(t, &d.stored.Plan, d.plan)
+
+	tiny := tm
+	tiny.tableChunkBytes = 1 // every byte a chunk: more than a plan may name
+	d = decide(v, memo{}, tiny, t0)
+	require.NoError(t, d.err)
+	require.ErrorIs(t, d.tooLarge, membership.ErrTableTooLarge)
+	require.NotNil(t, d.plan)
+	assert.Equal(t, membership.JobFailed, d.plan.Result)
+	assert.Contains(t, d.status.Message, "rank table too large to store")
+	require.NotNil(t, d.stored, "the final plan is stored instead")
+}
+
+// TestDecideOnlyReadsTheIndex: a decision changes nothing the actor holds;
+// what it remembers (the rank table, by revision) comes back in its memo.
+func TestDecideOnlyReadsTheIndex(t *testing.T) {
+	nodes := live("a", "b", "c")
+	run := runPlan(1, nodes)
+	ix := indexOf(in(nodes, membership.NodeRunning, 1))
+	v := view{job: "j", spec: ptr(spec("3")), specRev: 5, plan: run, planRev: 7, idx: ix, prog: ix.progressOf(7, run)}
+	snapshot := func() nodeIndex {
+		c := *ix
+		c.nodes, c.roles = maps.Clone(ix.nodes), maps.Clone(ix.roles)
+		c.progress.failed, c.progress.lost = maps.Clone(ix.progress.failed), maps.Clone(ix.progress.lost)
+		return c
+	}
+	before := snapshot()
+	d := decide(v, memo{}, tm, t0)
+	assert.Equal(t, before, snapshot(), "the index is as it was")
+	require.True(t, d.memo.ranks.valid, "the rank table is remembered")
+	assert.Equal(t, ranksKey{version: ix.version, specRev: 5, planRev: 7}, d.memo.ranks.key)
+
+	// Another spec revision is another table; a view made by hand (no
+	// revisions) is never remembered.
+	v.specRev = 6
+	d = decide(v, d.memo, tm, t0)
+	assert.Equal(t, int64(6), d.memo.ranks.key.specRev)
+	d = decide(view{job: "j", spec: ptr(spec("3")), plan: run, nodes: in(nodes, membership.NodeRunning, 1)}, memo{}, tm, t0)
+	assert.False(t, d.memo.ranks.valid)
 }

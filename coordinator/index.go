@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/elastictraining/coordinator/membership"
@@ -12,8 +11,11 @@ import (
 // that the change a node reports costs O(1): an ack updates counters of the
 // current plan's progress, and nothing is sorted or rebuilt. Only a change
 // that can change a rank table (a node joins, goes, comes back under
-// another lease, starts leaving) bumps version, after which the join order
-// and the rank table wanted are computed again, once, when asked for.
+// another lease, starts leaving) bumps version, which a decision's memo of
+// the rank table is keyed by.
+//
+// The actor owns the index and is the only one to change it; a decision
+// only reads it.
 type nodeIndex struct {
 	nodes map[string]membership.LiveNode
 	// version counts the changes that can change a rank table.
@@ -21,11 +23,7 @@ type nodeIndex struct {
 	// roles counts the nodes of each role that are not leaving.
 	roles map[membership.Role]int
 
-	sorted        []membership.LiveNode // join order as of sortedVersion
-	sortedVersion uint64
-
 	progress progress
-	ranks    ranksMemo
 }
 
 func newNodeIndex() *nodeIndex {
@@ -95,24 +93,23 @@ func (ix *nodeIndex) lookup(id string) (membership.LiveNode, bool) {
 	return n, ok
 }
 
-// joinOrder is the nodes in join order. Their acks may be older than
-// lookup's: the order is rebuilt only when version moves.
+// joinOrder is the nodes in join order, sorted anew: a decision asks for
+// it only when its memo of the rank table is out of date.
 func (ix *nodeIndex) joinOrder() []membership.LiveNode {
-	if ix.sortedVersion != ix.version || ix.sorted == nil {
-		ix.sorted = make([]membership.LiveNode, 0, len(ix.nodes))
-		for _, n := range ix.nodes {
-			ix.sorted = append(ix.sorted, n)
-		}
-		membership.SortByJoin(ix.sorted)
-		ix.sortedVersion = ix.version
+	sorted := make([]membership.LiveNode, 0, len(ix.nodes))
+	for _, n := range ix.nodes {
+		sorted = append(sorted, n)
 	}
-	return ix.sorted
+	membership.SortByJoin(sorted)
+	return sorted
 }
 
-// progressOf is the progress of plan p's members, counted again from the
-// records only when p is not the plan counted so far.
-func (ix *nodeIndex) progressOf(p *membership.Plan) *progress {
-	if ix.progress.plan != p || !ix.progress.counted {
+// progressOf is the progress of plan p, the job's plan as of revision rev
+// (a plan's put or its deletion), counted again from the records only when
+// rev is not the revision counted so far. The
+// actor asks for it before a decision; the decision reads it.
+func (ix *nodeIndex) progressOf(rev int64, p *membership.Plan) *progress {
+	if ix.progress.planRev != rev || !ix.progress.counted {
 		// The same generation and phase read again (a watch listed anew,
 		// a plan taken from a failed transaction) keeps the time of its
 		// last ack: the stop timeout counts from there.
@@ -120,64 +117,25 @@ func (ix *nodeIndex) progressOf(p *membership.Plan) *progress {
 		if was := ix.progress.plan; was != nil && p != nil && was.Generation == p.Generation && was.Phase == p.Phase {
 			lastAck = ix.progress.lastAck
 		}
-		ix.progress = progress{plan: p, counted: true, lastAck: lastAck}
-		if p != nil {
-			ix.progress.recount(ix.nodes)
-		}
+		ix.progress = countProgress(p, ix.nodes)
+		ix.progress.planRev, ix.progress.lastAck = rev, lastAck
 	}
 	return &ix.progress
 }
 
-// ranksFor is assignRanks, and whether its table is p's, computed again
-// only when the nodes, the plan, the spec or the excluded nodes changed
-// since the last call. Too few nodes is known from the counts alone.
-func (ix *nodeIndex) ranksFor(spec *membership.Spec, p *membership.Plan, excluded map[string]bool) (table, *shortage, bool) {
-	if short := shortOf(*spec, func(r membership.Role) int { return ix.roles[r] }); short != nil {
-		return table{}, short, false
-	}
-	key := ranksKey{version: ix.version, spec: spec, plan: p, excluded: excludedKey(excluded)}
-	if ix.ranks.valid && ix.ranks.key == key {
-		return ix.ranks.table, ix.ranks.short, ix.ranks.same
-	}
-	var prev []membership.Member
+// countProgress counts plan p's progress from the records alone.
+func countProgress(p *membership.Plan, nodes map[string]membership.LiveNode) progress {
+	pr := progress{plan: p, counted: true}
 	if p != nil {
-		prev = p.Members
+		pr.recount(nodes)
 	}
-	t, short := assignRanks(*spec, ix.joinOrder(), prev, excluded)
-	same := short == nil && p != nil && sameTable(t.members, p.Members)
-	ix.ranks = ranksMemo{valid: true, key: key, table: t, short: short, same: same}
-	return t, short, same
-}
-
-type ranksKey struct {
-	version  uint64
-	spec     *membership.Spec
-	plan     *membership.Plan
-	excluded string
-}
-
-type ranksMemo struct {
-	valid bool
-	key   ranksKey
-	table table
-	short *shortage
-	same  bool
-}
-
-func excludedKey(excluded map[string]bool) string {
-	ids := make([]string, 0, len(excluded))
-	for id, ok := range excluded {
-		if ok {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	return strings.Join(ids, "\x00")
+	return pr
 }
 
 // progress counts how far the members of one plan are, from their records.
 type progress struct {
 	plan    *membership.Plan
+	planRev int64
 	counted bool
 	// present members are alive under the lease the plan names; acked of
 	// them stopped for the plan's generation (phase stop).

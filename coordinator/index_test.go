@@ -31,7 +31,7 @@ func TestProgressCountedAsChangesArriveMatchesACount(t *testing.T) {
 		}
 		plan := &membership.Plan{Generation: 3, Phase: []membership.Phase{membership.PhaseStop, membership.PhaseRun}[round%2], Members: members}
 		ix := newNodeIndex()
-		ix.progressOf(plan)
+		ix.progressOf(1, plan)
 		for step := range 300 {
 			id := ids[rng.IntN(len(ids))]
 			if rng.IntN(6) == 0 {
@@ -69,8 +69,7 @@ func TestASlowStopIsNotADeadOne(t *testing.T) {
 	run := runPlan(1, nodes)
 	stop := &membership.Plan{Generation: 2, Phase: membership.PhaseStop, Members: run.Members, Reason: "x", StopAt: t0}
 	ix := indexOf(in(nodes, membership.NodeRunning, 1))
-	ix.progressOf(stop)
-	v := view{job: "j", spec: ptr(spec("4")), plan: stop, idx: ix}
+	v := view{job: "j", spec: ptr(spec("4")), plan: stop, idx: ix, prog: ix.progressOf(1, stop)}
 	m := memo{stopGen: 2, stopSeen: t0}
 
 	acked := in(nodes, membership.NodeStopped, 2)

@@ -3,8 +3,10 @@ package coordinator
 import (
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/elastictraining/coordinator/english"
 	"github.com/elastictraining/coordinator/membership"
@@ -217,4 +219,58 @@ func sameTable(a, b []membership.Member) bool {
 		}
 	}
 	return true
+}
+
+// ranksFor is assignRanks on v's nodes, and whether its table is the
+// plan's, taken from m while the nodes' version, the spec's and the plan's
+// revisions and the excluded nodes are those it was computed from, and
+// stored in m otherwise. Too few nodes is known from the counts alone.
+func ranksFor(v view, m *memo, excluded map[string]bool) (table, *shortage, bool) {
+	ix := v.index()
+	if short := shortOf(*v.spec, func(r membership.Role) int { return ix.roles[r] }); short != nil {
+		return table{}, short, false
+	}
+	key := ranksKey{version: ix.version, specRev: v.specRev, planRev: v.planRev, excluded: excludedKey(excluded)}
+	memoized := v.specRev != 0 // a view made by hand has no revisions
+	if memoized && m.ranks.valid && m.ranks.key == key {
+		return m.ranks.table, m.ranks.short, m.ranks.same
+	}
+	var prev []membership.Member
+	if v.plan != nil {
+		prev = v.plan.Members
+	}
+	t, short := assignRanks(*v.spec, ix.joinOrder(), prev, excluded)
+	same := short == nil && v.plan != nil && sameTable(t.members, v.plan.Members)
+	if memoized {
+		m.ranks = ranksMemo{valid: true, key: key, table: t, short: short, same: same}
+	}
+	return t, short, same
+}
+
+// ranksKey is what a rank table is computed from: the nodes, by the
+// index's version, the spec and the plan, by revision, and the nodes
+// excluded.
+type ranksKey struct {
+	version          uint64
+	specRev, planRev int64
+	excluded         string
+}
+
+type ranksMemo struct {
+	valid bool
+	key   ranksKey
+	table table
+	short *shortage
+	same  bool
+}
+
+func excludedKey(excluded map[string]bool) string {
+	ids := make([]string, 0, len(excluded))
+	for id, ok := range excluded {
+		if ok {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return strings.Join(ids, "\x00")
 }

@@ -1,0 +1,136 @@
+package coordinator
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/elastictraining/coordinator/english"
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// finish commits the last plan of a job: every sidecar stops and exits.
+func finish(v view, now time.Time, result membership.JobPhase, exitCode int, reason string) decision {
+	next := membership.Plan{Generation: 1, Phase: membership.PhaseStop, Result: result, ExitCode: exitCode,
+		Reason: reason, DetectedAt: now, StopAt: now}
+	if v.plan != nil {
+		next.Generation = v.plan.Generation + 1
+		next.Members, next.Table, next.Restarts = v.plan.Members, v.plan.Table, v.plan.Restarts
+	} else if v.status != nil {
+		next.Generation = v.status.Generation + 1
+	}
+	d := decision{plan: &next}
+	d.status = finalStatus(v, next)
+	d.events = []membership.Event{{Generation: next.Generation, Type: "Job" + string(result), Message: reason}}
+	return d
+}
+
+func finalStatus(v view, p membership.Plan) *membership.Status {
+	s := planStatus(v, p, p.Result, 0, p.Reason)
+	s.ExitCode = p.ExitCode
+	if v.status != nil {
+		s.Steps = v.status.Steps
+	}
+	return s
+}
+
+// runningStatus is the status of a generation in phase run: Running once
+// every member acked, with the durations of its steps.
+func runningStatus(v view, p membership.Plan, ready int, now time.Time) *membership.Status {
+	if ready < len(p.Members) {
+		return planStatus(v, p, membership.JobRestarting, 0, startingMessage(p))
+	}
+	s := planStatus(v, p, membership.JobRunning, ready, "")
+	if v.status != nil && v.status.Phase == membership.JobRunning && v.status.Generation == p.Generation {
+		s.Steps = v.status.Steps
+		return s
+	}
+	s.Steps = stepsOf(p, now)
+	return s
+}
+
+// stoppingMessage and startingMessage are the status messages of a plan's
+// phases. Every decision in a phase says the same, so that the status is
+// written once per phase.
+func stoppingMessage(p membership.Plan) string {
+	return fmt.Sprintf("stopping generation %d for generation %d: %s", p.Generation-1, p.Generation, p.Reason)
+}
+
+func startingMessage(p membership.Plan) string {
+	return fmt.Sprintf("starting generation %d: %s, world size %d", p.Generation, english.Count(len(p.Members), "member"), p.WorldSize)
+}
+
+func stepsOf(p membership.Plan, running time.Time) *membership.Steps {
+	s := &membership.Steps{Start: membership.Duration(running.Sub(p.RunAt)), Total: membership.Duration(running.Sub(p.DetectedAt))}
+	if p.StopAt.IsZero() {
+		s.Wait = membership.Duration(p.RunAt.Sub(p.DetectedAt))
+		return s
+	}
+	s.Detect = membership.Duration(p.StopAt.Sub(p.DetectedAt))
+	acked := p.AckedAt
+	if acked.IsZero() {
+		acked = p.StopAt
+	}
+	s.Stop = membership.Duration(acked.Sub(p.StopAt))
+	s.Wait = membership.Duration(p.RunAt.Sub(acked))
+	return s
+}
+
+func planStatus(v view, p membership.Plan, phase membership.JobPhase, ready int, msg string) *membership.Status {
+	s := &membership.Status{Phase: phase, Ready: ready, Message: msg, Generation: p.Generation, Restarts: p.Restarts}
+	if v.spec != nil {
+		s.NP = v.spec.Workers()
+	}
+	if p.Phase == membership.PhaseRun {
+		s.Members, s.WorldSize = len(p.Members), p.WorldSize
+	}
+	return s
+}
+
+// baseStatus is a status of the job's current plan; Members and WorldSize
+// count only a plan in phase run, the generation that runs.
+func baseStatus(v view, phase membership.JobPhase, ready int, msg string) *membership.Status {
+	if v.plan != nil {
+		return planStatus(v, *v.plan, phase, ready, msg)
+	}
+	s := &membership.Status{Phase: phase, Ready: ready, Message: msg}
+	if v.spec != nil {
+		s.NP = v.spec.Workers()
+	}
+	return s
+}
+
+// sameStatus compares statuses without their time stamps.
+func sameStatus(a, b *membership.Status) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	x, y := *a, *b
+	x.UpdatedAt, y.UpdatedAt = time.Time{}, time.Time{}
+	if (x.Steps == nil) != (y.Steps == nil) || (x.Steps != nil && *x.Steps != *y.Steps) {
+		return false
+	}
+	x.Steps, y.Steps = nil, nil
+	return x == y
+}
+
+// allOf is "all 3 workers succeeded", or "the worker succeeded" for one.
+func allOf(n int, noun, what string) string {
+	if n == 1 {
+		return "the " + noun + " " + what
+	}
+	return fmt.Sprintf("all %d %s %s", n, english.Plural(n, noun), what)
+}
+
+// nodeList names up to five nodes: "member a", "members a, b and 3 more".
+func nodeList(noun string, ids []string) string {
+	if len(ids) == 1 {
+		return noun + " " + ids[0]
+	}
+	shown := ids
+	more := ""
+	if len(ids) > 5 {
+		shown, more = ids[:5], fmt.Sprintf(" and %d more", len(ids)-5)
+	}
+	return noun + "s " + strings.Join(shown, ", ") + more
+}

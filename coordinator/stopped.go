@@ -1,0 +1,199 @@
+package coordinator
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/elastictraining/coordinator/english"
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// decideStopped waits for the stop acks of the previous table's members,
+// and for evicted members to have fenced themselves, then for enough
+// nodes, then commits phase run, or ends the job when the failure that
+// stopped it is charged and the job cannot take it.
+func decideStopped(v view, d decision, lim limits, now time.Time) decision {
+	ix := v.index()
+	var gen int64
+	unacked, fencing := 0, 0
+	var pr *progress
+	if v.plan != nil {
+		gen = v.plan.Generation
+		if d.memo.stopGen != gen {
+			d.memo.stopGen, d.memo.stopSeen, d.memo.evicted = gen, now, nil
+		}
+		pr = v.progress()
+		unacked = pr.present - pr.acked
+		// An evicted member may not know yet, and kills its processes at
+		// its own deadline, before the record expires. A node of the same
+		// name registered since proves nothing: it may be a new pod on
+		// another machine (a StatefulSet's, after a forced deletion).
+		for _, e := range v.evictions {
+			m, ok := v.plan.Member(e.Node)
+			if !ok || m.Lease != e.Lease {
+				continue
+			}
+			if n, ok := ix.lookup(m.Node); ok && int64(n.Lease) == m.Lease {
+				continue // still there under that lease: an ack is awaited
+			}
+			gone, known := v.goneAt[m.Lease]
+			if known && !now.Before(fencedAt(e, gone)) {
+				continue
+			}
+			fencing++
+			if known {
+				wakeEarlier(&d, fencedAt(e, gone))
+			}
+		}
+	}
+	if unacked > 0 {
+		// A slow stop is not a dead one: the timeout counts from the
+		// last ack seen.
+		deadline := d.memo.stopSeen
+		if pr.lastAck.After(deadline) {
+			deadline = pr.lastAck
+		}
+		deadline = deadline.Add(lim.stopTimeout)
+		if now.Before(deadline) {
+			d.wakeAt = deadline
+		} else {
+			d.evict = unackedMembers(v.plan, ix)
+			// One event for them all, however many: a transaction
+			// holds at most 128 operations. An eviction that failed
+			// is tried again, but told only once.
+			evicted := maps.Clone(d.memo.evicted)
+			if evicted == nil {
+				evicted = map[string]bool{}
+			}
+			var ids []string
+			for _, n := range d.evict {
+				if !evicted[n.ID] {
+					evicted[n.ID] = true
+					ids = append(ids, n.ID)
+				}
+			}
+			d.memo.evicted = evicted
+			if len(ids) > 0 {
+				d.events = append(d.events, membership.Event{Generation: gen, Type: "NodeEvicted",
+					Message: fmt.Sprintf("%s did not ack the stop of generation %d within %s of the last ack; evicted", nodeList("node", ids), gen, lim.stopTimeout)})
+			}
+		}
+		// No per-ack progress here: the status changes only between phases,
+		// so a change costs O(1) writes however many nodes ack. Progress is
+		// in the node records and elastic_job_unacked_members. A stop
+		// slower than the timeout says so, once.
+		msg := stoppingMessage(*v.plan)
+		if now.Sub(d.memo.stopSeen) > lim.stopTimeout {
+			msg += fmt.Sprintf("; slow: acks still arriving after more than the %s stop timeout", lim.stopTimeout)
+		}
+		d.status = baseStatus(v, membership.JobRestarting, 0, msg)
+		return d
+	}
+	if fencing > 0 {
+		d.status = baseStatus(v, membership.JobRestarting, 0, stoppingMessage(*v.plan))
+		return d // the records' expiry, or wakeAt, wakes the actor
+	}
+	if v.plan != nil && d.memo.ackedGen != gen {
+		d.memo.ackedGen, d.memo.ackedAt = gen, now
+	}
+
+	restarts, reason, excluded := 0, "first generation", []string(nil)
+	if v.plan != nil {
+		restarts, reason, excluded = v.plan.Restarts, v.plan.Reason, aliveExcludedList(v.plan, ix)
+	}
+	if v.plan != nil && v.plan.Failure != nil {
+		f := *v.plan.Failure
+		// A member evicted for a slow stop was alive when the failure
+		// happened: it explains nothing.
+		var lost []string
+		for _, id := range sortedIDs(pr.lost) {
+			if !d.memo.evicted[id] && !evictedBy(v.evictions, id, "coordinator") {
+				lost = append(lost, id)
+			}
+		}
+		if len(lost) > 0 {
+			reason = fmt.Sprintf("%s; not charged: %s lost meanwhile", reason, nodeList("member", lost))
+		} else {
+			switch {
+			case v.spec.FaultTolerance == membership.FaultToleranceNone:
+				return finish(v, now, membership.JobFailed, max(f.ExitCode, 1), reason+" and fault tolerance is 0")
+			case len(v.spec.RetryableExitCodes) > 0 && !slices.Contains(v.spec.RetryableExitCodes, f.ExitCode):
+				return finish(v, now, membership.JobFailed, max(f.ExitCode, 1),
+					fmt.Sprintf("%s and exit code %d is not one a restart answers %v", reason, f.ExitCode, v.spec.RetryableExitCodes))
+			case restarts >= v.spec.MaxRestarts:
+				return finish(v, now, membership.JobFailed, max(f.ExitCode, 1),
+					fmt.Sprintf("%s and the restart budget of %d is spent", reason, v.spec.MaxRestarts))
+			}
+			restarts++
+			if v.spec.FaultTolerance == membership.FaultToleranceReplace {
+				if _, ok := ix.lookup(f.Node); ok {
+					excluded = appendUnique(excluded, f.Node)
+				}
+			}
+		}
+	}
+	excludedSet := map[string]bool{}
+	for _, id := range excluded {
+		excludedSet[id] = true
+	}
+
+	t, short, _ := ranksFor(v, &d.memo, excludedSet)
+	if short != nil {
+		d.memo.pendingSince = time.Time{}
+		d.status = baseStatus(v, membership.JobWaiting, short.available, short.String())
+		return d
+	}
+	if settling(&d, v.spec, t.workers, lim, now) {
+		d.status = baseStatus(v, membership.JobWaiting, t.workers,
+			fmt.Sprintf("settling: %d of at most %s; starting when the %s settle window ends", t.workers, english.Count(v.spec.Workers().Max, "worker"), lim.settle))
+		return d
+	}
+
+	next := membership.Plan{
+		Generation: gen + 1, Phase: membership.PhaseRun, Members: t.members, WorldSize: t.worldSize, Master: t.master, Gloo: t.gloo,
+		MaxRestarts: v.spec.MaxRestarts, Reason: reason, Restarts: restarts, Excluded: excluded, DetectedAt: now, RunAt: now,
+	}
+	if v.plan != nil {
+		next.Generation = gen
+		next.DetectedAt, next.StopAt, next.AckedAt = v.plan.DetectedAt, v.plan.StopAt, d.memo.ackedAt
+	} else if !d.memo.pendingSince.IsZero() {
+		next.DetectedAt = d.memo.pendingSince
+	}
+	d.memo.pendingSince = time.Time{}
+	d.plan = &next
+	d.status = planStatus(v, next, membership.JobRestarting, 0, startingMessage(next))
+	d.events = append(d.events, membership.Event{Generation: next.Generation, Type: "GenerationStarting", Members: len(t.members), WorldSize: t.worldSize,
+		Message: fmt.Sprintf("run: %s, %s, world size %d, master %s (%s)", english.Count(len(t.members), "member"), english.Count(t.workers, "worker"), t.worldSize, t.master, next.Reason)})
+	return d
+}
+
+// evictedBy reports whether node has an eviction record written by by.
+func evictedBy(evictions []membership.Eviction, node, by string) bool {
+	return slices.ContainsFunc(evictions, func(e membership.Eviction) bool {
+		return e.Node == node && e.By == by
+	})
+}
+
+// unackedMembers are the members of a stop plan still alive under the
+// lease it names that have not acked it.
+func unackedMembers(p *membership.Plan, ix *nodeIndex) []membership.LiveNode {
+	var out []membership.LiveNode
+	for _, m := range p.Members {
+		n, ok := ix.lookup(m.Node)
+		if ok && int64(n.Lease) == m.Lease && (n.State != membership.NodeStopped || n.Generation < p.Generation) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func sortedIDs(set map[string]bool) []string {
+	ids := make([]string, 0, len(set))
+	for id := range set {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
