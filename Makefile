@@ -47,10 +47,16 @@ tools: kube-tools $(BIN)/promtool
 $(BIN)/promtool:
 	GOBIN=$(abspath $(BIN)) $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
 
-lint:
+# go vet, gofmt and staticcheck (built from the version pinned in
+# hack/tools/lint, with its default checks).
+lint: $(BIN)/staticcheck
 	$(GO) vet $(PKGS)
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(BIN)/staticcheck $(PKGS)
+
+$(BIN)/staticcheck: hack/tools/lint/go.mod hack/tools/lint/go.sum
+	cd hack/tools/lint && $(GO) build -o $(abspath $@) honnef.co/go/tools/cmd/staticcheck
 
 # Benchmarks; results go to bench/results/.
 bench: bench-go bench-restart bench-kube bench-fence

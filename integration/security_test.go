@@ -96,16 +96,6 @@ func backgroundIn(t *testing.T, cg *os.File, env []string, args ...string) *bgPr
 	return p
 }
 
-// exited reports whether the process has exited.
-func (p *bgProcess) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // wait waits for the process to exit and returns its exit code.
 func (p *bgProcess) wait(t *testing.T) int {
 	t.Helper()

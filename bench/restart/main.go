@@ -257,7 +257,7 @@ func measureJob(binary, python, np string, n, runs int, scale bool) ([]result, e
 				return nil, err
 			}
 			var last time.Time
-			if last, ranks, gen, err = waitStarted(log, t0, step.size, time.Minute); err != nil {
+			if last, _, gen, err = waitStarted(log, t0, step.size, time.Minute); err != nil {
 				return nil, err
 			}
 			step.into.samples = append(step.into.samples, last.Sub(t0))

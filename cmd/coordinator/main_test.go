@@ -116,7 +116,7 @@ func TestTheDialTimeoutComesFromTheEnvironmentToo(t *testing.T) {
 	assert.Contains(t, stderr, `ELASTIC_DIAL_TIMEOUT "abc": want a positive duration`)
 	assert.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
 
-	code, _, stderr = runCLI(t, map[string]string{"ELASTIC_DIAL_TIMEOUT": "abc"}, "status", "--job", "j", "--etcd-endpoints", "http://127.0.0.1:1", "--dial-timeout", "200ms")
+	code, _, _ = runCLI(t, map[string]string{"ELASTIC_DIAL_TIMEOUT": "abc"}, "status", "--job", "j", "--etcd-endpoints", "http://127.0.0.1:1", "--dial-timeout", "200ms")
 	assert.Equal(t, 1, code, "the flag wins over the variable")
 	code, _, stderr = runCLI(t, map[string]string{"ELASTIC_DIAL_TIMEOUT": "200ms"}, "status", "--job", "j", "--etcd-endpoints", "http://127.0.0.1:1")
 	assert.Equal(t, 1, code)

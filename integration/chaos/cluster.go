@@ -131,12 +131,6 @@ func (s *supervised) stop(timeout time.Duration) {
 	}
 }
 
-// output is the end of the process's log.
-func (s *supervised) output(n int) string {
-	data, _ := os.ReadFile(s.log)
-	return string(data[max(len(data)-n, 0):])
-}
-
 // coordinatorReplica is a `coordinator serve` and its health endpoint.
 type coordinatorReplica struct {
 	*supervised
