@@ -35,30 +35,28 @@ var (
 // ValidateJobID reports whether id is a DNS-1123 label, the only form of job
 // id that is allowed into a key.
 func ValidateJobID(id string) error {
-	if id == "" {
-		return fmt.Errorf("%w: empty", ErrInvalidJobID)
-	}
-	if len(id) > MaxJobIDLength {
-		return fmt.Errorf("%w %q: longer than %d characters", ErrInvalidJobID, id, MaxJobIDLength)
-	}
-	if !jobIDPattern.MatchString(id) {
-		return fmt.Errorf("%w %q: must be a DNS-1123 label (lower-case letters, digits and '-', starting and ending with a letter or digit)", ErrInvalidJobID, id)
-	}
-	return nil
+	return validateID(id, ErrInvalidJobID, MaxJobIDLength, jobIDPattern,
+		"must be a DNS-1123 label (lower-case letters, digits and '-', starting and ending with a letter or digit)")
 }
 
 // ValidateNodeID reports whether id can name a node: letters, digits, '-',
 // '_' and '.', starting and ending with a letter or digit, so that it is one
 // key segment and a pod name always fits.
 func ValidateNodeID(id string) error {
-	if id == "" {
-		return fmt.Errorf("%w: empty", ErrInvalidNodeID)
-	}
-	if len(id) > MaxNodeIDLength {
-		return fmt.Errorf("%w %q: longer than %d characters", ErrInvalidNodeID, id, MaxNodeIDLength)
-	}
-	if !nodeIDPattern.MatchString(id) {
-		return fmt.Errorf("%w %q: use letters, digits, '-', '_' and '.', starting and ending with a letter or digit", ErrInvalidNodeID, id)
+	return validateID(id, ErrInvalidNodeID, MaxNodeIDLength, nodeIDPattern,
+		"use letters, digits, '-', '_' and '.', starting and ending with a letter or digit")
+}
+
+// validateID checks an id against its length and pattern; the error is
+// sentinel, saying what is wrong, and hint when the pattern does not match.
+func validateID(id string, sentinel error, maxLength int, pattern *regexp.Regexp, hint string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: empty", sentinel)
+	case len(id) > maxLength:
+		return fmt.Errorf("%w %q: longer than %d characters", sentinel, id, maxLength)
+	case !pattern.MatchString(id):
+		return fmt.Errorf("%w %q: %s", sentinel, id, hint)
 	}
 	return nil
 }

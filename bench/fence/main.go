@@ -16,7 +16,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -28,7 +27,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -380,14 +378,8 @@ type beat struct {
 }
 
 func readBeats(path string) []beat {
-	data, _ := os.ReadFile(path)
 	var out []beat
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) != 5 {
-			continue
-		}
+	for _, f := range stats.Records(path, 5) {
 		gen, err1 := strconv.Atoi(f[1])
 		pid, err2 := strconv.Atoi(f[3])
 		us, err3 := strconv.ParseInt(f[4], 10, 64)

@@ -11,7 +11,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"flag"
@@ -116,14 +115,8 @@ type start struct {
 }
 
 func readStarts(file string) []start {
-	data, _ := os.ReadFile(file)
 	var out []start
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) != 5 {
-			continue
-		}
+	for _, f := range stats.Records(file, 5) {
 		var s start
 		s.gen, _ = strconv.Atoi(f[0])
 		s.rank, _ = strconv.Atoi(f[1])
