@@ -1,4 +1,4 @@
-package bridge
+package trainerenv_test
 
 import (
 	"flag"
@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/elastictraining/coordinator/membership"
-	"github.com/elastictraining/coordinator/sidecar"
+	"github.com/elastictraining/coordinator/trainerenv"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files of the trainer's environment")
@@ -67,32 +67,34 @@ func envCases() []envCase {
 	}
 }
 
-// TestTrainerEnvironmentGolden pins the environment of every process of
-// representative plans, and the endpoint ConfigMap of each, to
-// testdata/trainerenv/NAME.env.
-func TestTrainerEnvironmentGolden(t *testing.T) {
+// TestGolden pins the environment of every process of representative
+// plans, and the endpoint ConfigMap of each, to testdata/NAME.env. The
+// files were written by the code before this package existed
+// (launcher.Topology.Env, fed by sidecar.TopologyOf, and the bridge's own
+// ConfigMap table).
+func TestGolden(t *testing.T) {
 	for _, tc := range envCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			require.NoError(t, tc.plan.Validate())
+			g := trainerenv.Of(tc.job, tc.plan)
 			var b strings.Builder
 			fmt.Fprintf(&b, "# job %s, generation %d, gloo %d\n", tc.job, tc.plan.Generation, tc.gloo)
 			for _, member := range tc.plan.Members {
-				topo := sidecar.TopologyOf(sidecar.Assignment{Job: tc.job, Plan: tc.plan, Member: member}, tc.gloo)
+				node := g.Node(member, tc.gloo)
 				for local := range member.Ports {
 					fmt.Fprintf(&b, "\n== process: node %s, %s rank %d, local rank %d\n", member.Node, member.Role, member.Rank, local)
-					for _, kv := range topo.Env(local) {
+					for _, kv := range node.Env(local) {
 						fmt.Fprintln(&b, kv)
 					}
 				}
 			}
-			fmt.Fprintf(&b, "\n== configmap %s\n", ConfigMapName(tc.job))
-			data := configMapData(tc.job, tc.plan)
+			fmt.Fprintf(&b, "\n== configmap %s-elastic\n", tc.job)
+			data := g.Shared()
 			for _, k := range slices.Sorted(maps.Keys(data)) {
 				fmt.Fprintf(&b, "%s=%s\n", k, data[k])
 			}
-			path := filepath.Join("testdata", "trainerenv", tc.name+".env")
+			path := filepath.Join("testdata", tc.name+".env")
 			if *update {
-				require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
 				require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o644))
 			}
 			want, err := os.ReadFile(path)
