@@ -72,6 +72,10 @@ func CommitMain(args []string, getenv func(string) string, stderr io.Writer) int
 	var gen int64
 	if socket != "" {
 		var err error
+		// The generation the trainer was given: trainerenv.ElasticGeneration,
+		// which the guard cannot import, since it runs before the heavy
+		// packages initialise and trainerenv imports etcd's client through
+		// membership.
 		if gen, err = strconv.ParseInt(getenv("ELASTIC_GENERATION"), 10, 64); err != nil || gen < 1 {
 			fmt.Fprintln(stderr, "coordinator commit: ELASTIC_GENERATION is not a generation; run it from a training process")
 			return 2

@@ -40,7 +40,7 @@ func BenchmarkRestart(b *testing.B) {
 	for _, mode := range cgroupModes {
 		b.Run("guard cgroup "+mode, func(b *testing.B) {
 			l, _ := newLauncher(b, mode, "sleep")
-			if _, err := l.Start(topology(1), lease); err != nil {
+			if _, err := l.Start(procs(1), lease); err != nil {
 				b.Fatal(err)
 			}
 			time.Sleep(50 * time.Millisecond)
@@ -49,7 +49,7 @@ func BenchmarkRestart(b *testing.B) {
 				if err := l.Stop(b.Context(), 5*time.Second); err != nil {
 					b.Fatal(err)
 				}
-				if _, err := l.Start(topology(1), lease); err != nil {
+				if _, err := l.Start(procs(1), lease); err != nil {
 					b.Fatal(err)
 				}
 				b.StopTimer()

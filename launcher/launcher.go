@@ -1,11 +1,12 @@
 // Package launcher supervises a node's training processes through a process
 // guard (package guard): it starts one process per local rank with the
-// environment of its rank, stops them with SIGTERM, a grace period and
-// SIGKILL, and hands the guard the lease deadline past which the guard
-// kills them on its own. A stop returns only once nothing of the processes'
-// trees is left.
+// environment its caller gives that rank, stops them with SIGTERM, a grace
+// period and SIGKILL, and hands the guard the lease deadline past which the
+// guard kills them on its own. A stop returns only once nothing of the
+// processes' trees is left.
 //
-// It knows nothing of etcd or Kubernetes.
+// It knows nothing of etcd, Kubernetes or the frameworks' variables
+// (package trainerenv builds those).
 package launcher
 
 import (
@@ -167,13 +168,13 @@ type group struct {
 	recorded chan struct{}
 }
 
-// Start runs one process per port of t under the guard, for the lease they
-// run under, which must be the one of the last deadline. The channel
+// Start runs one process per entry of p.Env under the guard, for the lease
+// they run under, which must be the one of the last deadline. The channel
 // receives one Exit when every process exited 0, or when one failed and the
 // others were stopped; then it closes.
-func (l *Launcher) Start(t Topology, lease int64) (<-chan Exit, error) {
-	if len(t.Ports) == 0 {
-		return nil, errors.New("launcher: topology without ports")
+func (l *Launcher) Start(p Procs, lease int64) (<-chan Exit, error) {
+	if len(p.Env) == 0 {
+		return nil, errors.New("launcher: no processes to start")
 	}
 	path, err := LookPath(l.cfg.Command[0])
 	if err != nil {
@@ -185,16 +186,16 @@ func (l *Launcher) Start(t Topology, lease int64) (<-chan Exit, error) {
 		l.mu.Unlock()
 		return nil, err
 	}
-	cmd := guard.Command{Op: guard.OpStart, Lease: lease, Generation: max(t.Generation, 1)}
-	for local := range t.Ports {
-		prefix := fmt.Sprintf("[rank %d] ", t.GlobalRankBase+local)
-		if t.Role != "" && t.Role != "worker" {
-			prefix = fmt.Sprintf("[%s %d] ", t.Role, t.NodeRank)
+	cmd := guard.Command{Op: guard.OpStart, Lease: lease, Generation: max(p.Generation, 1)}
+	for local, env := range p.Env {
+		prefix := fmt.Sprintf("[rank %d] ", p.GlobalRankBase+local)
+		if p.Role != "" && p.Role != "worker" {
+			prefix = fmt.Sprintf("[%s %d] ", p.Role, p.NodeRank)
 		}
-		log, quiet := l.cfg.Logs.proc(t, local)
+		log, quiet := l.cfg.Logs.proc(p, local)
 		cmd.Procs = append(cmd.Procs, guard.Proc{
-			Rank: t.GlobalRankBase + local, Path: path, Argv: l.cfg.Command, Dir: l.cfg.Dir,
-			Env: mergeEnv(l.cfg.Env, t.Env(local)), Prefix: prefix, Log: log, Quiet: quiet,
+			Rank: p.GlobalRankBase + local, Path: path, Argv: l.cfg.Command, Dir: l.cfg.Dir,
+			Env: mergeEnv(l.cfg.Env, env), Prefix: prefix, Log: log, Quiet: quiet,
 		})
 	}
 	grp := &group{ranks: map[int]int{}, exit: make(chan Exit, 1), recorded: make(chan struct{})}
@@ -232,7 +233,7 @@ func (l *Launcher) Start(t Topology, lease int64) (<-chan Exit, error) {
 	grp.pids, grp.remaining = rep.Pids, len(rep.Pids)
 	exit := grp.exit
 	grp.mu.Unlock()
-	l.logger.Debug("started", "generation", t.Generation, "processes", len(rep.Pids))
+	l.logger.Debug("started", "generation", p.Generation, "processes", len(rep.Pids))
 	return exit, nil
 }
 

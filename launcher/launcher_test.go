@@ -21,6 +21,8 @@ import (
 	"github.com/elastictraining/coordinator/guard"
 	"github.com/elastictraining/coordinator/internal/testkit/proctest"
 	"github.com/elastictraining/coordinator/launcher"
+	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/trainerenv"
 )
 
 // The test binary doubles as the guard (argument "guard") and as the
@@ -102,7 +104,7 @@ func host() {
 	if err := l.SetDeadline(7, time.Now().Add(time.Hour)); err != nil {
 		os.Exit(5)
 	}
-	if _, err := l.Start(topology(1), 7); err != nil {
+	if _, err := l.Start(procs(1), 7); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(6)
 	}
@@ -173,14 +175,31 @@ func writePid(suffix string) {
 	}
 }
 
-func topology(nproc int) launcher.Topology {
-	t := launcher.Topology{JobID: "job", Generation: 3, Role: "worker", NodeRank: 1, NNodes: 2, GlobalRankBase: 2,
-		WorldSize: 2 + nproc, Host: "10.0.0.2", MasterAddr: "10.0.0.1", MasterPort: 6000}
-	for l := range nproc {
-		t.Ports = append(t.Ports, 7000+l)
-		t.TrainerEndpoints = append(t.TrainerEndpoints, fmt.Sprintf("10.0.0.2:%d", 7000+l))
+// procs is node rank 1 of two workers in generation 3, with nproc
+// processes from global rank 2.
+func procs(nproc int) launcher.Procs { return procsOf(3, 2, nproc) }
+
+// procsOf is node rank 1 of two workers in generation gen, with nproc
+// processes from global rank base, and the environment package trainerenv
+// gives them.
+func procsOf(gen int64, base, nproc int) launcher.Procs {
+	n := trainerenv.Node{
+		Generation: trainerenv.Generation{Job: "job", Number: gen, Endpoints: membership.Endpoints{
+			MasterAddr: "10.0.0.1", MasterPort: 6000,
+			Nodes:     map[membership.Role]int{membership.RoleWorker: 2},
+			Processes: map[membership.Role]int{membership.RoleWorker: 2 + nproc},
+		}},
+		Member: membership.Member{Node: "n1", Role: membership.RoleWorker, Rank: 1, GlobalRank: base, Host: "10.0.0.2", NProc: nproc},
 	}
-	return t
+	p := launcher.Procs{Generation: gen, Role: "worker", NodeRank: 1, GlobalRankBase: base, WorldSize: n.WorldSize()}
+	for l := range nproc {
+		n.Member.Ports = append(n.Member.Ports, 7000+l)
+		n.Endpoints.Trainers = append(n.Endpoints.Trainers, fmt.Sprintf("10.0.0.2:%d", 7000+l))
+	}
+	for l := range nproc {
+		p.Env = append(p.Env, n.Env(l))
+	}
+	return p
 }
 
 // lines splits output into lines.
@@ -227,7 +246,7 @@ func wait(t *testing.T, exits <-chan launcher.Exit) launcher.Exit {
 
 func TestChildrenGetTheirRanksEnvironment(t *testing.T) {
 	l, out := newLauncher(t, "auto", "env", "KEEP=base", "RANK=overridden")
-	exits, err := l.Start(topology(2), lease)
+	exits, err := l.Start(procs(2), lease)
 	require.NoError(t, err)
 	assert.Equal(t, 0, wait(t, exits).Code)
 
@@ -250,9 +269,8 @@ func TestChildrenGetTheirRanksEnvironment(t *testing.T) {
 func TestExitCodes(t *testing.T) {
 	t.Run("a failing process stops the others and its code is reported", func(t *testing.T) {
 		l, _ := newLauncher(t, "auto", "exit", "CODE=7")
-		topo := topology(3)
-		topo.GlobalRankBase = 0 // ranks 0, 1, 2: rank 1 fails, the others wait for SIGTERM
-		exits, err := l.Start(topo, lease)
+		// Ranks 0, 1, 2: rank 1 fails, the others wait for SIGTERM.
+		exits, err := l.Start(procsOf(3, 0, 3), lease)
 		require.NoError(t, err)
 		e := wait(t, exits)
 		assert.Equal(t, 7, e.Code)
@@ -261,14 +279,14 @@ func TestExitCodes(t *testing.T) {
 	})
 	t.Run("every process exiting 0 is success", func(t *testing.T) {
 		l, _ := newLauncher(t, "auto", "env")
-		exits, err := l.Start(topology(3), lease)
+		exits, err := l.Start(procs(3), lease)
 		require.NoError(t, err)
 		assert.Equal(t, launcher.Exit{Code: 0, Message: "every process exited 0"}, wait(t, exits))
 	})
 	t.Run("a signal is reported as 128+signal", func(t *testing.T) {
 		pidfile := filepath.Join(t.TempDir(), "pid")
 		l, _ := newLauncher(t, "auto", "sleep", "PIDFILE="+pidfile)
-		exits, err := l.Start(topology(1), lease)
+		exits, err := l.Start(procs(1), lease)
 		require.NoError(t, err)
 		pid := readPid(t, pidfile)
 		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
@@ -283,7 +301,7 @@ func TestStopEscalatesToSIGKILLAndTakesTheGroup(t *testing.T) {
 		t.Run("cgroup "+mode, func(t *testing.T) {
 			pidfile := filepath.Join(t.TempDir(), "pid")
 			l, _ := newLauncher(t, mode, "stubborn", "PIDFILE="+pidfile)
-			exits, err := l.Start(topology(1), lease)
+			exits, err := l.Start(procs(1), lease)
 			require.NoError(t, err)
 			child, grandchild := readPid(t, pidfile), readPid(t, pidfile+".grandchild")
 
@@ -293,7 +311,7 @@ func TestStopEscalatesToSIGKILLAndTakesTheGroup(t *testing.T) {
 			assert.False(t, proctest.Alive(grandchild), "the grandchild in the child's process group is gone when Stop returns")
 			require.NoError(t, l.Stop(t.Context(), 0), "stopping twice is harmless")
 
-			_, err = l.Start(topology(1), lease)
+			_, err = l.Start(procs(1), lease)
 			require.NoError(t, err, "a new generation starts once the old one is gone")
 		})
 	}
@@ -312,7 +330,7 @@ func TestStopWaitsForTheWholeTree(t *testing.T) {
 					env = append(env, "SETSID=1")
 				}
 				l, _ := newLauncher(t, mode, "wrapper", env...)
-				_, err := l.Start(topology(1), lease)
+				_, err := l.Start(procs(1), lease)
 				require.NoError(t, err)
 				child, grandchild := readPid(t, pidfile), readPid(t, pidfile+".grandchild")
 
@@ -383,7 +401,7 @@ func TestAFrozenSidecarsProcessesDieAtTheDeadline(t *testing.T) {
 func TestADeadlinePassedWinsOverAGracefulStop(t *testing.T) {
 	pidfile := filepath.Join(t.TempDir(), "pid")
 	l, _ := newLauncher(t, "auto", "slowstop", "PIDFILE="+pidfile, "SLOWSTOP_MS=60000")
-	_, err := l.Start(topology(1), lease)
+	_, err := l.Start(procs(1), lease)
 	require.NoError(t, err)
 	child := readPid(t, pidfile)
 
@@ -405,19 +423,19 @@ func TestADeadlinePassedWinsOverAGracefulStop(t *testing.T) {
 func TestKillFencesTheLease(t *testing.T) {
 	pidfile := filepath.Join(t.TempDir(), "pid")
 	l, _ := newLauncher(t, "auto", "sleep", "PIDFILE="+pidfile)
-	exits, err := l.Start(topology(1), lease)
+	exits, err := l.Start(procs(1), lease)
 	require.NoError(t, err)
 	child := readPid(t, pidfile)
 	require.NoError(t, l.Kill(t.Context()))
 	assert.False(t, proctest.Alive(child))
 	assert.Equal(t, 137, wait(t, exits).Code)
 
-	_, err = l.Start(topology(1), lease)
+	_, err = l.Start(procs(1), lease)
 	require.Error(t, err, "a start for the lost lease is refused")
 	require.NoError(t, l.SetDeadline(lease+1, time.Now().Add(time.Hour)))
-	_, err = l.Start(topology(1), lease)
+	_, err = l.Start(procs(1), lease)
 	require.Error(t, err, "a start for another lease than the current one is refused")
-	_, err = l.Start(topology(1), lease+1)
+	_, err = l.Start(procs(1), lease+1)
 	require.NoError(t, err)
 }
 
@@ -454,8 +472,8 @@ func TestAThawedTrainerCannotCommit(t *testing.T) {
 func TestACommitOfAnotherGenerationIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	l, _ := newLauncher(t, "auto", "committer", "CKPT_DIR="+dir)
-	topo := topology(1)
-	_, err := l.Start(topo, lease)
+	p := procs(1)
+	_, err := l.Start(p, lease)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, "ckpt")); return err == nil },
 		10*time.Second, time.Millisecond, "the trainer of the current generation commits")
@@ -463,13 +481,13 @@ func TestACommitOfAnotherGenerationIsRefused(t *testing.T) {
 	// it asks.
 	socket := guardSocket(t, l)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "x"), nil, 0o600))
-	err = guard.Commit(socket, topo.Generation, filepath.Join(dir, "x"), filepath.Join(dir, "y"))
+	err = guard.Commit(socket, p.Generation, filepath.Join(dir, "x"), filepath.Join(dir, "y"))
 	assert.ErrorContains(t, err, "not a process of this guard")
 }
 
 func TestPartialLastLineIsFlushed(t *testing.T) {
 	l, out := newLauncher(t, "auto", "partial")
-	exits, err := l.Start(topology(1), lease)
+	exits, err := l.Start(procs(1), lease)
 	require.NoError(t, err)
 	wait(t, exits)
 	assert.Equal(t, []string{"[rank 2] no newline at the end"}, lines(out))
@@ -489,7 +507,7 @@ func TestStartFailsForAMissingCommand(t *testing.T) {
 	} {
 		l, err := launcher.New(launcher.Config{Command: []string{tc.program}, Guard: guardCommand("auto")})
 		require.NoError(t, err)
-		_, err = l.Start(topology(1), lease)
+		_, err = l.Start(procs(1), lease)
 		assert.ErrorContains(t, err, tc.message)
 		var cannot *launcher.StartError
 		require.ErrorAs(t, err, &cannot, "no restart mends it")
@@ -516,11 +534,8 @@ func TestEachRankHasItsLogFile(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(l.Close)
 	require.NoError(t, l.SetDeadline(lease, time.Now().Add(time.Hour)))
-	topo := topology(2)
-	topo.GlobalRankBase = 0
 	for gen := int64(3); gen <= 4; gen++ {
-		topo.Generation = gen
-		exits, err := l.Start(topo, lease)
+		exits, err := l.Start(procsOf(gen, 0, 2), lease)
 		require.NoError(t, err)
 		assert.Equal(t, 0, wait(t, exits).Code)
 	}
@@ -549,7 +564,7 @@ func TestEachRankHasItsLogFile(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(small.Close)
 	require.NoError(t, small.SetDeadline(lease, time.Now().Add(time.Hour)))
-	exits, err := small.Start(topology(1), lease)
+	exits, err := small.Start(procs(1), lease)
 	require.NoError(t, err)
 	wait(t, exits)
 	for _, name := range []string{"rank-2.log", "rank-2.log.1"} {
@@ -623,7 +638,7 @@ func TestAKilledGuardLeavesNothingBehind(t *testing.T) {
 		t.Run("cgroup "+mode, func(t *testing.T) {
 			pidfile := filepath.Join(t.TempDir(), "pid")
 			l, _ := newLauncher(t, mode, "wrapper", "PIDFILE="+pidfile, "GRANDCHILD=sleep", "SETSID=1")
-			exits, err := l.Start(topology(1), lease)
+			exits, err := l.Start(procs(1), lease)
 			require.NoError(t, err)
 			child, grandchild := readPid(t, pidfile), readPid(t, pidfile+".grandchild")
 
@@ -635,7 +650,7 @@ func TestAKilledGuardLeavesNothingBehind(t *testing.T) {
 				require.Eventually(t, func() bool { return !proctest.Alive(pid) }, 10*time.Second, 5*time.Millisecond,
 					"process %d outlived its guard", pid)
 			}
-			_, err = l.Start(topology(1), lease)
+			_, err = l.Start(procs(1), lease)
 			require.NoError(t, err, "a new guard takes over")
 		})
 	}
@@ -645,7 +660,7 @@ func TestAKilledGuardLeavesNothingBehind(t *testing.T) {
 // the guard may have forked the processes already.
 func TestKillDoesNotWaitForAStartAFrozenGuardNeverAnswers(t *testing.T) {
 	l, _ := newLauncher(t, "auto", "sleep")
-	_, err := l.Start(topology(1), lease)
+	_, err := l.Start(procs(1), lease)
 	require.NoError(t, err)
 	require.NoError(t, l.Stop(t.Context(), time.Second))
 	g := guardOf(t, os.Getpid())
@@ -654,7 +669,7 @@ func TestKillDoesNotWaitForAStartAFrozenGuardNeverAnswers(t *testing.T) {
 
 	started := make(chan error, 1)
 	go func() {
-		_, err := l.Start(topology(1), lease)
+		_, err := l.Start(procs(1), lease)
 		started <- err
 	}()
 	time.Sleep(100 * time.Millisecond) // the start is sent and waits

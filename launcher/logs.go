@@ -43,20 +43,20 @@ type Logs struct {
 	Tee Tee
 }
 
-// LogName is the file name of the output of local rank local in t.
-func LogName(t Topology, local int) string {
-	if t.Role == "" || t.Role == "worker" {
-		return fmt.Sprintf("rank-%d.log", t.GlobalRankBase+local)
+// LogName is the file name of the output of local rank local in p.
+func LogName(p Procs, local int) string {
+	if p.Role == "" || p.Role == "worker" {
+		return fmt.Sprintf("rank-%d.log", p.GlobalRankBase+local)
 	}
-	if len(t.Ports) > 1 {
-		return fmt.Sprintf("%s-%d-%d.log", t.Role, t.NodeRank, local)
+	if len(p.Env) > 1 {
+		return fmt.Sprintf("%s-%d-%d.log", p.Role, p.NodeRank, local)
 	}
-	return fmt.Sprintf("%s-%d.log", t.Role, t.NodeRank)
+	return fmt.Sprintf("%s-%d.log", p.Role, p.NodeRank)
 }
 
-// proc returns the log of local rank local in t, and whether its output
+// proc returns the log of local rank local in p, and whether its output
 // stays off the terminal.
-func (l *Logs) proc(t Topology, local int) (*guard.Log, bool) {
+func (l *Logs) proc(p Procs, local int) (*guard.Log, bool) {
 	if l == nil || l.Dir == "" {
 		return nil, false
 	}
@@ -64,17 +64,17 @@ func (l *Logs) proc(t Topology, local int) (*guard.Log, bool) {
 	if maxBytes == 0 {
 		maxBytes = DefaultLogMaxBytes
 	}
-	role := t.Role
+	role := p.Role
 	if role == "" {
 		role = "worker"
 	}
-	header := fmt.Sprintf("generation %d: %s rank %d of %d (node rank %d, local rank %d)", t.Generation, role, t.GlobalRankBase+local, t.WorldSize, t.NodeRank, local)
-	log := &guard.Log{Path: filepath.Join(l.Dir, LogName(t, local)), Header: header, MaxBytes: maxBytes}
+	header := fmt.Sprintf("generation %d: %s rank %d of %d (node rank %d, local rank %d)", p.Generation, role, p.GlobalRankBase+local, p.WorldSize, p.NodeRank, local)
+	log := &guard.Log{Path: filepath.Join(l.Dir, LogName(p, local)), Header: header, MaxBytes: maxBytes}
 	switch l.Tee {
 	case TeeNone:
 		return log, true
 	case TeeRank0:
-		return log, !(role == "worker" && t.GlobalRankBase+local == 0)
+		return log, !(role == "worker" && p.GlobalRankBase+local == 0)
 	}
 	return log, false
 }

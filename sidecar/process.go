@@ -5,12 +5,13 @@ import (
 	"time"
 
 	"github.com/elastictraining/coordinator/launcher"
+	"github.com/elastictraining/coordinator/trainerenv"
 )
 
 // Processes runs a node's workload as real processes through a launcher.
 type Processes struct {
 	Launcher *launcher.Launcher
-	// Gloo is PaddlePaddle's gloo level (launcher.Topology.Gloo).
+	// Gloo is PaddlePaddle's gloo level (trainerenv.Node.Gloo).
 	Gloo int
 }
 
@@ -18,7 +19,7 @@ var _ Workload = (*Processes)(nil)
 
 // Start implements Workload.
 func (p *Processes) Start(_ context.Context, a Assignment) (<-chan Exit, error) {
-	exits, err := p.Launcher.Start(TopologyOf(a, p.Gloo), a.Member.Lease)
+	exits, err := p.Launcher.Start(ProcsOf(a, p.Gloo), a.Member.Lease)
 	if err != nil {
 		return nil, err
 	}
@@ -47,16 +48,15 @@ func (p *Processes) SetDeadline(lease int64, at time.Time) {
 	_ = p.Launcher.SetDeadline(lease, at)
 }
 
-// TopologyOf is what the processes of a member are told of its generation.
-func TopologyOf(a Assignment, gloo int) launcher.Topology {
-	p, m := a.Plan, a.Member
-	e := p.Endpoints()
-	return launcher.Topology{
-		JobID: a.Job, Generation: p.Generation, Restarts: p.Restarts, MaxRestarts: p.MaxRestarts,
-		Role: string(m.Role), NodeRank: m.Rank, NNodes: e.Nodes[m.Role], GlobalRankBase: m.GlobalRank,
-		WorldSize: e.Processes[m.Role], Host: m.Host, Ports: m.Ports,
-		MasterAddr: e.MasterAddr, MasterPort: e.MasterPort,
-		TrainerEndpoints: e.Trainers, TrainerHosts: e.TrainerHosts, PServerEndpoints: e.PServers, HeterEndpoints: e.Heters,
-		SchedulerHost: e.SchedulerAddr, SchedulerPort: e.SchedulerPort, Gloo: gloo, GlooEndpoint: e.Gloo,
+// ProcsOf is what the launcher starts for a member: one process per port,
+// each with the environment package trainerenv gives it.
+func ProcsOf(a Assignment, gloo int) launcher.Procs {
+	n := trainerenv.Of(a.Job, a.Plan).Node(a.Member, gloo)
+	m := a.Member
+	p := launcher.Procs{Generation: n.Number, Role: string(m.Role), NodeRank: m.Rank, GlobalRankBase: m.GlobalRank,
+		WorldSize: n.WorldSize(), Env: make([][]string, len(m.Ports))}
+	for local := range p.Env {
+		p.Env[local] = n.Env(local)
 	}
+	return p
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/kube/bridge"
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/trainerenv"
 )
 
 func main() {
@@ -211,7 +212,7 @@ func waitUp(ctx context.Context, c *kubetest.Cluster, ns string, n int) (time.Ti
 		}
 		if cmAt.IsZero() {
 			cm, err := c.Client.CoreV1().ConfigMaps(ns).Get(ctx, bridge.ConfigMapName("bench"), metav1.GetOptions{})
-			if err == nil && cm.Data["PADDLE_TRAINERS_NUM"] == strconv.Itoa(n) {
+			if err == nil && cm.Data[trainerenv.PaddleTrainersNum] == strconv.Itoa(n) {
 				cmAt = time.Now()
 			}
 		}
@@ -237,7 +238,7 @@ func waitSize(ctx context.Context, c *kubetest.Cluster, client *jobclient.Client
 	for ctx.Err() == nil {
 		pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		cm, cmErr := c.Client.CoreV1().ConfigMaps(ns).Get(ctx, bridge.ConfigMapName("bench"), metav1.GetOptions{})
-		if err == nil && len(pods.Items) == n && cmErr == nil && cm.Data["PADDLE_TRAINERS_NUM"] == strconv.Itoa(n) {
+		if err == nil && len(pods.Items) == n && cmErr == nil && cm.Data[trainerenv.PaddleTrainersNum] == strconv.Itoa(n) {
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -32,6 +32,7 @@ import (
 	"github.com/elastictraining/coordinator/internal/testkit/proctest"
 	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/trainerenv"
 )
 
 func main() {
@@ -278,7 +279,8 @@ func measureBaseline(python string, n, runs int) (result, error) {
 		var cmds []*exec.Cmd
 		for rank := range n {
 			cmd := exec.Command(python, script)
-			cmd.Env = append(os.Environ(), "BENCH_LOG="+log, "ELASTIC_GENERATION=1", "RANK="+strconv.Itoa(rank), "WORLD_SIZE="+strconv.Itoa(n))
+			cmd.Env = append(os.Environ(), "BENCH_LOG="+log, trainerenv.ElasticGeneration+"=1",
+				trainerenv.Rank+"="+strconv.Itoa(rank), trainerenv.WorldSize+"="+strconv.Itoa(n))
 			if err := cmd.Start(); err != nil {
 				return res, err
 			}

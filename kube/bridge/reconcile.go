@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/trainerenv"
 )
 
 // reportedState is what the bridge last wrote and said about a job, so that
@@ -226,32 +227,6 @@ func explain(err error, doing string, w fmt.Stringer) error {
 // ConfigMapName is the name of a job's endpoint ConfigMap.
 func ConfigMapName(job string) string { return job + "-elastic" }
 
-// configMapData are the endpoint variables of a generation, under the names
-// PaddlePaddle and MindSpore read.
-func configMapData(job string, p membership.Plan) map[string]string {
-	e := p.Endpoints()
-	itoa := strconv.Itoa
-	return map[string]string{
-		"ELASTIC_JOB_ID":               job,
-		"ELASTIC_GENERATION":           strconv.FormatInt(p.Generation, 10),
-		"PADDLE_TRAINER_ENDPOINTS":     strings.Join(e.Trainers, ","),
-		"PADDLE_TRAINERS":              strings.Join(e.TrainerHosts, ","),
-		"PADDLE_TRAINERS_NUM":          itoa(e.Processes[membership.RoleWorker]),
-		"PADDLE_PSERVERS_IP_PORT_LIST": strings.Join(e.PServers, ","),
-		"PADDLE_PSERVER_NUM":           itoa(e.Nodes[membership.RolePS]),
-		"PADDLE_HETER_ENDPOINTS":       strings.Join(e.Heters, ","),
-		"PADDLE_NNODES":                itoa(e.Nodes[membership.RoleWorker]),
-		"PADDLE_MASTER":                fmt.Sprintf("%s:%d", e.MasterAddr, e.MasterPort),
-		"MASTER_ADDR":                  e.MasterAddr,
-		"MASTER_PORT":                  itoa(e.MasterPort),
-		"WORLD_SIZE":                   itoa(e.Processes[membership.RoleWorker]),
-		"MS_SCHED_HOST":                e.SchedulerAddr,
-		"MS_SCHED_PORT":                itoa(e.SchedulerPort),
-		"MS_WORKER_NUM":                itoa(e.Processes[membership.RoleWorker]),
-		"MS_SERVER_NUM":                itoa(e.Processes[membership.RolePS]),
-	}
-}
-
 // configWrite is what writing a generation's ConfigMap came to.
 type configWrite int
 
@@ -279,7 +254,7 @@ func (r *run) writeConfigMap(ctx context.Context, job string, p membership.Plan,
 			Annotations:     map[string]string{AnnotationGeneration: strconv.FormatInt(p.Generation, 10)},
 			OwnerReferences: []metav1.OwnerReference{ownerRef(owner.obj)},
 		},
-		Data: configMapData(job, p),
+		Data: trainerenv.Of(job, p).Shared(),
 	}
 	var outcome configWrite
 	var stored int64

@@ -38,35 +38,3 @@ func TestDesiredReplicas(t *testing.T) {
 		})
 	}
 }
-
-func TestConfigMapData(t *testing.T) {
-	m := func(node string, role membership.Role, rank int, host string, ports ...int) membership.Member {
-		return membership.Member{Node: node, Role: role, Rank: rank, Host: host, Ports: ports, NProc: len(ports)}
-	}
-	p := membership.Plan{Generation: 7, Phase: membership.PhaseRun, WorldSize: 4, Master: "w0.ns.svc:29500", Members: []membership.Member{
-		m("w0", membership.RoleWorker, 0, "w0.ns.svc", 36000, 36001),
-		m("w1", membership.RoleWorker, 1, "w1.ns.svc", 36000, 36001),
-		m("p0", membership.RolePS, 0, "p0.ns.svc", 36000),
-		m("p1", membership.RolePS, 1, "p1.ns.svc", 36000),
-		m("s0", membership.RoleScheduler, 0, "s0.ns.svc", 8081),
-	}}
-	assert.Equal(t, map[string]string{
-		"ELASTIC_JOB_ID":               "wd",
-		"ELASTIC_GENERATION":           "7",
-		"PADDLE_TRAINER_ENDPOINTS":     "w0.ns.svc:36000,w0.ns.svc:36001,w1.ns.svc:36000,w1.ns.svc:36001",
-		"PADDLE_TRAINERS":              "w0.ns.svc,w1.ns.svc",
-		"PADDLE_TRAINERS_NUM":          "4",
-		"PADDLE_PSERVERS_IP_PORT_LIST": "p0.ns.svc:36000,p1.ns.svc:36000",
-		"PADDLE_PSERVER_NUM":           "2",
-		"PADDLE_NNODES":                "2",
-		"PADDLE_HETER_ENDPOINTS":       "",
-		"PADDLE_MASTER":                "w0.ns.svc:29500",
-		"MASTER_ADDR":                  "w0.ns.svc",
-		"MASTER_PORT":                  "29500",
-		"WORLD_SIZE":                   "4",
-		"MS_SCHED_HOST":                "s0.ns.svc",
-		"MS_SCHED_PORT":                "8081",
-		"MS_WORKER_NUM":                "4",
-		"MS_SERVER_NUM":                "2",
-	}, configMapData("wd", p))
-}

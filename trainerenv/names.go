@@ -1,0 +1,70 @@
+package trainerenv
+
+// The variables' names, each its name in Go's case. Where they come from is
+// in the package's documentation.
+
+// Generic, this project's own.
+const (
+	ElasticJobID        = "ELASTIC_JOB_ID"
+	ElasticGeneration   = "ELASTIC_GENERATION"
+	ElasticRestartCount = "ELASTIC_RESTART_COUNT"
+	ElasticNodeRank     = "ELASTIC_NODE_RANK"
+	ElasticNNodes       = "ELASTIC_NNODES"
+	ElasticRole         = "ELASTIC_ROLE"
+)
+
+// PyTorch: torchrun's.
+const (
+	Rank                     = "RANK"
+	LocalRank                = "LOCAL_RANK"
+	WorldSize                = "WORLD_SIZE"
+	LocalWorldSize           = "LOCAL_WORLD_SIZE"
+	GroupRank                = "GROUP_RANK"
+	GroupWorldSize           = "GROUP_WORLD_SIZE"
+	RoleName                 = "ROLE_NAME"
+	RoleRank                 = "ROLE_RANK"
+	RoleWorldSize            = "ROLE_WORLD_SIZE"
+	MasterAddr               = "MASTER_ADDR"
+	MasterPort               = "MASTER_PORT"
+	TorchelasticRunID        = "TORCHELASTIC_RUN_ID"
+	TorchelasticRestartCount = "TORCHELASTIC_RESTART_COUNT"
+	TorchelasticMaxRestarts  = "TORCHELASTIC_MAX_RESTARTS"
+)
+
+// PaddlePaddle: paddle.distributed.launch's, fleetrun's and
+// paddle-operator's.
+const (
+	PaddleTrainersNum               = "PADDLE_TRAINERS_NUM"
+	PaddleTrainerEndpoints          = "PADDLE_TRAINER_ENDPOINTS"
+	PaddleCurrentEndpoint           = "PADDLE_CURRENT_ENDPOINT"
+	PaddleTrainers                  = "PADDLE_TRAINERS"
+	PaddlePServersIPPortList        = "PADDLE_PSERVERS_IP_PORT_LIST"
+	PaddlePServerNum                = "PADDLE_PSERVER_NUM"
+	PaddleHeterEndpoints            = "PADDLE_HETER_ENDPOINTS"
+	PaddleAllHeterTrainerIPPortList = "PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST"
+	PaddlePort                      = "PADDLE_PORT"
+	PodIP                           = "POD_IP"
+	PaddleRankInNode                = "PADDLE_RANK_IN_NODE"
+	PaddleLocalRank                 = "PADDLE_LOCAL_RANK"
+	PaddleLocalSize                 = "PADDLE_LOCAL_SIZE"
+	PaddleGlobalRank                = "PADDLE_GLOBAL_RANK"
+	PaddleGlobalSize                = "PADDLE_GLOBAL_SIZE"
+	PaddleNNodes                    = "PADDLE_NNODES"
+	PaddleMaster                    = "PADDLE_MASTER"
+	TrainingRole                    = "TRAINING_ROLE"
+	PaddleTrainerID                 = "PADDLE_TRAINER_ID"
+	PaddlePServerID                 = "PADDLE_PSERVER_ID"
+	PaddleWithGloo                  = "PADDLE_WITH_GLOO"
+	PaddleGlooRendezvous            = "PADDLE_GLOO_RENDEZVOUS"
+	PaddleGlooHTTPEndpoint          = "PADDLE_GLOO_HTTP_ENDPOINT"
+)
+
+// MindSpore: msrun's, and parameter-server mode's MS_SERVER_NUM.
+const (
+	MSSchedHost = "MS_SCHED_HOST"
+	MSSchedPort = "MS_SCHED_PORT"
+	MSWorkerNum = "MS_WORKER_NUM"
+	MSServerNum = "MS_SERVER_NUM"
+	MSNodeID    = "MS_NODE_ID"
+	MSRole      = "MS_ROLE"
+)
