@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/elastictraining/coordinator/english"
 	"github.com/elastictraining/coordinator/internal/timeline"
 	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
@@ -61,7 +62,7 @@ func jobPages(client *jobclient.Client) http.Handler {
 		defer cancel()
 		jobs, err := client.Jobs(ctx)
 		if err != nil {
-			http.Error(w, oneLine(err.Error()), http.StatusServiceUnavailable)
+			http.Error(w, english.OneLine(err.Error()), http.StatusServiceUnavailable)
 			return
 		}
 		views := make([]jobView, 0, len(jobs))
@@ -104,7 +105,7 @@ func jobPages(client *jobclient.Client) http.Handler {
 		var svg bytes.Buffer
 		if err := timeline.Plot(&svg, ".svg", "job "+name, events); err != nil {
 			// No generation yet: nothing to draw.
-			http.Error(w, oneLine(err.Error()), http.StatusNotFound)
+			http.Error(w, english.OneLine(err.Error()), http.StatusNotFound)
 			return
 		}
 		w.Header().Set("Content-Type", "image/svg+xml")
@@ -127,7 +128,7 @@ func withJob(page func(ctx context.Context, w http.ResponseWriter, r *http.Reque
 func jobEvents(ctx context.Context, w http.ResponseWriter, client *jobclient.Client, id string) ([]membership.Event, bool) {
 	events, err := client.Events(ctx, id)
 	if err != nil {
-		http.Error(w, oneLine(err.Error()), http.StatusServiceUnavailable)
+		http.Error(w, english.OneLine(err.Error()), http.StatusServiceUnavailable)
 		return nil, false
 	}
 	return events, true
@@ -137,10 +138,10 @@ func jobEvents(ctx context.Context, w http.ResponseWriter, client *jobclient.Cli
 // (etcd unreachable) with 503.
 func jobPageError(w http.ResponseWriter, id string, err error) {
 	if errors.Is(err, jobclient.ErrJobNotFound) || membership.ValidateJobID(id) != nil {
-		http.Error(w, oneLine(err.Error()), http.StatusNotFound)
+		http.Error(w, english.OneLine(err.Error()), http.StatusNotFound)
 		return
 	}
-	http.Error(w, oneLine(err.Error()), http.StatusServiceUnavailable)
+	http.Error(w, english.OneLine(err.Error()), http.StatusServiceUnavailable)
 }
 
 // renderPage renders a template whole before writing, so that a failure is
@@ -148,7 +149,7 @@ func jobPageError(w http.ResponseWriter, id string, err error) {
 func renderPage(w http.ResponseWriter, name string, data any) {
 	var page bytes.Buffer
 	if err := jobPageTemplates.ExecuteTemplate(&page, name, data); err != nil {
-		http.Error(w, oneLine(err.Error()), http.StatusInternalServerError)
+		http.Error(w, english.OneLine(err.Error()), http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
