@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/elastictraining/coordinator/english"
+	"github.com/elastictraining/coordinator/internal/printers"
 	"github.com/elastictraining/coordinator/internal/timeline"
 	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
@@ -32,9 +33,9 @@ var jobPageTemplates = template.Must(template.New("").Funcs(template.FuncMap{
 		if t == nil {
 			return "-"
 		}
-		return shortDuration(now.Sub(*t))
+		return printers.ShortDuration(now.Sub(*t))
 	},
-	"np": func(v *npView) string {
+	"np": func(v *printers.NP) string {
 		if v == nil {
 			return "-"
 		}
@@ -65,9 +66,9 @@ func jobPages(client *jobclient.Client) http.Handler {
 			http.Error(w, english.OneLine(err.Error()), http.StatusServiceUnavailable)
 			return
 		}
-		views := make([]jobView, 0, len(jobs))
+		views := make([]printers.Job, 0, len(jobs))
 		for _, j := range jobs {
-			views = append(views, newJobView(j))
+			views = append(views, printers.NewJob(j))
 		}
 		renderPage(w, "jobs.html", map[string]any{"Jobs": views, "Now": time.Now()})
 	})
@@ -77,7 +78,7 @@ func jobPages(client *jobclient.Client) http.Handler {
 			http.Redirect(w, r, "/jobs/"+stored, http.StatusFound)
 			return
 		}
-		view, err := loadView(ctx, client, id)
+		view, err := printers.LoadStatus(ctx, client, id)
 		if err != nil {
 			jobPageError(w, id, err)
 			return
