@@ -1,4 +1,3 @@
-// Package english words counts in messages: "1 node", "2 nodes".
 package english
 
 import (

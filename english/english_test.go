@@ -23,3 +23,20 @@ func TestCount(t *testing.T) {
 		assert.Equal(t, want, got)
 	}
 }
+
+func TestOneLine(t *testing.T) {
+	for _, tc := range []struct {
+		name, in, want string
+	}{
+		{"a package's prefix goes", "membership: invalid np", "invalid np"},
+		{"inside a message too", "scale: jobclient: invalid np", "scale: invalid np"},
+		{"after a parenthesis too", "refused (coordinator: not leader)", "refused (not leader)"},
+		{"lines and runs of spaces are one space", "etcd at x:\n  unreachable\t(no answer)\n", "etcd at x: unreachable (no answer)"},
+		{"a word that only ends like a package stays", "xguard: y", "xguard: y"},
+		{"a package's name without a colon stays", "the sidecar exited", "the sidecar exited"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, english.OneLine(tc.in))
+		})
+	}
+}

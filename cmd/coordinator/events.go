@@ -7,12 +7,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
-	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/elastictraining/coordinator/internal/printers"
 	"github.com/elastictraining/coordinator/internal/timeline"
 	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
@@ -68,9 +66,9 @@ each generation over time, and each restart's duration, step by step.`,
 			}
 			out := cmd.OutOrStdout()
 			if output == "json" {
-				err = writeEventsJSON(out, events)
+				err = printers.WriteEventsJSON(out, events)
 			} else {
-				writeEventsTable(out, job.displayName(id), events)
+				printers.WriteEventsTable(out, job.displayName(id), events)
 			}
 			if err != nil || plot == "" {
 				return err
@@ -84,50 +82,6 @@ each generation over time, and each restart's duration, step by step.`,
 	fs.StringVarP(&output, "output", "o", "table", "table or json")
 	fs.StringVar(&plot, "plot", "", "also draw the timeline to this file, .png or .svg")
 	return cmd
-}
-
-// eventView is one event of `events -o json`: durations in seconds.
-type eventView struct {
-	Seq        int64      `json:"seq"`
-	Time       time.Time  `json:"time"`
-	Generation int64      `json:"generation"`
-	Type       string     `json:"type"`
-	Message    string     `json:"message"`
-	Members    int        `json:"members,omitempty"`
-	WorldSize  int        `json:"worldSize,omitempty"`
-	Steps      *stepsView `json:"steps,omitempty"`
-}
-
-func writeEventsJSON(w io.Writer, events []membership.Event) error {
-	out := make([]eventView, 0, len(events))
-	for _, e := range events {
-		v := eventView{Seq: e.Seq, Time: e.Time, Generation: e.Generation, Type: e.Type, Message: e.Message, Members: e.Members, WorldSize: e.WorldSize}
-		if st := e.Steps; st != nil {
-			v.Steps = &stepsView{Detect: seconds(st.Detect), Stop: seconds(st.Stop), Wait: seconds(st.Wait), Start: seconds(st.Start), Total: seconds(st.Total)}
-		}
-		out = append(out, v)
-	}
-	return writeJSON(w, out)
-}
-
-func writeEventsTable(w io.Writer, name string, events []membership.Event) {
-	if len(events) == 0 {
-		fmt.Fprintf(w, "No events for job %s (serve keeps them for --event-retention).\n", name)
-		return
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TIME\tGENERATION\tEVENT\tDETECT\tSTOP\tWAIT\tSTART\tTOTAL\tMESSAGE")
-	for _, e := range events {
-		steps := []string{"-", "-", "-", "-", "-"}
-		if st := e.Steps; st != nil {
-			for i, d := range []membership.Duration{st.Detect, st.Stop, st.Wait, st.Start, st.Total} {
-				steps[i] = d.String()
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format("2006-01-02 15:04:05.000"), strconv.FormatInt(e.Generation, 10),
-			e.Type, steps[0], steps[1], steps[2], steps[3], steps[4], e.Message)
-	}
-	tw.Flush()
 }
 
 // writePlot draws the timeline to file, replacing it only once drawn.

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/elastictraining/coordinator/internal/etcdclient"
+	"github.com/elastictraining/coordinator/internal/etcdprobe"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -103,7 +104,7 @@ func (f *etcdFlags) client(ctx context.Context) (*clientv3.Client, membership.Ke
 		return nil, keys, usagef("--etcd-endpoints is required (or ELASTIC_ETCD_ENDPOINTS, PADDLE_ELASTIC_SERVER)")
 	}
 	for _, e := range endpoints {
-		if err := checkEndpoint(e); err != nil {
+		if err := etcdprobe.Validate(e); err != nil {
 			return nil, keys, usagef("%s: %v", f.endpointsOrigin, err)
 		}
 	}
@@ -117,7 +118,7 @@ func (f *etcdFlags) client(ctx context.Context) (*clientv3.Client, membership.Ke
 	// What answers at the endpoints, found out at once: a wrong port or a
 	// TLS mismatch is not a timeout. One endpoint that may be etcd is
 	// enough to go on.
-	answering, err := probeEndpoints(ctx, endpoints, tlsConfig, f.dialTimeout)
+	answering, err := etcdprobe.Endpoints(ctx, endpoints, tlsConfig, f.dialTimeout)
 	if err != nil {
 		return nil, keys, fmt.Errorf("etcd at %s: %w", strings.Join(endpoints, ","), err)
 	}

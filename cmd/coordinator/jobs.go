@@ -7,13 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/elastictraining/coordinator/english"
+	"github.com/elastictraining/coordinator/internal/printers"
 	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
@@ -47,99 +46,15 @@ spec was first stored).`,
 				return err
 			}
 			if output == "json" {
-				return writeJobsJSON(cmd.OutOrStdout(), jobs)
+				return printers.WriteJobsJSON(cmd.OutOrStdout(), jobs)
 			}
-			writeJobsTable(cmd.OutOrStdout(), jobs, time.Now())
+			printers.WriteJobsTable(cmd.OutOrStdout(), jobs, time.Now())
 			return nil
 		},
 	}
 	etcd.register(cmd.Flags(), env)
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
 	return cmd
-}
-
-// jobView is one job of `jobs -o json`.
-type jobView struct {
-	Job        string              `json:"job"`
-	Name       string              `json:"name,omitempty"`
-	Phase      membership.JobPhase `json:"phase"`
-	Generation int64               `json:"generation"`
-	NP         *npView             `json:"np"`
-	Members    int                 `json:"members"`
-	Ready      int                 `json:"ready"`
-	Nodes      int64               `json:"nodes"`
-	Restarts   int                 `json:"restarts"`
-	Created    *time.Time          `json:"created"`
-	Message    string              `json:"message"`
-}
-
-func newJobView(j jobclient.JobSummary) jobView {
-	v := jobView{Job: j.ID, Phase: j.Status.Phase, Generation: j.Status.Generation, Members: j.Status.Members, Ready: j.Status.Ready,
-		Nodes: j.Nodes, Restarts: j.Status.Restarts, Message: j.Status.Message}
-	if np := j.Status.NP; !np.IsZero() {
-		v.NP = &npView{Min: np.Min, Max: np.Max}
-	}
-	if j.Spec != nil {
-		v.Name = j.Spec.Name
-		if !j.Spec.CreatedAt.IsZero() {
-			created := j.Spec.CreatedAt
-			v.Created = &created
-		}
-	}
-	return v
-}
-
-func writeJobsJSON(w io.Writer, jobs []jobclient.JobSummary) error {
-	out := make([]jobView, 0, len(jobs))
-	for _, j := range jobs {
-		out = append(out, newJobView(j))
-	}
-	return writeJSON(w, out)
-}
-
-func writeJobsTable(w io.Writer, jobs []jobclient.JobSummary, now time.Time) {
-	if len(jobs) == 0 {
-		fmt.Fprintln(w, "No jobs.")
-		return
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tPHASE\tGENERATION\tNP\tREADY\tNODES\tRESTARTS\tAGE")
-	for _, j := range jobs {
-		v := newJobView(j)
-		name := v.Job
-		if v.Name != "" {
-			name = fmt.Sprintf("%s (%s)", v.Name, v.Job)
-		}
-		np := "-"
-		if v.NP != nil {
-			np = membership.NP{Min: v.NP.Min, Max: v.NP.Max}.String()
-		}
-		ready := "-"
-		if v.Phase == membership.JobRunning || v.Phase == membership.JobRestarting {
-			ready = fmt.Sprintf("%d/%d", v.Ready, v.Members)
-		}
-		age := "-"
-		if v.Created != nil {
-			age = shortDuration(now.Sub(*v.Created))
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\n", name, v.Phase, v.Generation, np, ready, v.Nodes, v.Restarts, age)
-	}
-	tw.Flush()
-}
-
-// shortDuration renders an age as kubectl does: 45s, 12m, 3h, 5d.
-func shortDuration(d time.Duration) string {
-	switch {
-	case d < 0:
-		return "0s"
-	case d < time.Minute:
-		return strconv.Itoa(int(d.Seconds())) + "s"
-	case d < time.Hour:
-		return strconv.Itoa(int(d.Minutes())) + "m"
-	case d < 48*time.Hour:
-		return strconv.Itoa(int(d.Hours())) + "h"
-	}
-	return strconv.Itoa(int(d.Hours()/24)) + "d"
 }
 
 func newDeleteCommand(env lookupEnv) *cobra.Command {

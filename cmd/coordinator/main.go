@@ -8,11 +8,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/elastictraining/coordinator/english"
 
 	// The process guard and `commit` run from here, before the rest of
 	// the binary initialises.
@@ -43,16 +44,16 @@ func execute(args []string, stdin io.Reader, stdout, stderr io.Writer, env looku
 	var exit exitError
 	if errors.As(err, &exit) {
 		if exit.msg != "" {
-			fmt.Fprintf(stderr, "%s: %s\n", cmd.CommandPath(), oneLine(exit.msg))
+			fmt.Fprintf(stderr, "%s: %s\n", cmd.CommandPath(), english.OneLine(exit.msg))
 		}
 		return exit.code
 	}
 	var usage usageError
 	if errors.As(err, &usage) || isCobraUsageError(err) {
-		fmt.Fprintf(stderr, "%s: %s (see '%s --help')\n", cmd.CommandPath(), oneLine(err.Error()), cmd.CommandPath())
+		fmt.Fprintf(stderr, "%s: %s (see '%s --help')\n", cmd.CommandPath(), english.OneLine(err.Error()), cmd.CommandPath())
 		return 2
 	}
-	fmt.Fprintf(stderr, "%s: %s\n", cmd.CommandPath(), oneLine(err.Error()))
+	fmt.Fprintf(stderr, "%s: %s\n", cmd.CommandPath(), english.OneLine(err.Error()))
 	return 1
 }
 
@@ -84,16 +85,6 @@ func isCobraUsageError(err error) bool {
 	}
 	return false
 }
-
-// oneLine is a message on one line, without the names of the packages
-// the error passed through ("membership: invalid np" reads "invalid np").
-func oneLine(s string) string {
-	return packagePrefix.ReplaceAllString(strings.Join(strings.Fields(s), " "), "$1")
-}
-
-// packagePrefix matches the package names that the project's sentinel
-// errors start with.
-var packagePrefix = regexp.MustCompile(`(^|[\s(])(?:membership|presence|coordinator|jobclient|registration|launcher|sidecar|guard|bridge|jobcontroller|autoscaler|autoscale|localrun|embedetcd|etcdclient|etcdauth|kubetest): `)
 
 // paddleSpelling lets a flag be spelled as PaddlePaddle's launcher spells
 // it: --job_id for --job, --elastic_server for --etcd-endpoints, and '_'

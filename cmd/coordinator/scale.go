@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/elastictraining/coordinator/english"
+	"github.com/elastictraining/coordinator/internal/printers"
 	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
@@ -71,7 +72,7 @@ PaddlePaddle's spelling works too: --elastic_server for --etcd-endpoints and
 			if before.Phase.Done() {
 				// Its sidecars have exited: a new np would change nothing
 				// but the record of how it ended.
-				return fmt.Errorf("job %s has ended (%s: %s); delete it (coordinator delete --job %s) to run it again", name, before.Phase, orDash(before.Message), name)
+				return fmt.Errorf("job %s has ended (%s: %s); delete it (coordinator delete --job %s) to run it again", name, before.Phase, printers.OrDash(before.Message), name)
 			}
 			spec, err := client.Resize(ctx, jobclient.ScaleRequest{Job: id, NP: target, Create: create, Name: job.specName(id)})
 			if errors.Is(err, jobclient.ErrJobNotFound) {
@@ -140,7 +141,7 @@ func waitForSize(ctx context.Context, out io.Writer, client *jobclient.Client, i
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		where := "no status yet"
 		if seen {
-			where = fmt.Sprintf("it is %s at generation %d: %s", last.Phase, last.Generation, orDash(last.Message))
+			where = fmt.Sprintf("it is %s at generation %d: %s", last.Phase, last.Generation, printers.OrDash(last.Message))
 		}
 		return exitError{code: 1, msg: fmt.Sprintf("job %s did not run at np %s within %s; %s", name, np, timeout, where)}
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/etcdauth"
+	"github.com/elastictraining/coordinator/internal/jobpages"
 	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/presence"
@@ -186,7 +187,7 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 func healthMux(reg *prometheus.Registry, c *coordinator.Coordinator, cli *clientv3.Client, keys membership.Keys) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	pages := jobPages(jobclient.New(cli, keys))
+	pages := jobpages.Handler(jobclient.New(cli, keys))
 	mux.Handle("/jobs", pages)
 	mux.Handle("/jobs/", pages)
 	mux.HandleFunc("/{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/jobs", http.StatusFound) })

@@ -1,4 +1,4 @@
-package main
+package etcdprobe
 
 import (
 	"bufio"
@@ -30,12 +30,14 @@ type unreachableError struct{ why string }
 
 func (e unreachableError) Error() string { return "unreachable: " + e.why }
 
-// probeEndpoints probes each endpoint until one may be etcd. While nothing
-// answers at all it tries again until the dial timeout has passed, as the
-// client would, so that a sidecar started beside its etcd waits for it; a
-// server that answers as something else is an error at once.
-// It returns the first endpoint that may be etcd.
-func probeEndpoints(ctx context.Context, endpoints []string, cfg *tls.Config, timeout time.Duration) (string, error) {
+// Endpoints probes each endpoint until one may be etcd, and returns the
+// first that may be. cfg is the TLS configuration for https endpoints
+// (nil: TLS 1.2 or later with the system's roots). While nothing answers
+// at all it tries again until timeout, the client's dial timeout, has
+// passed, as the client would, so that a sidecar started beside its etcd
+// waits for it; a server that answers as something else is an error at
+// once.
+func Endpoints(ctx context.Context, endpoints []string, cfg *tls.Config, timeout time.Duration) (string, error) {
 	deadline := time.Now().Add(timeout)
 	for {
 		var err error
@@ -62,9 +64,9 @@ var httpStatusLine = regexp.MustCompile(`^HTTP/[0-9.]+ `)
 // probeRetry is the pause between probes of endpoints nothing answers at.
 const probeRetry = 200 * time.Millisecond
 
-// checkEndpoint reports an endpoint that is neither HOST:PORT nor a URL
-// with a host, such as http://HOST:2379.
-func checkEndpoint(endpoint string) error {
+// Validate reports an endpoint that is neither HOST:PORT nor a URL with a
+// host and a port, such as http://HOST:2379.
+func Validate(endpoint string) error {
 	hostport := endpoint
 	if u, err := url.Parse(endpoint); err == nil && u.Host != "" {
 		if u.Scheme != "http" && u.Scheme != "https" {

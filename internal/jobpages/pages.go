@@ -1,6 +1,4 @@
-//go:build !sidecaronly
-
-package main
+package jobpages
 
 import (
 	"bytes"
@@ -13,60 +11,44 @@ import (
 	"strings"
 	"time"
 
+	"github.com/elastictraining/coordinator/english"
+	"github.com/elastictraining/coordinator/internal/printers"
 	"github.com/elastictraining/coordinator/internal/timeline"
 	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
 
-// The read-only pages serve shows on its metrics port: /jobs lists the
-// jobs as `coordinator jobs` does, /jobs/JOB shows one as `status` and
-// `events` do, with its timeline drawn by /jobs/JOB/timeline.svg. They read
-// etcd on every request and write nothing.
+//go:embed templates/*.html
+var files embed.FS
 
-//go:embed jobpages/*.html
-var jobPageFiles embed.FS
-
-var jobPageTemplates = template.Must(template.New("").Funcs(template.FuncMap{
-	"age": func(t *time.Time, now time.Time) string {
-		if t == nil {
-			return "-"
-		}
-		return shortDuration(now.Sub(*t))
-	},
-	"np": func(v *npView) string {
-		if v == nil {
-			return "-"
-		}
-		return membership.NP{Min: v.Min, Max: v.Max}.String()
-	},
-	"steps": func(st *membership.Steps) []string {
-		if st == nil {
-			return []string{"-", "-", "-", "-", "-"}
-		}
-		return []string{st.Detect.String(), st.Stop.String(), st.Wait.String(), st.Start.String(), st.Total.String()}
-	},
-	"when":  func(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05.000") },
+var templates = template.Must(template.New("").Funcs(template.FuncMap{
+	"age":   printers.Age,
+	"np":    func(v *printers.NP) string { return v.String() },
+	"steps": printers.StepCells,
+	"when":  printers.Timestamp,
 	"lower": func(p membership.JobPhase) string { return strings.ToLower(string(p)) },
-}).ParseFS(jobPageFiles, "jobpages/*.html"))
+}).ParseFS(files, "templates/*.html"))
 
-// jobPageTimeout bounds the reads of one page: a page that cannot be read
-// says so rather than hanging the browser.
-const jobPageTimeout = 5 * time.Second
+// timeout bounds the reads of one page: a page that cannot be read says
+// so rather than hanging the browser.
+const timeout = 5 * time.Second
 
-// jobPages serves /jobs and /jobs/JOB[/timeline.svg] from client.
-func jobPages(client *jobclient.Client) http.Handler {
+// Handler serves GET /jobs, /jobs/JOB and /jobs/JOB/timeline.svg, reading
+// the jobs through client. A job's name as the user gave it (Resnet_50)
+// redirects to the page of its id.
+func Handler(client *jobclient.Client) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /jobs", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), jobPageTimeout)
+		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
 		jobs, err := client.Jobs(ctx)
 		if err != nil {
-			http.Error(w, oneLine(err.Error()), http.StatusServiceUnavailable)
+			http.Error(w, english.OneLine(err.Error()), http.StatusServiceUnavailable)
 			return
 		}
-		views := make([]jobView, 0, len(jobs))
+		views := make([]printers.Job, 0, len(jobs))
 		for _, j := range jobs {
-			views = append(views, newJobView(j))
+			views = append(views, printers.NewJob(j))
 		}
 		renderPage(w, "jobs.html", map[string]any{"Jobs": views, "Now": time.Now()})
 	})
@@ -76,9 +58,9 @@ func jobPages(client *jobclient.Client) http.Handler {
 			http.Redirect(w, r, "/jobs/"+stored, http.StatusFound)
 			return
 		}
-		view, err := loadView(ctx, client, id)
+		view, err := printers.LoadStatus(ctx, client, id)
 		if err != nil {
-			jobPageError(w, id, err)
+			pageError(w, id, err)
 			return
 		}
 		events, ok := jobEvents(ctx, w, client, id)
@@ -90,7 +72,7 @@ func jobPages(client *jobclient.Client) http.Handler {
 	}))
 	mux.HandleFunc("GET /jobs/{job}/timeline.svg", withJob(func(ctx context.Context, w http.ResponseWriter, _ *http.Request, id string) {
 		if _, err := client.Status(ctx, id); err != nil {
-			jobPageError(w, id, err)
+			pageError(w, id, err)
 			return
 		}
 		events, ok := jobEvents(ctx, w, client, id)
@@ -104,7 +86,7 @@ func jobPages(client *jobclient.Client) http.Handler {
 		var svg bytes.Buffer
 		if err := timeline.Plot(&svg, ".svg", "job "+name, events); err != nil {
 			// No generation yet: nothing to draw.
-			http.Error(w, oneLine(err.Error()), http.StatusNotFound)
+			http.Error(w, english.OneLine(err.Error()), http.StatusNotFound)
 			return
 		}
 		w.Header().Set("Content-Type", "image/svg+xml")
@@ -114,10 +96,10 @@ func jobPages(client *jobclient.Client) http.Handler {
 }
 
 // withJob serves a page of the job in the path, its reads bounded by
-// jobPageTimeout.
+// timeout.
 func withJob(page func(ctx context.Context, w http.ResponseWriter, r *http.Request, id string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), jobPageTimeout)
+		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
 		page(ctx, w, r, r.PathValue("job"))
 	}
@@ -127,28 +109,28 @@ func withJob(page func(ctx context.Context, w http.ResponseWriter, r *http.Reque
 func jobEvents(ctx context.Context, w http.ResponseWriter, client *jobclient.Client, id string) ([]membership.Event, bool) {
 	events, err := client.Events(ctx, id)
 	if err != nil {
-		http.Error(w, oneLine(err.Error()), http.StatusServiceUnavailable)
+		http.Error(w, english.OneLine(err.Error()), http.StatusServiceUnavailable)
 		return nil, false
 	}
 	return events, true
 }
 
-// jobPageError answers a job that is not there with 404 and anything else
+// pageError answers a job that is not there with 404 and anything else
 // (etcd unreachable) with 503.
-func jobPageError(w http.ResponseWriter, id string, err error) {
+func pageError(w http.ResponseWriter, id string, err error) {
 	if errors.Is(err, jobclient.ErrJobNotFound) || membership.ValidateJobID(id) != nil {
-		http.Error(w, oneLine(err.Error()), http.StatusNotFound)
+		http.Error(w, english.OneLine(err.Error()), http.StatusNotFound)
 		return
 	}
-	http.Error(w, oneLine(err.Error()), http.StatusServiceUnavailable)
+	http.Error(w, english.OneLine(err.Error()), http.StatusServiceUnavailable)
 }
 
 // renderPage renders a template whole before writing, so that a failure is
 // an error status rather than half a page.
 func renderPage(w http.ResponseWriter, name string, data any) {
 	var page bytes.Buffer
-	if err := jobPageTemplates.ExecuteTemplate(&page, name, data); err != nil {
-		http.Error(w, oneLine(err.Error()), http.StatusInternalServerError)
+	if err := templates.ExecuteTemplate(&page, name, data); err != nil {
+		http.Error(w, english.OneLine(err.Error()), http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")

@@ -1,0 +1,100 @@
+package printers
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/elastictraining/coordinator/jobclient"
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// Job is one job of `jobs -o json`, and of the table and page that list
+// the jobs.
+type Job struct {
+	Job        string              `json:"job"`
+	Name       string              `json:"name,omitempty"`
+	Phase      membership.JobPhase `json:"phase"`
+	Generation int64               `json:"generation"`
+	NP         *NP                 `json:"np"`
+	Members    int                 `json:"members"`
+	Ready      int                 `json:"ready"`
+	Nodes      int64               `json:"nodes"`
+	Restarts   int                 `json:"restarts"`
+	Created    *time.Time          `json:"created"`
+	Message    string              `json:"message"`
+}
+
+// NewJob is the job as the list of jobs shows it.
+func NewJob(j jobclient.JobSummary) Job {
+	v := Job{Job: j.ID, Phase: j.Status.Phase, Generation: j.Status.Generation, NP: newNP(j.Status.NP), Members: j.Status.Members, Ready: j.Status.Ready,
+		Nodes: j.Nodes, Restarts: j.Status.Restarts, Message: j.Status.Message}
+	if j.Spec != nil {
+		v.Name = j.Spec.Name
+		if !j.Spec.CreatedAt.IsZero() {
+			created := j.Spec.CreatedAt
+			v.Created = &created
+		}
+	}
+	return v
+}
+
+// WriteJobsJSON writes the jobs as `jobs -o json` prints them: one JSON
+// array of Job.
+func WriteJobsJSON(w io.Writer, jobs []jobclient.JobSummary) error {
+	out := make([]Job, 0, len(jobs))
+	for _, j := range jobs {
+		out = append(out, NewJob(j))
+	}
+	return WriteJSON(w, out)
+}
+
+// WriteJobsTable writes the jobs as `jobs` prints them, with their ages at
+// now.
+func WriteJobsTable(w io.Writer, jobs []jobclient.JobSummary, now time.Time) {
+	if len(jobs) == 0 {
+		fmt.Fprintln(w, "No jobs.")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tPHASE\tGENERATION\tNP\tREADY\tNODES\tRESTARTS\tAGE")
+	for _, j := range jobs {
+		v := NewJob(j)
+		name := v.Job
+		if v.Name != "" {
+			name = fmt.Sprintf("%s (%s)", v.Name, v.Job)
+		}
+		ready := "-"
+		if v.Phase == membership.JobRunning || v.Phase == membership.JobRestarting {
+			ready = fmt.Sprintf("%d/%d", v.Ready, v.Members)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\n", name, v.Phase, v.Generation, v.NP.String(), ready, v.Nodes, v.Restarts, Age(v.Created, now))
+	}
+	tw.Flush()
+}
+
+// Age is how long ago created was at now, as ShortDuration writes it, and
+// "-" when it is not known.
+func Age(created *time.Time, now time.Time) string {
+	if created == nil {
+		return "-"
+	}
+	return ShortDuration(now.Sub(*created))
+}
+
+// ShortDuration renders an age as kubectl does: 45s, 12m, 3h, 5d.
+func ShortDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Minute:
+		return strconv.Itoa(int(d.Seconds())) + "s"
+	case d < time.Hour:
+		return strconv.Itoa(int(d.Minutes())) + "m"
+	case d < 48*time.Hour:
+		return strconv.Itoa(int(d.Hours())) + "h"
+	}
+	return strconv.Itoa(int(d.Hours()/24)) + "d"
+}

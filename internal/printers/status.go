@@ -1,0 +1,194 @@
+package printers
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/elastictraining/coordinator/jobclient"
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// Node is one node as `status` shows it.
+type Node struct {
+	Node       string               `json:"node"`
+	Role       membership.Role      `json:"role"`
+	Rank       *int                 `json:"rank"` // nil on standby
+	Host       string               `json:"host"`
+	State      membership.NodeState `json:"state"`
+	Generation int64                `json:"generation"`
+	ExitCode   int                  `json:"exitCode"`
+}
+
+// Status is a job as `status` shows it, and as its JSON is read by
+// scripts.
+type Status struct {
+	Job         string                       `json:"job"`
+	Name        string                       `json:"name,omitempty"`
+	Phase       membership.JobPhase          `json:"phase"`
+	Generation  int64                        `json:"generation"`
+	NP          *NP                          `json:"np"`
+	Members     int                          `json:"members"`
+	Ready       int                          `json:"ready"`
+	WorldSize   int                          `json:"worldSize"`
+	Restarts    int                          `json:"restarts"`
+	ExitCode    int                          `json:"exitCode"`
+	Message     string                       `json:"message"`
+	LastRestart *Steps                       `json:"lastRestart"`
+	UpdatedAt   time.Time                    `json:"updatedAt"`
+	Bridge      *membership.BridgeStatus     `json:"bridge,omitempty"`
+	Autoscaler  *membership.AutoscalerStatus `json:"autoscaler,omitempty"`
+	Nodes       []Node                       `json:"nodes"`
+}
+
+// NewStatus is the job's status without its name and nodes.
+func NewStatus(job string, s membership.Status) Status {
+	return Status{Job: job, Phase: s.Phase, Generation: s.Generation, NP: newNP(s.NP), Members: s.Members, Ready: s.Ready, WorldSize: s.WorldSize,
+		Restarts: s.Restarts, ExitCode: s.ExitCode, Message: s.Message, LastRestart: newSteps(s.Steps), UpdatedAt: s.UpdatedAt, Nodes: []Node{}}
+}
+
+// LoadStatus reads everything `status` shows of a job: its status, name,
+// nodes, and the Kubernetes bridge's and the autoscaler's reports where
+// there are any.
+func LoadStatus(ctx context.Context, client *jobclient.Client, job string) (Status, error) {
+	st, err := client.Status(ctx, job)
+	if err != nil {
+		return Status{}, err
+	}
+	view := NewStatus(job, st)
+	if spec, err := client.Spec(ctx, job); err == nil {
+		view.Name = spec.Name
+	}
+	if view.Nodes, err = LoadNodes(ctx, client, job); err != nil {
+		return Status{}, err
+	}
+	if b, ok, err := client.Bridge(ctx, job); err == nil && ok {
+		view.Bridge = &b
+	}
+	if a, ok, err := client.Autoscaler(ctx, job); err == nil && ok {
+		view.Autoscaler = &a
+	}
+	return view, nil
+}
+
+// LoadNodes reads the job's nodes with their ranks in the running plan.
+func LoadNodes(ctx context.Context, client *jobclient.Client, job string) ([]Node, error) {
+	nodes, err := client.Nodes(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	ranks := map[string]int{}
+	if p, err := client.Plan(ctx, job); err == nil && p.Phase == membership.PhaseRun {
+		for _, m := range p.Members {
+			ranks[m.Node] = m.Rank
+		}
+	}
+	out := make([]Node, 0, len(nodes))
+	for _, n := range nodes {
+		v := Node{Node: n.ID, Role: n.Role, Host: n.Host, State: n.State, Generation: n.Generation, ExitCode: n.ExitCode}
+		if r, ok := ranks[n.ID]; ok {
+			v.Rank = &r
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// statusColumns are the status table's columns with the width a watch
+// pads them to, so that rows printed one at a time line up.
+var statusColumns = []struct {
+	title string
+	width int
+}{{"JOB", 0}, {"PHASE", 10}, {"GENERATION", 10}, {"NP", 9}, {"NODES", 6}, {"READY", 6}, {"WORLD SIZE", 10}, {"RESTARTS", 8}, {"LAST RESTART", 12}, {"MESSAGE", 0}}
+
+// StatusHeader are the titles of the status table's columns.
+func StatusHeader() []string {
+	out := make([]string, len(statusColumns))
+	for i, c := range statusColumns {
+		out[i] = c.title
+	}
+	return out
+}
+
+// StatusCells are the job's row of the status table: its name (its id
+// when it has none), then a cell under each of StatusHeader.
+func StatusCells(v Status) []string {
+	took := "-"
+	if v.LastRestart != nil {
+		took = membership.Duration(time.Duration(v.LastRestart.Total * float64(time.Second))).String()
+	}
+	job := v.Job
+	if v.Name != "" {
+		job = v.Name
+	}
+	return []string{job, string(v.Phase), strconv.FormatInt(v.Generation, 10), v.NP.String(), strconv.Itoa(v.Members), strconv.Itoa(v.Ready),
+		strconv.Itoa(v.WorldSize), strconv.Itoa(v.Restarts), took, OrDash(v.Message)}
+}
+
+// PaddedRow renders a row of the status table (StatusHeader or
+// StatusCells) at fixed widths, so that rows printed one at a time, as a
+// watch prints them, line up. The first column takes width first (the
+// job's name); the last is not padded.
+func PaddedRow(cells []string, first int) string {
+	var b strings.Builder
+	for i, c := range cells {
+		w := statusColumns[i].width
+		if i == 0 {
+			w = first
+		}
+		if i == len(cells)-1 {
+			b.WriteString(c)
+			break
+		}
+		fmt.Fprintf(&b, "%-*s  ", w, c)
+	}
+	return b.String()
+}
+
+// WriteStatusTable writes the job as `status` prints it: its row of the
+// status table, the id it is stored under when it has a name, the
+// Kubernetes bridge's and the autoscaler's reports, then a table of its
+// nodes.
+func WriteStatusTable(w io.Writer, v Status) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(StatusHeader(), "\t"))
+	fmt.Fprintln(tw, strings.Join(StatusCells(v), "\t"))
+	tw.Flush()
+	if v.Name != "" {
+		fmt.Fprintf(w, "\nStored under the id %s.\n", v.Job)
+	}
+	if b := v.Bridge; b != nil {
+		fmt.Fprintf(w, "\nKubernetes: %s at %d replicas", OrDash(b.Workload), b.Replicas)
+		if b.Problem != "" {
+			fmt.Fprintf(w, "; problem: %s", b.Problem)
+		}
+		fmt.Fprintln(w)
+	}
+	if a := v.Autoscaler; a != nil {
+		fmt.Fprintf(w, "\nAutoscaler: %d workers", a.Target)
+		if a.Reason != "" {
+			fmt.Fprintf(w, " (%s)", a.Reason)
+		}
+		if a.HeldBack != "" {
+			fmt.Fprintf(w, "; %s", a.HeldBack)
+		}
+		fmt.Fprintln(w)
+	}
+	if len(v.Nodes) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(tw, "NODE\tROLE\tRANK\tHOST\tSTATE\tGENERATION\tEXIT CODE")
+	for _, n := range v.Nodes {
+		rank := "standby"
+		if n.Rank != nil {
+			rank = strconv.Itoa(*n.Rank)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\n", n.Node, n.Role, rank, n.Host, n.State, n.Generation, n.ExitCode)
+	}
+	tw.Flush()
+}
