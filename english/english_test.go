@@ -30,6 +30,7 @@ func TestOneLine(t *testing.T) {
 	}{
 		{"a package's prefix goes", "membership: invalid np", "invalid np"},
 		{"inside a message too", "scale: jobclient: invalid np", "scale: invalid np"},
+		{"every prefix of a chain goes", "x: jobclient: membership: y", "x: y"},
 		{"after a parenthesis too", "refused (coordinator: not leader)", "refused (not leader)"},
 		{"lines and runs of spaces are one space", "etcd at x:\n  unreachable\t(no answer)\n", "etcd at x: unreachable (no answer)"},
 		{"a word that only ends like a package stays", "xguard: y", "xguard: y"},

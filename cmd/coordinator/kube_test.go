@@ -1,3 +1,5 @@
+//go:build !sidecaronly
+
 package main
 
 import (

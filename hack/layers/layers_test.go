@@ -1,0 +1,122 @@
+// Package layers checks that the project's packages stand in the layers
+// docs/developers.md draws: every import runs down, never up or sideways,
+// the test kit is imported by tests and harnesses only, and no package of
+// the library reaches into internal/, which is the binary's own.
+package layers
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const module = "github.com/elastictraining/coordinator/"
+
+// layers are the shipped packages, bottom up: a package imports only
+// packages of lower layers. A new package takes its place here.
+var layers = [][]string{
+	// Leaves: the Kubernetes API types, words, the process guard.
+	{"api/v1", "english", "guard"},
+	// The etcd schema.
+	{"membership"},
+	// What lives on the schema, and what needs nothing of etcd.
+	{"presence", "etcdauth", "trainerenv", "autoscale"},
+	// The leader's loop, the client API, the trainers' supervisor.
+	{"coordinator", "jobclient", "launcher"},
+	// The sidecar; the Kubernetes wing's shared parts.
+	{"sidecar", "kube/controller", "kube/crds"},
+	// The Kubernetes wing.
+	{"kube/bridge", "kube/jobcontroller", "kube/autoscaler"},
+	// The binary's own parts.
+	{"internal/embedetcd", "internal/etcdclient", "internal/pki", "internal/ociimage", "internal/timeline",
+		"internal/printers", "internal/etcdprobe"},
+	{"internal/localrun", "internal/jobpages"},
+	// The commands.
+	{"cmd/coordinator/internal/fastpath"},
+	{"cmd/coordinator"},
+}
+
+// harnesses may import anything, and nothing shipped imports them.
+var harnesses = []string{"bench/", "integration/", "hack/", "internal/testkit/"}
+
+type pkg struct {
+	ImportPath string
+	Imports    []string
+}
+
+func listPackages(t *testing.T) []pkg {
+	cmd := exec.Command("go", "list", "-json", module+"...")
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	require.NoError(t, cmd.Run(), stderr.String())
+	var pkgs []pkg
+	dec := json.NewDecoder(&out)
+	for {
+		var p pkg
+		err := dec.Decode(&p)
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		p.ImportPath = strings.TrimPrefix(p.ImportPath, module)
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+func isHarness(path string) bool {
+	return slices.ContainsFunc(harnesses, func(prefix string) bool {
+		return strings.HasPrefix(path, prefix) || path == strings.TrimSuffix(prefix, "/")
+	})
+}
+
+func TestImportsRunDown(t *testing.T) {
+	layerOf := map[string]int{}
+	for i, layer := range layers {
+		for _, p := range layer {
+			layerOf[p] = i
+		}
+	}
+	for _, p := range listPackages(t) {
+		if isHarness(p.ImportPath) {
+			continue
+		}
+		own, ok := layerOf[p.ImportPath]
+		if !assert.True(t, ok, "package %s has no layer: give it one in layers", p.ImportPath) {
+			continue
+		}
+		for _, imp := range p.Imports {
+			dep, ours := strings.CutPrefix(imp, module)
+			if !ours {
+				continue
+			}
+			assert.False(t, isHarness(dep), "%s imports the harness %s", p.ImportPath, dep)
+			if l, ok := layerOf[dep]; ok {
+				assert.Less(t, l, own, "%s (layer %d) imports %s (layer %d): imports run down", p.ImportPath, own, dep, l)
+			}
+			if !strings.HasPrefix(p.ImportPath, "internal/") && !strings.HasPrefix(p.ImportPath, "cmd/") {
+				assert.False(t, strings.HasPrefix(dep, "internal/"), "the library package %s imports %s: internal/ is the binary's own", p.ImportPath, dep)
+			}
+		}
+	}
+}
+
+// TestTheLayersNameRealPackages keeps the table true as packages move.
+func TestTheLayersNameRealPackages(t *testing.T) {
+	have := map[string]bool{}
+	for _, p := range listPackages(t) {
+		have[p.ImportPath] = true
+	}
+	for _, layer := range layers {
+		for _, p := range layer {
+			assert.True(t, have[p], "layers names %s, which is not a package", p)
+		}
+	}
+}
