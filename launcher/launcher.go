@@ -311,14 +311,7 @@ func deadlineCommand(lease int64, at time.Time) guard.Command {
 // Stopping nothing is not an error; Stop is safe to call twice and
 // alongside Kill.
 func (l *Launcher) Stop(ctx context.Context, grace time.Duration) error {
-	l.mu.Lock()
-	g := l.guard
-	if grp := l.current; grp != nil {
-		grp.mu.Lock()
-		grp.stopping = true
-		grp.mu.Unlock()
-	}
-	l.mu.Unlock()
+	g := l.stopping(false)
 	if g == nil {
 		return nil
 	}
@@ -339,20 +332,30 @@ func (l *Launcher) Stop(ctx context.Context, grace time.Duration) error {
 	return ctx.Err()
 }
 
-// Kill kills the running processes at once and refuses to start more until
-// the next deadline: the node is fenced out. It returns when nothing is
-// left; a guard that does not act in time is killed and its processes'
-// remains swept.
-func (l *Launcher) Kill(ctx context.Context) error {
+// stopping marks the current processes as being stopped, so that a failure
+// among them does not stop them a second time, and returns the guard, nil
+// when there is none. fence also forgets the lease: no start until the
+// next deadline.
+func (l *Launcher) stopping(fence bool) *guardProc {
 	l.mu.Lock()
-	g := l.guard
-	l.lease, l.fenceAt = 0, time.Time{}
+	defer l.mu.Unlock()
+	if fence {
+		l.lease, l.fenceAt = 0, time.Time{}
+	}
 	if grp := l.current; grp != nil {
 		grp.mu.Lock()
 		grp.stopping = true
 		grp.mu.Unlock()
 	}
-	l.mu.Unlock()
+	return l.guard
+}
+
+// Kill kills the running processes at once and refuses to start more until
+// the next deadline: the node is fenced out. It returns when nothing is
+// left; a guard that does not act in time is killed and its processes'
+// remains swept.
+func (l *Launcher) Kill(ctx context.Context) error {
+	g := l.stopping(true)
 	if g == nil {
 		return nil
 	}

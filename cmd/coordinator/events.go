@@ -12,7 +12,6 @@ import (
 
 	"github.com/elastictraining/coordinator/internal/printers"
 	"github.com/elastictraining/coordinator/internal/timeline"
-	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -41,8 +40,8 @@ each generation over time, and each restart's duration, step by step.`,
 			if err != nil {
 				return err
 			}
-			if output != "table" && output != "json" {
-				return usagef("-o %q: want table or json", output)
+			if err := checkOutput(output); err != nil {
+				return err
 			}
 			format := ""
 			if plot != "" {
@@ -51,12 +50,11 @@ each generation over time, and each restart's duration, step by step.`,
 				}
 			}
 			ctx := cmd.Context()
-			cli, keys, err := etcd.client(ctx)
+			client, _, closeClient, err := etcd.jobClient(ctx)
 			if err != nil {
 				return err
 			}
-			defer cli.Close()
-			client := jobclient.New(cli, keys)
+			defer closeClient()
 			if _, err := client.Status(ctx, id); err != nil {
 				return err
 			}

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -82,6 +84,19 @@ func (f *etcdFlags) keys() (membership.Keys, error) {
 		return membership.Keys{}, usageError{fmt.Errorf("--prefix: %w", err)}
 	}
 	return k, nil
+}
+
+// untilSignalled is ctx until SIGTERM or SIGINT, for a daemon, with the
+// etcd client the flags ask for; stop closes the client and lets the
+// signals go.
+func (f *etcdFlags) untilSignalled(ctx context.Context) (_ context.Context, _ *clientv3.Client, _ membership.Keys, stop func(), _ error) {
+	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	cli, keys, err := f.client(ctx)
+	if err != nil {
+		stopSignals()
+		return nil, nil, keys, nil, err
+	}
+	return ctx, cli, keys, func() { cli.Close(); stopSignals() }, nil
 }
 
 // client builds an etcd client from the flags and checks that etcd answers

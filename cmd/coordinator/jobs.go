@@ -32,16 +32,16 @@ spec was first stored).`,
   coordinator jobs -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "table" && output != "json" {
-				return usagef("-o %q: want table or json", output)
+			if err := checkOutput(output); err != nil {
+				return err
 			}
 			ctx := cmd.Context()
-			cli, keys, err := etcd.client(ctx)
+			client, _, closeClient, err := etcd.jobClient(ctx)
 			if err != nil {
 				return err
 			}
-			defer cli.Close()
-			jobs, err := jobclient.New(cli, keys).Jobs(ctx)
+			defer closeClient()
+			jobs, err := client.Jobs(ctx)
 			if err != nil {
 				return err
 			}
@@ -90,12 +90,11 @@ serve deletes finished jobs by itself after --finished-job-retention.`,
 			if timeout <= 0 {
 				return usagef("--timeout %s: want a positive duration", timeout)
 			}
-			cli, keys, err := etcd.client(cmd.Context())
+			client, keys, closeClient, err := etcd.jobClient(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer cli.Close()
-			client := jobclient.New(cli, keys)
+			defer closeClient()
 			name := job.displayName(id)
 			// Everything from here, the reads included, within --timeout:
 			// an etcd that goes away (run's, when run ends) is an error,

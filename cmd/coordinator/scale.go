@@ -61,12 +61,11 @@ PaddlePaddle's spelling works too: --elastic_server for --etcd-endpoints and
 				return usagef("--timeout %s: want a positive duration", timeout)
 			}
 			ctx := cmd.Context()
-			cli, keys, err := etcd.client(ctx)
+			client, keys, closeClient, err := etcd.jobClient(ctx)
 			if err != nil {
 				return err
 			}
-			defer cli.Close()
-			client := jobclient.New(cli, keys)
+			defer closeClient()
 			name := job.displayName(id)
 			before, _ := client.Status(ctx, id)
 			if before.Phase.Done() {

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -128,13 +126,11 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 			return err
 		}
 	}
-	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	cli, keys, err := o.etcd.client(ctx)
+	ctx, cli, keys, stop, err := o.etcd.untilSignalled(cmd.Context())
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
+	defer stop()
 	if o.enableAuth {
 		if err := etcdauth.Enable(ctx, cli); err != nil {
 			return err

@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -336,13 +334,11 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 
 	// SIGTERM and SIGINT make the node leave; the training processes get
 	// the grace period.
-	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	cli, keys, err := o.etcd.client(ctx)
+	ctx, cli, keys, stop, err := o.etcd.untilSignalled(cmd.Context())
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
+	defer stop()
 
 	// The training processes run under a guard, this binary re-executed;
 	// what is left of them when a guard dies is re-parented to this process.

@@ -40,16 +40,15 @@ durations in seconds, np as {"min":N,"max":M} and the nodes.`,
 			if err != nil {
 				return err
 			}
-			if output != "table" && output != "json" {
-				return usagef("-o %q: want table or json", output)
+			if err := checkOutput(output); err != nil {
+				return err
 			}
 			ctx := cmd.Context()
-			cli, keys, err := etcd.client(ctx)
+			client, _, closeClient, err := etcd.jobClient(ctx)
 			if err != nil {
 				return err
 			}
-			defer cli.Close()
-			client := jobclient.New(cli, keys)
+			defer closeClient()
 			out := cmd.OutOrStdout()
 			view, err := printers.LoadStatus(ctx, client, id)
 			if err != nil {

@@ -11,9 +11,9 @@ import (
 	"github.com/elastictraining/coordinator/membership"
 )
 
-// Job is one job of `jobs -o json`, and of the table and page that list
-// the jobs.
-type Job struct {
+// Head is what a job's status and its line in the list of jobs begin with,
+// in their JSON too.
+type Head struct {
 	Job        string              `json:"job"`
 	Name       string              `json:"name,omitempty"`
 	Phase      membership.JobPhase `json:"phase"`
@@ -21,16 +21,25 @@ type Job struct {
 	NP         *NP                 `json:"np"`
 	Members    int                 `json:"members"`
 	Ready      int                 `json:"ready"`
-	Nodes      int64               `json:"nodes"`
-	Restarts   int                 `json:"restarts"`
-	Created    *time.Time          `json:"created"`
-	Message    string              `json:"message"`
+}
+
+func headOf(job string, s membership.Status) Head {
+	return Head{Job: job, Phase: s.Phase, Generation: s.Generation, NP: newNP(s.NP), Members: s.Members, Ready: s.Ready}
+}
+
+// Job is one job of `jobs -o json`, and of the table and page that list
+// the jobs.
+type Job struct {
+	Head
+	Nodes    int64      `json:"nodes"`
+	Restarts int        `json:"restarts"`
+	Created  *time.Time `json:"created"`
+	Message  string     `json:"message"`
 }
 
 // NewJob is the job as the list of jobs shows it.
 func NewJob(j jobclient.JobSummary) Job {
-	v := Job{Job: j.ID, Phase: j.Status.Phase, Generation: j.Status.Generation, NP: newNP(j.Status.NP), Members: j.Status.Members, Ready: j.Status.Ready,
-		Nodes: j.Nodes, Restarts: j.Status.Restarts, Message: j.Status.Message}
+	v := Job{Head: headOf(j.ID, j.Status), Nodes: j.Nodes, Restarts: j.Status.Restarts, Message: j.Status.Message}
 	if j.Spec != nil {
 		v.Name = j.Spec.Name
 		if !j.Spec.CreatedAt.IsZero() {

@@ -27,13 +27,7 @@ type Node struct {
 // Status is a job as `status` shows it, and as its JSON is read by
 // scripts.
 type Status struct {
-	Job         string                       `json:"job"`
-	Name        string                       `json:"name,omitempty"`
-	Phase       membership.JobPhase          `json:"phase"`
-	Generation  int64                        `json:"generation"`
-	NP          *NP                          `json:"np"`
-	Members     int                          `json:"members"`
-	Ready       int                          `json:"ready"`
+	Head
 	WorldSize   int                          `json:"worldSize"`
 	Restarts    int                          `json:"restarts"`
 	ExitCode    int                          `json:"exitCode"`
@@ -47,7 +41,7 @@ type Status struct {
 
 // NewStatus is the job's status without its name and nodes.
 func NewStatus(job string, s membership.Status) Status {
-	return Status{Job: job, Phase: s.Phase, Generation: s.Generation, NP: newNP(s.NP), Members: s.Members, Ready: s.Ready, WorldSize: s.WorldSize,
+	return Status{Head: headOf(job, s), WorldSize: s.WorldSize,
 		Restarts: s.Restarts, ExitCode: s.ExitCode, Message: s.Message, LastRestart: newSteps(s.Steps), UpdatedAt: s.UpdatedAt, Nodes: []Node{}}
 }
 
