@@ -19,7 +19,7 @@ func TestEvict(t *testing.T) {
 	keys := membership.DefaultKeys()
 	register := func(id string) *presence.Registration {
 		reg, err := presence.Register(t.Context(), presence.RegistrationConfig{
-			Client: cli, Keys: keys, Job: "job", Node: testNode(id), TTL: 3 * time.Second,
+			Place: presence.Place{Client: cli, Keys: keys, Job: "job", Node: testNode(id), TTL: 3 * time.Second},
 		})
 		require.NoError(t, err)
 		t.Cleanup(reg.Close)

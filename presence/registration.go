@@ -34,8 +34,10 @@ var ErrNotRegistered = errors.New("presence: node not registered")
 // record: two sidecars must never run one node.
 var ErrNodeTaken = errors.New("presence: node id taken")
 
-// RegistrationConfig configures Register.
-type RegistrationConfig struct {
+// Place is where a node is present, and how long its presence lasts
+// unrenewed: the etcd it registers in, the key schema, the job, the node's
+// record and its lease's timing. The sidecar's configuration carries one.
+type Place struct {
 	Client *clientv3.Client
 	Keys   membership.Keys
 	Job    string
@@ -47,7 +49,12 @@ type RegistrationConfig struct {
 	// lease the node fences itself; a tenth of the TTL if zero, and never
 	// less than MinFenceMargin.
 	FenceMargin time.Duration
-	Logger      hclog.Logger
+}
+
+// RegistrationConfig configures Register.
+type RegistrationConfig struct {
+	Place
+	Logger hclog.Logger
 	// OnDeadline is called with the lease and the time by which the node's
 	// processes must be dead, each time it moves: at registration and after
 	// each renewal. It must not block.

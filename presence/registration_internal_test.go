@@ -37,7 +37,7 @@ func TestARecordUnderTheNodesOwnOldLeaseIsRevokedNotWaitedFor(t *testing.T) {
 	fresh, err := cli.Grant(t.Context(), 5)
 	require.NoError(t, err)
 
-	r := &Registration{cfg: RegistrationConfig{Client: cli, Keys: keys, Job: "job", TTL: 5 * time.Second}, key: key,
+	r := &Registration{cfg: RegistrationConfig{Place: Place{Client: cli, Keys: keys, Job: "job", TTL: 5 * time.Second}}, key: key,
 		logger: hclog.NewNullLogger()}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // far less than the old lease's minute
 	defer cancel()

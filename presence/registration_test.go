@@ -40,7 +40,7 @@ func TestRegistrationLifecycle(t *testing.T) {
 	keys := membership.DefaultKeys()
 
 	reg, err := presence.Register(t.Context(), presence.RegistrationConfig{
-		Client: cli, Keys: keys, Job: "job", Node: testNode("n1"), TTL: 2 * time.Second,
+		Place: presence.Place{Client: cli, Keys: keys, Job: "job", Node: testNode("n1"), TTL: 2 * time.Second},
 	})
 	require.NoError(t, err)
 	n, lease, ok := readNode(t, srv, reg.Key())
@@ -68,7 +68,7 @@ func TestRegistrationLifecycle(t *testing.T) {
 func TestRegistrationRejectsShortTTL(t *testing.T) {
 	srv := etcdtest.Start(t)
 	_, err := presence.Register(t.Context(), presence.RegistrationConfig{
-		Client: srv.Client(t), Keys: membership.DefaultKeys(), Job: "job", Node: testNode("n1"), TTL: time.Second,
+		Place: presence.Place{Client: srv.Client(t), Keys: membership.DefaultKeys(), Job: "job", Node: testNode("n1"), TTL: time.Second},
 	})
 	require.ErrorContains(t, err, "below the minimum of 2s")
 }
@@ -78,7 +78,7 @@ func TestRegistrationFencesAndRegistersAgain(t *testing.T) {
 	cli := srv.Client(t)
 	var lost, registered atomic.Int32
 	reg, err := presence.Register(t.Context(), presence.RegistrationConfig{
-		Client: cli, Keys: membership.DefaultKeys(), Job: "job", Node: testNode("n1"), TTL: 2 * time.Second,
+		Place: presence.Place{Client: cli, Keys: membership.DefaultKeys(), Job: "job", Node: testNode("n1"), TTL: 2 * time.Second},
 		OnLost:       func() { lost.Add(1) },
 		OnRegistered: func(membership.Node) { registered.Add(1) },
 	})
@@ -107,7 +107,7 @@ func TestRegistrationFencesWhenEtcdIsGone(t *testing.T) {
 	cli := srv.Client(t)
 	lost := make(chan struct{})
 	reg, err := presence.Register(t.Context(), presence.RegistrationConfig{
-		Client: cli, Keys: membership.DefaultKeys(), Job: "job", Node: testNode("n1"), TTL: 2 * time.Second,
+		Place: presence.Place{Client: cli, Keys: membership.DefaultKeys(), Job: "job", Node: testNode("n1"), TTL: 2 * time.Second},
 		OnLost: func() { close(lost) },
 	})
 	require.NoError(t, err)
@@ -143,7 +143,7 @@ func TestABlockedWriteDoesNotDelayTheFence(t *testing.T) {
 	t.Cleanup(func() { _ = cli.Close() })
 	lost := make(chan time.Time, 1)
 	reg, err := presence.Register(t.Context(), presence.RegistrationConfig{
-		Client: cli, Keys: membership.DefaultKeys(), Job: "job", Node: testNode("n1"), TTL: 2 * time.Second,
+		Place: presence.Place{Client: cli, Keys: membership.DefaultKeys(), Job: "job", Node: testNode("n1"), TTL: 2 * time.Second},
 		OnLost: func() { lost <- time.Now() },
 	})
 	require.NoError(t, err)
@@ -202,7 +202,7 @@ func TestAWaitLongerThanTheTTLKeepsTheNewLeaseAlive(t *testing.T) {
 
 	start := time.Now()
 	reg, err := presence.Register(t.Context(), presence.RegistrationConfig{
-		Client: cli, Keys: keys, Job: "job", Node: testNode("n1"), TTL: 2 * time.Second,
+		Place: presence.Place{Client: cli, Keys: keys, Job: "job", Node: testNode("n1"), TTL: 2 * time.Second},
 	})
 	require.NoError(t, err)
 	defer reg.Close()

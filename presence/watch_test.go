@@ -78,7 +78,7 @@ func TestWatchNodesDeliversCompleteSets(t *testing.T) {
 	var regs []*presence.Registration
 	for i := range 5 {
 		reg, err := presence.Register(t.Context(), presence.RegistrationConfig{
-			Client: cli, Keys: keys, Job: "job", Node: testNode(fmt.Sprintf("n%d", i)), TTL: 5 * time.Second,
+			Place: presence.Place{Client: cli, Keys: keys, Job: "job", Node: testNode(fmt.Sprintf("n%d", i)), TTL: 5 * time.Second},
 		})
 		require.NoError(t, err)
 		regs = append(regs, reg)
@@ -86,7 +86,7 @@ func TestWatchNodesDeliversCompleteSets(t *testing.T) {
 	// A node of job "jobx" and a malformed record must not be mistaken for
 	// members.
 	other, err := presence.Register(t.Context(), presence.RegistrationConfig{
-		Client: cli, Keys: keys, Job: "jobx", Node: testNode("x"), TTL: 5 * time.Second,
+		Place: presence.Place{Client: cli, Keys: keys, Job: "jobx", Node: testNode("x"), TTL: 5 * time.Second},
 	})
 	require.NoError(t, err)
 	t.Cleanup(other.Close)

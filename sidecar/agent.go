@@ -70,15 +70,9 @@ var ErrWaitTimeout = errors.New("sidecar: waited too long for the job to run thi
 
 // Config configures an Agent.
 type Config struct {
-	Client *clientv3.Client
-	Keys   membership.Keys
-	Job    string
-	// Node is the node's record; its state is managed by the agent.
-	Node membership.Node
-	TTL  time.Duration
-	// FenceMargin is how long before the lease's earliest expiry the node
-	// fences itself; see presence.RegistrationConfig.
-	FenceMargin time.Duration
+	// Place is the node's: its record (whose state the agent manages),
+	// its job, the etcd it registers in, its lease's TTL and fence margin.
+	presence.Place
 	// Spec, if set, is stored as the job's spec unless it has one.
 	Spec     *membership.Spec
 	Workload Workload
@@ -193,7 +187,7 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 		}
 	}
 	reg, err := presence.Register(ctx, presence.RegistrationConfig{
-		Client: a.cfg.Client, Keys: a.cfg.Keys, Job: a.cfg.Job, Node: a.cfg.Node, TTL: a.cfg.TTL, FenceMargin: a.cfg.FenceMargin,
+		Place:      a.cfg.Place,
 		Logger:     a.cfg.Logger,
 		OnDeadline: func(lease clientv3.LeaseID, at time.Time) { a.cfg.Workload.SetDeadline(int64(lease), at) },
 		// The fence does not go through Run's loop, which may be busy in

@@ -12,6 +12,7 @@ import (
 	"github.com/elastictraining/coordinator/internal/testkit/etcdtest"
 	"github.com/elastictraining/coordinator/internal/testkit/simnode"
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/presence"
 	"github.com/elastictraining/coordinator/sidecar"
 )
 
@@ -140,10 +141,10 @@ func TestAgentStoresTheSpecOnlyIfThereIsNone(t *testing.T) {
 
 func TestNewRejectsBadConfig(t *testing.T) {
 	srv := etcdtest.Start(t)
-	_, err := sidecar.New(sidecar.Config{Client: srv.Client(t), Job: "Bad_Name", Workload: simnode.NewWorkload()})
+	_, err := sidecar.New(sidecar.Config{Place: presence.Place{Client: srv.Client(t), Job: "Bad_Name"}, Workload: simnode.NewWorkload()})
 	assert.ErrorIs(t, err, membership.ErrInvalidJobID)
-	_, err = sidecar.New(sidecar.Config{Client: srv.Client(t), Job: "job", Workload: simnode.NewWorkload(),
-		Node: membership.Node{ID: "n0", Role: membership.RoleWorker, Host: "h", NProc: 1}})
+	_, err = sidecar.New(sidecar.Config{Workload: simnode.NewWorkload(), Place: presence.Place{Client: srv.Client(t), Job: "job",
+		Node: membership.Node{ID: "n0", Role: membership.RoleWorker, Host: "h", NProc: 1}}})
 	assert.ErrorContains(t, err, "0 ports for 1 processes")
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/elastictraining/coordinator/internal/etcdclient"
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/presence"
 	"github.com/elastictraining/coordinator/sidecar"
 )
 
@@ -217,8 +218,9 @@ func newAgent(cli *clientv3.Client, id string, ttl time.Duration, nproc int, w *
 		ports[i] = 6170 + i
 	}
 	return sidecar.New(sidecar.Config{
-		Client: cli, Job: job, TTL: ttl, Workload: w, Tables: tables, StopGrace: time.Second,
-		Node: membership.Node{ID: id, Role: membership.RoleWorker, Host: "10.0.0.1", Ports: ports, NProc: nproc, MasterPort: 6169},
+		Place: presence.Place{Client: cli, Job: job, TTL: ttl,
+			Node: membership.Node{ID: id, Role: membership.RoleWorker, Host: "10.0.0.1", Ports: ports, NProc: nproc, MasterPort: 6169}},
+		Workload: w, Tables: tables, StopGrace: time.Second,
 	})
 }
 

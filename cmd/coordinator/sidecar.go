@@ -374,7 +374,7 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 	}
 	defer l.Close()
 	agent, err = sidecar.New(sidecar.Config{
-		Client: cli, Keys: keys, Job: jobID, Node: node, TTL: o.ttl, FenceMargin: o.fenceMargin, Spec: spec,
+		Place: presence.Place{Client: cli, Keys: keys, Job: jobID, Node: node, TTL: o.ttl, FenceMargin: o.fenceMargin}, Spec: spec,
 		Workload: &sidecar.Processes{Launcher: l, Gloo: o.gloo}, StopGrace: o.grace, WaitTimeout: o.waitTimeout,
 		Observer: observer, Logger: logger,
 	})

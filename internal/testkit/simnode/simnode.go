@@ -215,9 +215,10 @@ func Launch(cfg Config) (*Node, error) {
 	}
 	w := NewWorkload()
 	agent, err := sidecar.New(sidecar.Config{
-		Client: cfg.Client, Keys: cfg.Keys, Job: cfg.Job, TTL: cfg.TTL, Spec: cfg.Spec, Workload: w, Logger: cfg.Logger, Tables: cfg.Tables,
-		Node: membership.Node{ID: cfg.ID, Role: cfg.Role, Host: cfg.Host, Ports: ports, NProc: cfg.NProc, MasterPort: cfg.Port,
-			Pod: cfg.Pod, PodUID: cfg.PodUID},
+		Place: presence.Place{Client: cfg.Client, Keys: cfg.Keys, Job: cfg.Job, TTL: cfg.TTL,
+			Node: membership.Node{ID: cfg.ID, Role: cfg.Role, Host: cfg.Host, Ports: ports, NProc: cfg.NProc, MasterPort: cfg.Port,
+				Pod: cfg.Pod, PodUID: cfg.PodUID}},
+		Spec: cfg.Spec, Workload: w, Logger: cfg.Logger, Tables: cfg.Tables,
 	})
 	if err != nil {
 		return nil, err
