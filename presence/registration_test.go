@@ -78,7 +78,7 @@ func TestRegistrationFencesAndRegistersAgain(t *testing.T) {
 	cli := srv.Client(t)
 	var lost, registered atomic.Int32
 	reg, err := presence.Register(t.Context(), presence.RegistrationConfig{
-		Place: presence.Place{Client: cli, Keys: membership.DefaultKeys(), Job: "job", Node: testNode("n1"), TTL: 2 * time.Second},
+		Place:        presence.Place{Client: cli, Keys: membership.DefaultKeys(), Job: "job", Node: testNode("n1"), TTL: 2 * time.Second},
 		OnLost:       func() { lost.Add(1) },
 		OnRegistered: func(membership.Node) { registered.Add(1) },
 	})
@@ -107,7 +107,7 @@ func TestRegistrationFencesWhenEtcdIsGone(t *testing.T) {
 	cli := srv.Client(t)
 	lost := make(chan struct{})
 	reg, err := presence.Register(t.Context(), presence.RegistrationConfig{
-		Place: presence.Place{Client: cli, Keys: membership.DefaultKeys(), Job: "job", Node: testNode("n1"), TTL: 2 * time.Second},
+		Place:  presence.Place{Client: cli, Keys: membership.DefaultKeys(), Job: "job", Node: testNode("n1"), TTL: 2 * time.Second},
 		OnLost: func() { close(lost) },
 	})
 	require.NoError(t, err)
@@ -143,7 +143,7 @@ func TestABlockedWriteDoesNotDelayTheFence(t *testing.T) {
 	t.Cleanup(func() { _ = cli.Close() })
 	lost := make(chan time.Time, 1)
 	reg, err := presence.Register(t.Context(), presence.RegistrationConfig{
-		Place: presence.Place{Client: cli, Keys: membership.DefaultKeys(), Job: "job", Node: testNode("n1"), TTL: 2 * time.Second},
+		Place:  presence.Place{Client: cli, Keys: membership.DefaultKeys(), Job: "job", Node: testNode("n1"), TTL: 2 * time.Second},
 		OnLost: func() { lost <- time.Now() },
 	})
 	require.NoError(t, err)
