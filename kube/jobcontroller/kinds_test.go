@@ -22,7 +22,7 @@ import (
 
 func example(t *testing.T, file string) *unstructured.Unstructured {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "testdata", "kubernetes", "examples", file))
+	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "kubernetes", "examples", file))
 	require.NoError(t, err)
 	return fromYAML(t, string(data))
 }
@@ -285,7 +285,7 @@ func TestAContainerRunsItsImagesCommand(t *testing.T) {
 // panic, and a job read has a valid spec.
 func FuzzJobDecoders(f *testing.F) {
 	for _, file := range []string{"paddlejob-wide-and-deep.yaml", "paddlejob-resnet.yaml", "msjob-widedeep-dataparallel.yaml"} {
-		data, err := os.ReadFile(filepath.Join("..", "testdata", "kubernetes", "examples", file))
+		data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "kubernetes", "examples", file))
 		require.NoError(f, err)
 		js, err := yaml.YAMLToJSON(data)
 		require.NoError(f, err)
