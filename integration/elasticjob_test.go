@@ -161,7 +161,7 @@ func TestElasticJobRunsScalesThroughKubectlAndGoesWithItsResource(t *testing.T) 
 		assert.Equal(t, int64(n), replicas, "the scale was reverted")
 		spec, err := e.client.Status(t.Context(), "train")
 		require.NoError(t, err)
-		assert.Equal(t, itoa(n), spec.NP)
+		assert.Equal(t, membership.FixedNP(n), spec.NP)
 	}
 	assert.True(t, hasEvent(e.events("train"), "Scaling", "np 2 → 3"))
 
