@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/kube/bridge"
 	"github.com/elastictraining/coordinator/membership"
 )
@@ -34,7 +35,7 @@ func TestConfigMapWriteIsRetriedUntilItSucceeds(t *testing.T) {
 	e.setRole("")
 	require.Eventually(t, func() bool {
 		cm, err := e.c.Client.CoreV1().ConfigMaps(e.ns).Get(t.Context(), bridge.ConfigMapName("retry"), metav1.GetOptions{})
-		return err == nil && cm.Annotations[bridge.AnnotationGeneration] == itoa64(st.Generation)
+		return err == nil && cm.Annotations[jobv1.AnnotationGeneration] == itoa64(st.Generation)
 	}, 60*time.Second, 20*time.Millisecond, "the ConfigMap of generation %d was never written once RBAC allowed it:\n%s", st.Generation, e.bridge.out)
 	now, err := e.client.Status(t.Context(), "retry")
 	require.NoError(t, err)
@@ -51,7 +52,7 @@ func TestConfigMapOfANewerGenerationIsKept(t *testing.T) {
 	e := newKubeEnv(t, kubeOptions{toyEnv: []string{"TOY_STEPS=100000", "TOY_INTERVAL=1"}})
 	newer := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: bridge.ConfigMapName("kept"), Labels: map[string]string{"elastic.job": "kept"},
-			Annotations: map[string]string{bridge.AnnotationGeneration: "100"}},
+			Annotations: map[string]string{jobv1.AnnotationGeneration: "100"}},
 		Data: map[string]string{"ELASTIC_GENERATION": "100", "WORLD_SIZE": "8"},
 	}
 	_, err := e.c.Client.CoreV1().ConfigMaps(e.ns).Create(t.Context(), newer, metav1.CreateOptions{})
@@ -65,10 +66,10 @@ func TestConfigMapOfANewerGenerationIsKept(t *testing.T) {
 	require.Eventually(t, func() bool {
 		got, err = e.c.Client.CoreV1().ConfigMaps(e.ns).Get(t.Context(), newer.Name, metav1.GetOptions{})
 		require.NoError(t, err)
-		return got.Annotations[bridge.AnnotationGeneration] != "100" ||
+		return got.Annotations[jobv1.AnnotationGeneration] != "100" ||
 			strings.Contains(e.bridge.out.String(), "describes a newer generation")
 	}, 30*time.Second, 20*time.Millisecond, "the bridge never dealt with generation %d:\n%s", st.Generation, e.bridge.out)
-	assert.Equal(t, "100", got.Annotations[bridge.AnnotationGeneration], "generation %d replaced a newer ConfigMap", st.Generation)
+	assert.Equal(t, "100", got.Annotations[jobv1.AnnotationGeneration], "generation %d replaced a newer ConfigMap", st.Generation)
 	assert.Equal(t, newer.Data, got.Data)
 }
 

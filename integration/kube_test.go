@@ -113,7 +113,7 @@ func TestBridgeFollowsScaleWithPodsConfigMapAndServices(t *testing.T) {
 		require.Eventually(t, func() bool {
 			got, err := e.c.Client.CoreV1().ConfigMaps(e.ns).Get(t.Context(), bridge.ConfigMapName("train"), metav1.GetOptions{})
 			cm = got
-			return err == nil && got.Annotations[bridge.AnnotationGeneration] == itoa64(gen)
+			return err == nil && got.Annotations[jobv1.AnnotationGeneration] == itoa64(gen)
 		}, 30*time.Second, 20*time.Millisecond, "the ConfigMap never described generation %d", gen)
 		endpoints := strings.Split(cm.Data["PADDLE_TRAINER_ENDPOINTS"], ",")
 		assert.Len(t, endpoints, n)

@@ -61,7 +61,7 @@ func measureElasticJobs(ctx context.Context, c *kubetest.Cluster, binary, dir st
 	}
 	defer stop(serve)
 	starts := filepath.Join(dir, "starts")
-	runner, err := kubetest.StartPodRunner(c.Client, ns, "elastic.job", func(pod *corev1.Pod) (kubetest.Container, error) {
+	runner, err := kubetest.StartPodRunner(c.Client, ns, jobv1.LabelJob, func(pod *corev1.Pod) (kubetest.Container, error) {
 		return runInjected(binary, pod, starts)
 	}, func(err error) { fmt.Fprintln(os.Stderr, err) })
 	if err != nil {
@@ -135,7 +135,7 @@ func runInjected(binary string, pod *corev1.Pod, starts string) (kubetest.Contai
 	if c.Command[0] != "/elastic/coordinator" || dash < 0 {
 		return nil, fmt.Errorf("pod %s: the sidecar was not injected", pod.Name)
 	}
-	dir := filepath.Join(starts, pod.Labels["elastic.job"])
+	dir := filepath.Join(starts, pod.Labels[jobv1.LabelJob])
 	args = append(args[:dash+1], "/bin/sh", "-c",
 		`date +%s.%N >"$0/g$ELASTIC_GENERATION-w$WORLD_SIZE-$POD_NAME.tmp" && mv "$0/g$ELASTIC_GENERATION-w$WORLD_SIZE-$POD_NAME.tmp" "$0/g$ELASTIC_GENERATION-w$WORLD_SIZE-$POD_NAME" && exec sleep 100000`, dir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {

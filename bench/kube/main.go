@@ -29,6 +29,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/bench/internal/stats"
 	"github.com/elastictraining/coordinator/internal/embedetcd"
 	"github.com/elastictraining/coordinator/internal/etcdclient"
@@ -130,7 +131,7 @@ func measure(ctx context.Context, c *kubetest.Cluster, binary, dir string, n, ru
 	}
 	defer stop(serve)
 
-	runner, err := kubetest.StartPodRunner(c.Client, ns, "elastic.job", func(pod *corev1.Pod) (kubetest.Container, error) {
+	runner, err := kubetest.StartPodRunner(c.Client, ns, jobv1.LabelJob, func(pod *corev1.Pod) (kubetest.Container, error) {
 		cmd := exec.Command(binary, "sidecar", "--etcd-endpoints", etcd.ClientURL(), "--job", "bench", "--log-level", "warn",
 			"--grace-period", "1s", "--", "/bin/sleep", "100000")
 		cmd.Env = append(os.Environ(), "POD_NAME="+pod.Name, "POD_NAMESPACE="+ns, "POD_UID="+string(pod.UID), "POD_IP="+pod.Status.PodIP)
@@ -150,7 +151,7 @@ func measure(ctx context.Context, c *kubetest.Cluster, binary, dir string, n, ru
 	if _, err := client.Scale(ctx, "bench", membership.FixedNP(half)); err != nil {
 		return nil, err
 	}
-	labels := map[string]string{bridge.LabelJob: "bench", bridge.LabelRole: "worker"}
+	labels := map[string]string{jobv1.LabelJob: "bench", jobv1.LabelRole: "worker"}
 	replicas := int32(half)
 	if _, err := c.Client.AppsV1().StatefulSets(ns).Create(ctx, &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "bench-worker", Labels: labels},

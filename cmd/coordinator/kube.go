@@ -26,6 +26,7 @@ import (
 	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/kube/autoscaler"
 	"github.com/elastictraining/coordinator/kube/bridge"
+	"github.com/elastictraining/coordinator/kube/controller"
 	"github.com/elastictraining/coordinator/kube/jobcontroller"
 	"github.com/elastictraining/coordinator/membership"
 )
@@ -206,17 +207,16 @@ func (o *kubeOptions) leaderTasks(ctx context.Context, cli *clientv3.Client, key
 	if o.all {
 		jobsNamespace = "" // every namespace
 	}
-	br, err := bridge.New(bridge.Config{
-		Kube: c.kube, Dynamic: c.dyn, Etcd: cli, Keys: keys, Namespace: jobsNamespace, Workloads: gvrs, Logger: logger, Registerer: reg,
-	})
+	clients := controller.Clients{Kube: c.kube, Dynamic: c.dyn, Etcd: cli, Keys: keys, Namespace: jobsNamespace, Logger: logger}
+	br, err := bridge.New(bridge.Config{Clients: clients, Workloads: gvrs, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}
 	tasks := []coordinator.LeaderTask{br}
 	if o.autoscale {
 		scaler, err := autoscaler.New(autoscaler.Config{
-			Kube: c.kube, Dynamic: c.dyn, Etcd: cli, Keys: keys, Namespace: jobsNamespace, Policy: p.autoscale,
-			Period: o.autoscalePeriod, Settle: o.autoscaleSettle, DeletionCost: o.deletionCost, Logger: logger, Registerer: reg,
+			Clients: clients, Policy: p.autoscale,
+			Period: o.autoscalePeriod, Settle: o.autoscaleSettle, DeletionCost: o.deletionCost, Registerer: reg,
 		})
 		if err != nil {
 			return nil, err
@@ -234,10 +234,7 @@ func (o *kubeOptions) leaderTasks(ctx context.Context, cli *clientv3.Client, key
 	if keys.Prefix() != membership.DefaultPrefix {
 		sidecar.Prefix = keys.Prefix()
 	}
-	jobs, err := jobcontroller.New(jobcontroller.Config{
-		Kube: c.kube, Dynamic: c.dyn, Etcd: cli, Keys: keys, Namespace: jobsNamespace, Sidecar: sidecar,
-		Kinds: kinds, Entrypoints: entrypoints, Logger: logger,
-	})
+	jobs, err := jobcontroller.New(jobcontroller.Config{Clients: clients, Sidecar: sidecar, Kinds: kinds, Entrypoints: entrypoints})
 	if err != nil {
 		return nil, err
 	}

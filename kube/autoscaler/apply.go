@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/autoscale"
-	"github.com/elastictraining/coordinator/kube/jobcontroller"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/presence"
 )
@@ -31,7 +31,7 @@ func (t *term) apply(ctx context.Context, j *jobView, workers int) error {
 		_, err := membership.SetTarget(ctx, t.cfg.Etcd, t.cfg.Keys, j.id, j.spec.NP, workers, fence...)
 		return err
 	}
-	kind, _ := jobcontroller.KindNamed(j.owner.Kind)
+	kind, _ := jobv1.JobKindNamed(j.owner.Kind)
 	patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, workers)
 	_, err := t.cfg.Dynamic.Resource(kind.Resource).Namespace(j.owner.Namespace).
 		Patch(ctx, j.owner.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "elastic-autoscaler"}, "scale")
@@ -48,8 +48,8 @@ func (t *term) eventRef(j *jobView) *corev1.ObjectReference {
 		return nil
 	}
 	if j.owner.Kind != "" {
-		kind, _ := jobcontroller.KindNamed(j.owner.Kind)
-		return &corev1.ObjectReference{APIVersion: kind.Resource.GroupVersion().String(), Kind: j.owner.Kind,
+		kind, _ := jobv1.JobKindNamed(j.owner.Kind)
+		return &corev1.ObjectReference{APIVersion: kind.APIVersion(), Kind: j.owner.Kind,
 			Namespace: j.owner.Namespace, Name: j.owner.Name, UID: types.UID(j.owner.UID)}
 	}
 	return j.workerRef

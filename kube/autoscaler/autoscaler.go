@@ -3,38 +3,29 @@ package autoscaler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 
+	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/autoscale"
-	"github.com/elastictraining/coordinator/kube/jobcontroller"
+	"github.com/elastictraining/coordinator/kube/controller"
 	"github.com/elastictraining/coordinator/membership"
-	"github.com/elastictraining/coordinator/presence"
 )
 
-// Config configures an Autoscaler.
+// Config configures an Autoscaler. Its Namespace is where the jobs it
+// resizes live; "" is every namespace. Nodes and pods are watched in the
+// whole cluster either way: they all take room on the nodes (a ClusterRole
+// to read them).
 type Config struct {
-	Kube    kubernetes.Interface
-	Dynamic dynamic.Interface
-	Etcd    *clientv3.Client
-	Keys    membership.Keys
-	// Namespace is where the jobs it resizes live; "" is every namespace.
-	// Nodes and pods are watched in the whole cluster either way: they
-	// all take room on the nodes (a ClusterRole to read them).
-	Namespace string
-	Policy    autoscale.Config
+	controller.Clients
+	Policy autoscale.Config
 	// Period is the backstop: a pass at least this often; 30 s if zero.
 	// Passes follow changes of nodes, pods and jobs.
 	Period time.Duration
@@ -51,8 +42,8 @@ type Config struct {
 	// whole workers rather than holes too small for one
 	// (autoscale.DeletionCosts). It needs patch on pods.
 	DeletionCost bool
-	Logger       hclog.Logger
-	Registerer   prometheus.Registerer
+	// Registerer receives the autoscaler's metrics; none if nil.
+	Registerer prometheus.Registerer
 }
 
 // Autoscaler is the leader task that resizes elastic jobs.
@@ -87,11 +78,8 @@ const writeSettle = 10 * time.Second
 
 // New validates cfg and fills its defaults.
 func New(cfg Config) (*Autoscaler, error) {
-	if cfg.Kube == nil || cfg.Dynamic == nil || cfg.Etcd == nil {
-		return nil, errors.New("autoscaler: kubernetes, dynamic and etcd clients are required")
-	}
-	if cfg.Keys == (membership.Keys{}) {
-		cfg.Keys = membership.DefaultKeys()
+	if err := cfg.Complete(); err != nil {
+		return nil, fmt.Errorf("autoscaler: %w", err)
 	}
 	if cfg.Period == 0 {
 		cfg.Period = 30 * time.Second
@@ -105,9 +93,6 @@ func New(cfg Config) (*Autoscaler, error) {
 	if cfg.Period < 0 || cfg.Batch < 0 || cfg.Settle < 0 || cfg.MaxSettle < 0 {
 		return nil, errors.New("autoscaler: period, batch and settle must not be negative")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = hclog.NewNullLogger()
-	}
 	policy, err := autoscale.New(cfg.Policy)
 	if err != nil {
 		return nil, err
@@ -116,33 +101,32 @@ func New(cfg Config) (*Autoscaler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Autoscaler{cfg: cfg, policy: policy,
-		logger: cfg.Logger.Named("autoscaler"), metrics: m,
+	cfg.Logger = cfg.Logger.Named("autoscaler")
+	return &Autoscaler{cfg: cfg, policy: policy, logger: cfg.Logger, metrics: m,
 		changed: map[string]time.Time{}, seen: map[string]int{}, wrote: map[string]written{}}, nil
 }
 
 // Lead resizes jobs until ctx ends.
 func (a *Autoscaler) Lead(ctx context.Context) error {
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.cfg.Kube.CoreV1().Events(a.cfg.Namespace)})
-	defer broadcaster.Shutdown()
 	t := &term{
 		Autoscaler: a,
-		recorder:   broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "elastic-autoscaler"}),
+		Term:       controller.StartTerm(ctx, a.cfg.Clients, "elastic-autoscaler"),
 		kick:       make(chan struct{}, 1),
-		jobs:       map[string]*membership.JobRecords{},
-		created:    map[string]int64{},
-		reported:   map[string]membership.AutoscalerStatus{},
-		settler:    autoscale.NewSettler(a.cfg.Settle, a.cfg.MaxSettle),
+		records: &controller.Records{Kinds: []membership.KeyKind{membership.KindSpec, membership.KindStatus},
+			Drop: func(j *membership.JobRecords) bool { return j.Spec == nil && j.Status == nil }},
+		reported: map[string]membership.AutoscalerStatus{},
+		settler:  autoscale.NewSettler(a.cfg.Settle, a.cfg.MaxSettle),
 	}
+	defer t.Stop()
 	return t.run(ctx)
 }
 
-// term is one leadership term of the autoscaler.
+// term is one leadership term of the autoscaler. It has no queue: each
+// pass decides over the whole cluster.
 type term struct {
 	*Autoscaler
-	recorder record.EventRecorder
-	kick     chan struct{}
+	*controller.Term
+	kick chan struct{}
 
 	factory informers.SharedInformerFactory
 	nodes   cache.SharedIndexInformer
@@ -151,10 +135,7 @@ type term struct {
 	settler *autoscale.Settler // of this term: nothing held in another carries over
 	wake    *time.Timer        // a pass when held decisions are due or an expectation lapses
 	steerer *costSteerer       // nil without Config.DeletionCost
-
-	mu      sync.Mutex
-	jobs    map[string]*membership.JobRecords
-	created map[string]int64
+	records *controller.Records
 
 	// Owned by the pass loop.
 	reported map[string]membership.AutoscalerStatus
@@ -174,7 +155,7 @@ func (t *term) run(ctx context.Context) error {
 	for _, inf := range []cache.SharedIndexInformer{t.nodes, t.pods} {
 		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { t.poke() },
-			UpdateFunc: func(old, obj any) { t.changed(old, obj) },
+			UpdateFunc: func(old, obj any) { t.roomChanged(old, obj) },
 			DeleteFunc: func(any) { t.poke() },
 		}); err != nil {
 			return err
@@ -189,18 +170,22 @@ func (t *term) run(ctx context.Context) error {
 		}
 	}()
 
-	var wg sync.WaitGroup
-	wg.Go(func() { t.followEtcd(ctx) })
+	// A spec or status that changes pokes a pass.
+	t.Follow(ctx, t.records, func(u controller.Update) {
+		if u.Reset || len(u.Changes) > 0 {
+			t.poke()
+		}
+	})
 	if t.cfg.DeletionCost {
 		t.steerer = newCostSteerer(t.cfg.Kube, t.pods.GetStore(), t.logger, t.metrics.costs)
-		wg.Go(func() { t.steerer.run(ctx) })
+		t.Go(func() { t.steerer.run(ctx) })
 	}
-	defer wg.Wait()
+	defer t.Wait()
 
 	if !cache.WaitForCacheSync(ctx.Done(), append([]cache.InformerSynced{t.nodes.HasSynced, t.pods.HasSynced}, t.loads.synced()...)...) {
 		return ctx.Err()
 	}
-	t.logger.Info("autoscaling", "namespace", namespaceName(t.cfg.Namespace), "cooldown", t.policy.Config().Cooldown)
+	t.logger.Info("autoscaling", "namespace", controller.NamespaceName(t.cfg.Namespace), "cooldown", t.policy.Config().Cooldown)
 	backstop := time.NewTicker(t.cfg.Period)
 	defer backstop.Stop()
 	for {
@@ -224,10 +209,10 @@ func (t *term) run(ctx context.Context) error {
 	}
 }
 
-// changed pokes for an update that can change the room on the nodes: a
+// roomChanged pokes for an update that can change the room on the nodes: a
 // pod bound, started, finished or being deleted; a node's capacity or
 // readiness. Status heartbeats of nodes change nothing.
-func (t *term) changed(old, obj any) {
+func (t *term) roomChanged(old, obj any) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
 		p, ok := old.(*corev1.Pod)
@@ -256,66 +241,30 @@ func equalResources(a, b corev1.ResourceList) bool {
 	return true
 }
 
-// followEtcd keeps the jobs' records and pokes when a spec or status
-// changes.
-func (t *term) followEtcd(ctx context.Context) {
-	_ = presence.Follow(ctx, t.cfg.Etcd, presence.Range{Key: t.cfg.Keys.Jobs(), Prefix: true}, t.logger,
-		func(u presence.Update) error {
-			t.mu.Lock()
-			if u.Reset {
-				clear(t.jobs)
-			}
-			poke := u.Reset
-			for _, kv := range u.Changes {
-				jk, ok := t.cfg.Keys.ParseJobKey(kv.Key)
-				if !ok || (jk.Kind != membership.KindSpec && jk.Kind != membership.KindStatus) {
-					continue
-				}
-				j := t.jobs[jk.Job]
-				if j == nil {
-					j = &membership.JobRecords{}
-					t.jobs[jk.Job] = j
-				}
-				j.Apply(jk, kv)
-				if j.Spec == nil && j.Status == nil {
-					delete(t.jobs, jk.Job)
-				}
-				poke = true
-			}
-			t.mu.Unlock()
-			if poke {
-				t.poke()
-			}
-			return nil
-		})
-}
-
 // candidates are the jobs the autoscaler may resize: a worker range, not
 // finished, and a target it can set (a resource that owns the job must
 // keep its bounds apart from its replicas: ElasticJob's maxReplicas,
 // PaddleJob's limits).
 func (t *term) candidates() map[string]candidate {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	out := map[string]candidate{}
-	for id, j := range t.jobs {
+	t.records.Each(func(id string, j *membership.JobRecords) {
 		s := j.Spec
 		if s == nil || !s.NP.IsRange() || (j.Status != nil && j.Status.Phase.Done()) {
-			continue
+			return
 		}
 		c := candidate{id: id, spec: *s, created: j.SpecCreated}
 		if s.Owner != "" {
-			o, ok := jobcontroller.ParseOwner(s.Owner)
-			if _, known := jobcontroller.KindNamed(o.Kind); !ok || !known || s.Target == 0 {
-				continue
+			o, ok := jobv1.ParseOwner(s.Owner)
+			if _, known := jobv1.JobKindNamed(o.Kind); !ok || !known || s.Target == 0 {
+				return
 			}
 			if t.cfg.Namespace != "" && o.Namespace != t.cfg.Namespace {
-				continue
+				return
 			}
 			c.owner = o
 		}
 		out[id] = c
-	}
+	})
 	return out
 }
 
@@ -382,7 +331,7 @@ func (t *term) pass(ctx context.Context) {
 		t.metrics.decisions.WithLabelValues(d.Job, direction).Inc()
 		t.logger.Info("resized job", "job", d.Job, "from", d.From, "to", d.To, "reason", d.Reason)
 		if ref := t.eventRef(v.jobs[d.Job]); ref != nil {
-			t.recorder.Eventf(ref, corev1.EventTypeNormal, "Autoscaled", "workers %d → %d: %s", d.From, d.To, d.Reason)
+			t.Recorder.Eventf(ref, corev1.EventTypeNormal, "Autoscaled", "workers %d → %d: %s", d.From, d.To, d.Reason)
 		}
 	}
 	t.report(ctx, v, plan, decided, now)
@@ -445,12 +394,4 @@ func listAs[T any](inf cache.SharedIndexInformer) []T {
 		}
 	}
 	return out
-}
-
-// namespaceName is a namespace for people: "" is every namespace.
-func namespaceName(ns string) string {
-	if ns == "" {
-		return "(all)"
-	}
-	return ns
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/flowcontrol"
 
+	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/autoscale"
 )
 
@@ -37,7 +38,7 @@ const (
 func replicaPods(pods []*corev1.Pod) []autoscale.ReplicaPod {
 	var out []autoscale.ReplicaPod
 	for _, p := range pods {
-		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil || p.Labels[labelJob] != "" ||
+		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil || p.Labels[jobv1.LabelJob] != "" ||
 			p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}

@@ -7,15 +7,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/autoscale"
-	"github.com/elastictraining/coordinator/kube/jobcontroller"
 	"github.com/elastictraining/coordinator/membership"
-)
-
-// Labels the autoscaler reads on pods, the bridge's.
-const (
-	labelJob  = "elastic.job"
-	labelRole = "elastic.role"
 )
 
 // gpu is the extended resource counted as GPUs.
@@ -25,8 +19,8 @@ const gpu corev1.ResourceName = "nvidia.com/gpu"
 type candidate struct {
 	id      string
 	spec    membership.Spec
-	created int64               // the spec's create revision: the order of arrival
-	owner   jobcontroller.Owner // zero when no resource owns the job
+	created int64       // the spec's create revision: the order of arrival
+	owner   jobv1.Owner // zero when no resource owns the job
 }
 
 // view is what one pass decides from, and what it needs to carry the
@@ -73,11 +67,11 @@ func buildView(nodes []*corev1.Node, pods []*corev1.Pod, candidates map[string]c
 			continue
 		}
 		req := podRequest(p)
-		c, isJob := candidates[p.Labels[labelJob]]
+		c, isJob := candidates[p.Labels[jobv1.LabelJob]]
 		if isJob && c.owner.Kind != "" && c.owner.Namespace != p.Namespace {
 			isJob = false // a job of the same name elsewhere
 		}
-		worker := isJob && p.Labels[labelRole] == string(membership.RoleWorker)
+		worker := isJob && p.Labels[jobv1.LabelRole] == string(membership.RoleWorker)
 		if worker {
 			j := jobs[c.id]
 			if j == nil {

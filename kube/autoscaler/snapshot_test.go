@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/autoscale"
 	"github.com/elastictraining/coordinator/membership"
 )
@@ -29,7 +30,7 @@ func pod(name, job, role, nodeName string, phase corev1.PodPhase, cpu string) *c
 			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}}},
 		Status: corev1.PodStatus{Phase: phase}}
 	if job != "" {
-		p.Labels[labelJob], p.Labels[labelRole] = job, role
+		p.Labels[jobv1.LabelJob], p.Labels[jobv1.LabelRole] = job, role
 	}
 	return p
 }

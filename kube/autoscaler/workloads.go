@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	jobv1 "github.com/elastictraining/coordinator/api/v1"
 )
 
 // expectFor is how long after a workload's controller was asked for more
@@ -226,7 +228,7 @@ func (c *controllers) expected(existing []*corev1.Pod, now time.Time) ([]*corev1
 	var out []*corev1.Pod
 	var next time.Time
 	for _, w := range c.list {
-		if w.meta.DeletionTimestamp != nil || w.template.Labels[labelJob] != "" {
+		if w.meta.DeletionTimestamp != nil || w.template.Labels[jobv1.LabelJob] != "" {
 			continue
 		}
 		at, ok := c.raised[w.meta.UID]
@@ -308,7 +310,7 @@ func (c *controllers) roomKeeper(pods []*corev1.Pod, candidates map[string]candi
 		if p.DeletionTimestamp == nil || now.After(p.DeletionTimestamp.Add(stuckAfter)) {
 			return true
 		}
-		if cand, ok := candidates[p.Labels[labelJob]]; ok && p.Labels[labelRole] == "worker" {
+		if cand, ok := candidates[p.Labels[jobv1.LabelJob]]; ok && p.Labels[jobv1.LabelRole] == "worker" {
 			return ordinal(p.Name) < cand.spec.Workers().Max
 		}
 		ref := metav1.GetControllerOf(p)

@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elastictraining/coordinator/autoscale"
-	"github.com/elastictraining/coordinator/membership"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +11,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	jobv1 "github.com/elastictraining/coordinator/api/v1"
+	"github.com/elastictraining/coordinator/autoscale"
+	"github.com/elastictraining/coordinator/membership"
 )
 
 func TestPodsAControllerIsAboutToCreateArePending(t *testing.T) {
@@ -26,7 +28,7 @@ func TestPodsAControllerIsAboutToCreateArePending(t *testing.T) {
 	batch := workload{"statefulset", metav1.ObjectMeta{Name: "batch", Namespace: "ns", UID: "batch"}, 2, template("", nil)}
 	stale := workload{"replicaset", metav1.ObjectMeta{Name: "stale", Namespace: "ns", UID: "stale"}, 3, template("high", nil)}
 	job := workload{"statefulset", metav1.ObjectMeta{Name: "train-worker", Namespace: "ns", UID: "train"}, 9,
-		template("", map[string]string{labelJob: "train"})}
+		template("", map[string]string{jobv1.LabelJob: "train"})}
 	owned := func(name string, uid types.UID) *corev1.Pod {
 		p := pod(name, "", "", "n-0", corev1.PodRunning, "3")
 		yes := true

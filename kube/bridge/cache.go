@@ -4,34 +4,28 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corelisters "k8s.io/client-go/listers/core/v1"
-
+	jobv1 "github.com/elastictraining/coordinator/api/v1"
+	"github.com/elastictraining/coordinator/kube/controller"
 	"github.com/elastictraining/coordinator/membership"
 )
 
 // kubeCache watches the pods and workloads that carry a job label.
 type kubeCache struct {
-	stopCh     chan struct{}
-	factory    informers.SharedInformerFactory
-	dynFactory dynamicinformer.DynamicSharedInformerFactory
-	pods       corelisters.PodLister
-	synced     []cache.InformerSynced
-	workloads  map[schema.GroupVersionResource]cache.GenericLister
-
-	mu        sync.Mutex
-	lastError map[string]string // by resource: the last list or watch error
+	informers *controller.Informers
+	pods      corelisters.PodLister
+	synced    []cache.InformerSynced
+	workloads map[schema.GroupVersionResource]cache.GenericLister
+	errors    controller.WatchErrors
 }
 
 // workload is one object that runs a role of a job.
@@ -43,15 +37,12 @@ type workload struct {
 func (w workload) String() string { return fmt.Sprintf("%s/%s", w.obj.GetKind(), w.obj.GetName()) }
 
 func startKubeCache(ctx context.Context, b *Bridge, onPod func(old, pod *corev1.Pod, deleted bool), onWorkload func(job string)) (*kubeCache, error) {
-	withJob := func(o *metav1.ListOptions) { o.LabelSelector = LabelJob }
 	c := &kubeCache{
-		stopCh:     make(chan struct{}),
-		factory:    informers.NewSharedInformerFactoryWithOptions(b.cfg.Kube, 0, informers.WithNamespace(b.cfg.Namespace), informers.WithTweakListOptions(withJob)),
-		dynFactory: dynamicinformer.NewFilteredDynamicSharedInformerFactory(b.cfg.Dynamic, 0, b.cfg.Namespace, withJob),
-		workloads:  map[schema.GroupVersionResource]cache.GenericLister{},
-		lastError:  map[string]string{},
+		informers: controller.NewInformers(b.cfg.Clients, jobv1.LabelJob, jobv1.LabelJob),
+		workloads: map[schema.GroupVersionResource]cache.GenericLister{},
+		errors:    controller.WatchErrors{Namespace: b.cfg.Namespace},
 	}
-	podInformer := c.factory.Core().V1().Pods()
+	podInformer := c.informers.Typed.Core().V1().Pods()
 	if err := podInformer.Informer().SetWatchErrorHandlerWithContext(c.errorHandler(b, "pods")); err != nil {
 		return nil, err
 	}
@@ -73,30 +64,21 @@ func startKubeCache(ctx context.Context, b *Bridge, onPod func(old, pod *corev1.
 	c.synced = append(c.synced, podInformer.Informer().HasSynced)
 
 	for _, gvr := range b.cfg.Workloads {
-		inf := c.dynFactory.ForResource(gvr)
-		if err := inf.Informer().SetWatchErrorHandlerWithContext(c.errorHandler(b, describe(gvr))); err != nil {
+		inf := c.informers.Dynamic.ForResource(gvr)
+		if err := inf.Informer().SetWatchErrorHandlerWithContext(c.errorHandler(b, resourceName(gvr))); err != nil {
 			return nil, err
 		}
-		notify := func(obj any) {
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
+		if _, err := inf.Informer().AddEventHandler(controller.OnObject(func(m metav1.Object) {
+			if job := m.GetLabels()[jobv1.LabelJob]; job != "" {
+				onWorkload(job)
 			}
-			if u, ok := obj.(*unstructured.Unstructured); ok {
-				if job := u.GetLabels()[LabelJob]; job != "" {
-					onWorkload(job)
-				}
-			}
-		}
-		if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: notify, UpdateFunc: func(_, obj any) { notify(obj) }, DeleteFunc: notify,
-		}); err != nil {
+		})); err != nil {
 			return nil, err
 		}
 		c.workloads[gvr] = inf.Lister()
 		c.synced = append(c.synced, inf.Informer().HasSynced)
 	}
-	c.factory.Start(c.stopCh)
-	c.dynFactory.Start(c.stopCh)
+	c.informers.Start()
 
 	// Wait a little for the caches; a cache that cannot fill (RBAC, say) is
 	// reported by reconcile, not waited for.
@@ -107,30 +89,17 @@ func startKubeCache(ctx context.Context, b *Bridge, onPod func(old, pod *corev1.
 }
 
 func (c *kubeCache) errorHandler(b *Bridge, resource string) cache.WatchErrorHandlerWithContext {
-	return func(_ context.Context, _ *cache.Reflector, err error) {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		msg := fmt.Sprintf("cannot list or watch %s in namespace %s: %v", resource, namespaceName(b.cfg.Namespace), err)
-		if c.lastError[resource] != msg {
-			b.logger.Error("kubernetes watch failed", "resource", resource, "error", err)
-		}
-		c.lastError[resource] = msg
-	}
+	return c.errors.Handler(resource, func(err error) {
+		b.logger.Error("kubernetes watch failed", "resource", resource, "error", err)
+	})
 }
 
 // problem is why the caches are not filled yet, or "".
 func (c *kubeCache) problem() string {
 	for _, synced := range c.synced {
 		if !synced() {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			keys := make([]string, 0, len(c.lastError))
-			for k := range c.lastError {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			if len(keys) > 0 {
-				return c.lastError[keys[0]]
+			if msg := c.errors.First(); msg != "" {
+				return msg
 			}
 			return "waiting for the pod and workload caches"
 		}
@@ -141,7 +110,7 @@ func (c *kubeCache) problem() string {
 // workloadsOf returns the job's workloads of a role in the cache's
 // namespaces, oldest first.
 func (c *kubeCache) workloadsOf(job string, role membership.Role) []workload {
-	sel := labels.SelectorFromSet(labels.Set{LabelJob: job, LabelRole: string(role)})
+	sel := labels.SelectorFromSet(labels.Set{jobv1.LabelJob: job, jobv1.LabelRole: string(role)})
 	var out []workload
 	for gvr, lister := range c.workloads {
 		objs, err := lister.List(sel)
@@ -166,12 +135,8 @@ func (c *kubeCache) workloadsOf(job string, role membership.Role) []workload {
 
 // podsOf returns the job's pods.
 func (c *kubeCache) podsOf(job string) []*corev1.Pod {
-	pods, _ := c.pods.List(labels.SelectorFromSet(labels.Set{LabelJob: job}))
+	pods, _ := c.pods.List(labels.SelectorFromSet(labels.Set{jobv1.LabelJob: job}))
 	return pods
 }
 
-func (c *kubeCache) stop() {
-	close(c.stopCh)
-	c.factory.Shutdown()
-	c.dynFactory.Shutdown()
-}
+func (c *kubeCache) stop() { c.informers.Stop() }

@@ -11,14 +11,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/presence"
 )
 
 // podChanged evicts the node of a pod that is gone or failed, and keeps the
 // pod's Service in Service mode. It runs in the informer's goroutine.
-func (r *run) podChanged(old, pod *corev1.Pod, deleted bool) {
-	job := pod.Labels[LabelJob]
+func (t *term) podChanged(old, pod *corev1.Pod, deleted bool) {
+	job := pod.Labels[jobv1.LabelJob]
 	if membership.ValidateJobID(job) != nil {
 		return
 	}
@@ -26,14 +27,14 @@ func (r *run) podChanged(old, pod *corev1.Pod, deleted bool) {
 	defer cancel()
 	switch {
 	case deleted:
-		r.evict(ctx, job, pod, "its pod was deleted")
-		r.deleteService(ctx, pod)
+		t.evict(ctx, job, pod, "its pod was deleted")
+		t.deleteService(ctx, pod)
 		return
 	case pod.Status.Phase == corev1.PodFailed && (old == nil || old.Status.Phase != corev1.PodFailed):
-		r.evict(ctx, job, pod, "its pod failed")
+		t.evict(ctx, job, pod, "its pod failed")
 	}
-	if pod.Annotations[AnnotationIntranet] == "Service" && pod.DeletionTimestamp == nil {
-		r.ensureService(ctx, pod)
+	if pod.Annotations[jobv1.AnnotationIntranet] == jobv1.IntranetService && pod.DeletionTimestamp == nil {
+		t.ensureService(ctx, pod)
 	}
 }
 
@@ -48,10 +49,10 @@ func (r *run) podChanged(old, pod *corev1.Pod, deleted bool) {
 // eviction is not an ack: unless Kubernetes says the pod's containers
 // stopped, presence.Evict leaves a record that the coordinator waits out,
 // for the node's own fence deadline to pass.
-func (r *run) evict(ctx context.Context, job string, pod *corev1.Pod, why string) {
-	resp, err := r.cfg.Etcd.Get(ctx, r.cfg.Keys.Nodes(job), clientv3.WithPrefix())
+func (t *term) evict(ctx context.Context, job string, pod *corev1.Pod, why string) {
+	resp, err := t.cfg.Etcd.Get(ctx, t.cfg.Keys.Nodes(job), clientv3.WithPrefix())
 	if err != nil {
-		r.logger.Warn("node of a gone pod not evicted", "job", job, "pod", pod.Name, "error", err)
+		t.logger.Warn("node of a gone pod not evicted", "job", job, "pod", pod.Name, "error", err)
 		return
 	}
 	stopped := containersStopped(pod)
@@ -63,19 +64,19 @@ func (r *run) evict(ctx context.Context, job string, pod *corev1.Pod, why string
 		if n.PodUID != "" && n.PodUID != string(pod.UID) {
 			continue // the node of a newer pod with the same name
 		}
-		err = presence.Evict(ctx, r.cfg.Etcd, r.cfg.Keys, presence.EvictRequest{
+		err = presence.Evict(ctx, t.cfg.Etcd, t.cfg.Keys, presence.EvictRequest{
 			Job: job, Node: n.ID, Lease: clientv3.LeaseID(kv.Lease), By: "bridge", Reason: why, StoppedForSure: stopped,
 		})
 		switch {
 		case errors.Is(err, presence.ErrEvictionMoot):
 			continue // it left, or registered again, meanwhile
 		case err != nil:
-			r.logger.Warn("node of a gone pod not evicted", "job", job, "node", n.ID, "error", err)
+			t.logger.Warn("node of a gone pod not evicted", "job", job, "node", n.ID, "error", err)
 			continue
 		}
-		r.metrics.evictions.WithLabelValues(job).Inc()
-		r.logger.Info("evicted node", "job", job, "node", n.ID, "why", why, "containers_stopped", stopped)
-		r.recorder.Eventf(pod, corev1.EventTypeNormal, "Evicted", "node %s left job %s: %s", n.ID, job, why)
+		t.metrics.evictions.WithLabelValues(job).Inc()
+		t.logger.Info("evicted node", "job", job, "node", n.ID, "why", why, "containers_stopped", stopped)
+		t.Recorder.Eventf(pod, corev1.EventTypeNormal, "Evicted", "node %s left job %s: %s", n.ID, job, why)
 	}
 }
 
@@ -118,13 +119,13 @@ func deletedByPodGC(pod *corev1.Pod) bool {
 
 // ensureService keeps a headless Service named after the pod that selects
 // only this pod, owned by it so that it goes when the pod goes.
-func (r *run) ensureService(ctx context.Context, pod *corev1.Pod) {
+func (t *term) ensureService(ctx context.Context, pod *corev1.Pod) {
 	if pod.Labels[statefulSetPodName] != pod.Name {
-		r.logger.Warn("pod asks for a Service but has no label that selects it alone",
+		t.logger.Warn("pod asks for a Service but has no label that selects it alone",
 			"pod", pod.Name, "label", statefulSetPodName)
 		return
 	}
-	services := r.cfg.Kube.CoreV1().Services(pod.Namespace)
+	services := t.cfg.Kube.CoreV1().Services(pod.Namespace)
 	have, err := services.Get(ctx, pod.Name, metav1.GetOptions{})
 	if err == nil && ownedBy(have.OwnerReferences, pod.UID) {
 		return
@@ -132,7 +133,7 @@ func (r *run) ensureService(ctx context.Context, pod *corev1.Pod) {
 	want := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: pod.Name, Namespace: pod.Namespace,
-			Labels: map[string]string{LabelJob: pod.Labels[LabelJob]},
+			Labels: map[string]string{jobv1.LabelJob: pod.Labels[jobv1.LabelJob]},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID,
 			}},
@@ -155,19 +156,19 @@ func (r *run) ensureService(ctx context.Context, pod *corev1.Pod) {
 		_, err = services.Update(ctx, next, metav1.UpdateOptions{})
 	}
 	if err != nil && !apierrors.IsAlreadyExists(err) {
-		r.logger.Warn("service not written", "pod", pod.Name, "error", err)
+		t.logger.Warn("service not written", "pod", pod.Name, "error", err)
 		return
 	}
-	r.logger.Debug("service written", "pod", pod.Name)
+	t.logger.Debug("service written", "pod", pod.Name)
 }
 
 // deleteService removes the Service of a deleted pod at once; the garbage
 // collector would, through the owner reference, but later.
-func (r *run) deleteService(ctx context.Context, pod *corev1.Pod) {
-	if pod.Annotations[AnnotationIntranet] != "Service" {
+func (t *term) deleteService(ctx context.Context, pod *corev1.Pod) {
+	if pod.Annotations[jobv1.AnnotationIntranet] != jobv1.IntranetService {
 		return
 	}
-	services := r.cfg.Kube.CoreV1().Services(pod.Namespace)
+	services := t.cfg.Kube.CoreV1().Services(pod.Namespace)
 	have, err := services.Get(ctx, pod.Name, metav1.GetOptions{})
 	if err != nil || !ownedBy(have.OwnerReferences, pod.UID) {
 		return
@@ -175,7 +176,7 @@ func (r *run) deleteService(ctx context.Context, pod *corev1.Pod) {
 	uid := have.UID
 	err = services.Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) {
-		r.logger.Warn("service not deleted", "pod", pod.Name, "error", err)
+		t.logger.Warn("service not deleted", "pod", pod.Name, "error", err)
 	}
 }
 

@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
+	jobv1 "github.com/elastictraining/coordinator/api/v1"
+	"github.com/elastictraining/coordinator/kube/controller"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/trainerenv"
 )
@@ -44,23 +46,23 @@ type writtenConfig struct {
 // reconcile makes Kubernetes follow one job. A write that fails is
 // reported and makes it return an error, so that the job is tried again
 // with backoff: nothing else may come along to prompt it.
-func (r *run) reconcile(ctx context.Context, job string) error {
-	rec, ok := r.records(job)
+func (t *term) reconcile(ctx context.Context, job string) error {
+	rec, ok := t.records.Get(job)
 	if !ok {
-		r.metrics.forget(job) // deleted
-		delete(r.reported, job)
+		t.metrics.forget(job) // deleted
+		delete(t.reported, job)
 		return nil
 	}
 	if rec.Spec == nil && rec.Plan == nil {
 		return nil
 	}
-	if problem := r.cache.problem(); problem != "" {
-		r.report(ctx, job, nil, 0, problem)
+	if problem := t.cache.problem(); problem != "" {
+		t.report(ctx, job, nil, 0, problem)
 		return errCachesNotReady
 	}
 	byRole := map[membership.Role][]workload{}
 	for _, role := range []membership.Role{membership.RoleWorker, membership.RolePS, membership.RoleScheduler, membership.RoleHeter} {
-		byRole[role] = r.cache.workloadsOf(job, role)
+		byRole[role] = t.cache.workloadsOf(job, role)
 	}
 	var problems []string
 	var failed []error
@@ -71,12 +73,12 @@ func (r *run) reconcile(ctx context.Context, job string) error {
 			// says what keeps it from doing so.
 			return nil
 		}
-		kinds := make([]string, len(r.cfg.Workloads))
-		for i, gvr := range r.cfg.Workloads {
-			kinds[i] = describe(gvr)
+		kinds := make([]string, len(t.cfg.Workloads))
+		for i, gvr := range t.cfg.Workloads {
+			kinds[i] = resourceName(gvr)
 		}
 		problems = append(problems, fmt.Sprintf("no workload labelled %s=%s,%s=worker in namespace %s among %s",
-			LabelJob, job, LabelRole, namespaceName(r.cfg.Namespace), strings.Join(kinds, ", ")))
+			jobv1.LabelJob, job, jobv1.LabelRole, controller.NamespaceName(t.cfg.Namespace), strings.Join(kinds, ", ")))
 	} else {
 		first := ws[0]
 		primary = &first
@@ -96,18 +98,18 @@ func (r *run) reconcile(ctx context.Context, job string) error {
 		ws := byRole[role]
 		if len(ws) == 0 {
 			if want > 0 && role != membership.RoleWorker {
-				problems = append(problems, fmt.Sprintf("no workload labelled %s=%s,%s=%s for %d %s nodes", LabelJob, job, LabelRole, role, want, role))
+				problems = append(problems, fmt.Sprintf("no workload labelled %s=%s,%s=%s for %d %s nodes", jobv1.LabelJob, job, jobv1.LabelRole, role, want, role))
 			}
 			continue
 		}
-		changed, err := r.scale(ctx, ws[0], want, rec)
+		changed, err := t.scale(ctx, ws[0], want, rec)
 		if err != nil {
-			r.metrics.scales.WithLabelValues(job, "error").Inc()
+			t.metrics.scales.WithLabelValues(job, "error").Inc()
 			problems, failed = append(problems, err.Error()), append(failed, err)
 			continue
 		}
 		if changed {
-			r.metrics.scales.WithLabelValues(job, "ok").Inc()
+			t.metrics.scales.WithLabelValues(job, "ok").Inc()
 		}
 		if role == membership.RoleWorker {
 			replicas = want
@@ -116,14 +118,14 @@ func (r *run) reconcile(ctx context.Context, job string) error {
 	// The ConfigMap is for the workload's pods and goes with the workload:
 	// without one there is nothing to write it for, and nothing to own it.
 	if rec.Plan != nil && rec.Plan.Phase == membership.PhaseRun && !rec.Plan.Unresolved() && primary != nil {
-		if err := r.writeConfigMap(ctx, job, *rec.Plan, *primary); err != nil {
+		if err := t.writeConfigMap(ctx, job, *rec.Plan, *primary); err != nil {
 			problems, failed = append(problems, err.Error()), append(failed, err)
 		}
 	}
 	if ctx.Err() != nil {
 		return ctx.Err() // stepping down: nothing to report
 	}
-	r.report(ctx, job, primary, replicas, strings.Join(problems, "; "))
+	t.report(ctx, job, primary, replicas, strings.Join(problems, "; "))
 	if len(failed) > 0 {
 		return fmt.Errorf("%w: %w", errReported, errors.Join(failed...))
 	}
@@ -133,7 +135,7 @@ func (r *run) reconcile(ctx context.Context, job string) error {
 // desiredReplicas is the replica count of each role's workload: np's
 // maximum of workers while the job runs, and none once it has ended and its
 // cleanPodPolicy removes the pods. A role left out is left alone.
-func desiredReplicas(rec jobRecords) map[membership.Role]int {
+func desiredReplicas(rec membership.JobRecords) map[membership.Role]int {
 	if rec.Spec == nil {
 		return nil
 	}
@@ -164,13 +166,13 @@ func desiredReplicas(rec jobRecords) map[membership.Role]int {
 // scale sets a workload's replicas through its scale subresource. For the
 // apps resources, whose spec.replicas is the scale, the cached object says
 // whether anything needs doing without a call to the API server.
-func (r *run) scale(ctx context.Context, w workload, want int, rec jobRecords) (changed bool, err error) {
+func (t *term) scale(ctx context.Context, w workload, want int, rec membership.JobRecords) (changed bool, err error) {
 	if w.gvr.Group == "apps" {
 		if cached, found, _ := unstructured.NestedInt64(w.obj.Object, "spec", "replicas"); found && cached == int64(want) {
 			return false, nil
 		}
 	}
-	res := r.cfg.Dynamic.Resource(w.gvr).Namespace(w.obj.GetNamespace())
+	res := t.cfg.Dynamic.Resource(w.gvr).Namespace(w.obj.GetNamespace())
 	var have int64
 	// A conflict is the workload's controller writing its status between
 	// the read and the write: read again at once.
@@ -198,7 +200,7 @@ func (r *run) scale(ctx context.Context, w workload, want int, rec jobRecords) (
 		if apierrors.IsConflict(err) {
 			err = explain(err, "update the scale of", w)
 		}
-		r.recorder.Event(w.obj, corev1.EventTypeWarning, "ScaleFailed", err.Error())
+		t.Recorder.Event(w.obj, corev1.EventTypeWarning, "ScaleFailed", err.Error())
 		return false, err
 	}
 	if have == int64(want) {
@@ -208,8 +210,8 @@ func (r *run) scale(ctx context.Context, w workload, want int, rec jobRecords) (
 	if want == 0 && rec.Status != nil && rec.Status.Phase.Done() {
 		why = fmt.Sprintf("job %s, cleanPodPolicy %s", strings.ToLower(string(rec.Status.Phase)), rec.Spec.CleanPodPolicy)
 	}
-	r.logger.Info("scaled", "workload", w.String(), "from", have, "to", want, "why", why)
-	r.recorder.Eventf(w.obj, corev1.EventTypeNormal, "Scaled", "replicas %d → %d (%s)", have, want, why)
+	t.logger.Info("scaled", "workload", w.String(), "from", have, "to", want, "why", why)
+	t.Recorder.Eventf(w.obj, corev1.EventTypeNormal, "Scaled", "replicas %d → %d (%s)", have, want, why)
 	return true, nil
 }
 
@@ -242,16 +244,16 @@ const (
 // the ConfigMap of a newer generation: the bridge of a deposed leader,
 // whose view of etcd lags, may be at work beside the new leader's. A write
 // is remembered for the term only once it succeeded.
-func (r *run) writeConfigMap(ctx context.Context, job string, p membership.Plan, owner workload) error {
+func (t *term) writeConfigMap(ctx context.Context, job string, p membership.Plan, owner workload) error {
 	written := writtenConfig{generation: p.Generation, owner: owner.obj.GetUID()}
-	if r.configs[job] == written {
+	if t.configs[job] == written {
 		return nil // done this term; the next generation writes it again
 	}
 	want := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: ConfigMapName(job), Namespace: owner.obj.GetNamespace(),
-			Labels:          map[string]string{LabelJob: job},
-			Annotations:     map[string]string{AnnotationGeneration: strconv.FormatInt(p.Generation, 10)},
+			Labels:          map[string]string{jobv1.LabelJob: job},
+			Annotations:     map[string]string{jobv1.AnnotationGeneration: strconv.FormatInt(p.Generation, 10)},
 			OwnerReferences: []metav1.OwnerReference{ownerRef(owner.obj)},
 		},
 		Data: trainerenv.Of(job, p).Shared(),
@@ -260,21 +262,21 @@ func (r *run) writeConfigMap(ctx context.Context, job string, p membership.Plan,
 	var stored int64
 	// A conflict means another writer came first: read again and decide anew.
 	err := retry.OnError(retry.DefaultRetry, raced, func() (err error) {
-		outcome, stored, err = r.putConfigMap(ctx, want, p.Generation)
+		outcome, stored, err = t.putConfigMap(ctx, want, p.Generation)
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	r.configs[job] = written
+	t.configs[job] = written
 	switch outcome {
 	case configNewer:
-		r.logger.Info("configmap left as is: it describes a newer generation",
+		t.logger.Info("configmap left as is: it describes a newer generation",
 			"job", job, "generation", p.Generation, "stored", stored, "configmap", want.Name)
 	case configWritten:
-		r.logger.Info("endpoints written", "job", job, "generation", p.Generation, "configmap", want.Name)
+		t.logger.Info("endpoints written", "job", job, "generation", p.Generation, "configmap", want.Name)
 		e := p.Endpoints()
-		r.recorder.Eventf(owner.obj, corev1.EventTypeNormal, "Generation", "generation %d: %d workers, %d ps, world size %d (%s)",
+		t.Recorder.Eventf(owner.obj, corev1.EventTypeNormal, "Generation", "generation %d: %d workers, %d ps, world size %d (%s)",
 			p.Generation, e.Nodes[membership.RoleWorker], e.Nodes[membership.RolePS], p.WorldSize, p.Reason)
 	}
 	return nil
@@ -284,8 +286,8 @@ func (r *run) writeConfigMap(ctx context.Context, job string, p membership.Plan,
 // stored is of a newer generation, whose number it returns. An update
 // carries the resourceVersion read, so that it cannot replace a write made
 // since by someone else: that is a conflict, and the caller reads again.
-func (r *run) putConfigMap(ctx context.Context, want *corev1.ConfigMap, gen int64) (configWrite, int64, error) {
-	cms := r.cfg.Kube.CoreV1().ConfigMaps(want.Namespace)
+func (t *term) putConfigMap(ctx context.Context, want *corev1.ConfigMap, gen int64) (configWrite, int64, error) {
+	cms := t.cfg.Kube.CoreV1().ConfigMaps(want.Namespace)
 	have, err := cms.Get(ctx, want.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -308,7 +310,7 @@ func (r *run) putConfigMap(ctx context.Context, want *corev1.ConfigMap, gen int6
 	if next.Annotations == nil {
 		next.Annotations = map[string]string{}
 	}
-	next.Annotations[AnnotationGeneration] = want.Annotations[AnnotationGeneration]
+	next.Annotations[jobv1.AnnotationGeneration] = want.Annotations[jobv1.AnnotationGeneration]
 	if _, err := cms.Update(ctx, next, metav1.UpdateOptions{}); err != nil {
 		return 0, 0, fmt.Errorf("update ConfigMap %s: %w", want.Name, err)
 	}
@@ -321,7 +323,7 @@ func (r *run) putConfigMap(ctx context.Context, want *corev1.ConfigMap, gen int6
 // storedGeneration is the generation a ConfigMap describes; -1 if it says
 // none, so that any generation replaces it.
 func storedGeneration(cm *corev1.ConfigMap) int64 {
-	gen, err := strconv.ParseInt(cm.Annotations[AnnotationGeneration], 10, 64)
+	gen, err := strconv.ParseInt(cm.Annotations[jobv1.AnnotationGeneration], 10, 64)
 	if err != nil {
 		return -1
 	}
@@ -353,39 +355,39 @@ func sameOwners(a, b []metav1.OwnerReference) bool {
 
 // report writes the bridge's record of a job when it changes, and says so
 // in the log and, on the workload, as an Event.
-func (r *run) report(ctx context.Context, job string, primary *workload, replicas int, problem string) {
-	r.metrics.seen(job)
+func (t *term) report(ctx context.Context, job string, primary *workload, replicas int, problem string) {
+	t.metrics.seen(job)
 	if problem != "" {
-		r.metrics.problems.WithLabelValues(job).Set(1)
+		t.metrics.problems.WithLabelValues(job).Set(1)
 	} else {
-		r.metrics.problems.WithLabelValues(job).Set(0)
+		t.metrics.problems.WithLabelValues(job).Set(0)
 	}
 	next := membership.BridgeStatus{Replicas: replicas, Problem: problem}
 	if primary != nil {
 		next.Workload = primary.String()
 	}
-	last := r.reported[job]
+	last := t.reported[job]
 	if last.written && last.bridge == next {
 		return
 	}
 	switch {
 	case problem != "" && problem != last.bridge.Problem:
-		r.logger.Warn("job needs attention", "job", job, "problem", problem)
+		t.logger.Warn("job needs attention", "job", job, "problem", problem)
 		if primary != nil {
-			r.recorder.Event(primary.obj, corev1.EventTypeWarning, "BridgeProblem", problem)
+			t.Recorder.Event(primary.obj, corev1.EventTypeWarning, "BridgeProblem", problem)
 		}
 	case problem == "" && last.bridge.Problem != "":
-		r.logger.Info("job problem solved", "job", job)
+		t.logger.Info("job problem solved", "job", job)
 	}
 	stamped := next
 	stamped.UpdatedAt = time.Now()
 	val, err := membership.Encode(stamped)
 	if err == nil {
-		_, err = r.cfg.Etcd.Put(ctx, r.cfg.Keys.Bridge(job), val)
+		_, err = t.cfg.Etcd.Put(ctx, t.cfg.Keys.Bridge(job), val)
 	}
 	if err != nil {
-		r.logger.Warn("bridge status not written", "job", job, "error", err)
+		t.logger.Warn("bridge status not written", "job", job, "error", err)
 		return
 	}
-	r.reported[job] = reportedState{bridge: next, written: true}
+	t.reported[job] = reportedState{bridge: next, written: true}
 }

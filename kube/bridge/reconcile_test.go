@@ -18,20 +18,20 @@ func TestDesiredReplicas(t *testing.T) {
 	none := map[membership.Role]int{membership.RoleWorker: 0, membership.RolePS: 0, membership.RoleScheduler: 0, membership.RoleHeter: 0}
 	for _, tc := range []struct {
 		name string
-		rec  jobRecords
+		rec  membership.JobRecords
 		want map[membership.Role]int
 	}{
-		{"no spec: hands off", jobRecords{}, nil},
-		{"exact np", jobRecords{Spec: spec(membership.NP{Min: 4, Max: 4}, 2, membership.CleanPodNever)},
+		{"no spec: hands off", membership.JobRecords{}, nil},
+		{"exact np", membership.JobRecords{Spec: spec(membership.NP{Min: 4, Max: 4}, 2, membership.CleanPodNever)},
 			map[membership.Role]int{membership.RoleWorker: 4, membership.RolePS: 2, membership.RoleScheduler: 0, membership.RoleHeter: 0}},
-		{"a range asks for its maximum", jobRecords{Spec: spec(membership.NP{Min: 2, Max: 8}, 0, membership.CleanPodNever), Status: status(membership.JobRunning)},
+		{"a range asks for its maximum", membership.JobRecords{Spec: spec(membership.NP{Min: 2, Max: 8}, 0, membership.CleanPodNever), Status: status(membership.JobRunning)},
 			map[membership.Role]int{membership.RoleWorker: 8, membership.RolePS: 0, membership.RoleScheduler: 0, membership.RoleHeter: 0}},
-		{"Never keeps the pods", jobRecords{Spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodNever), Status: status(membership.JobSucceeded)}, nil},
-		{"Always removes them", jobRecords{Spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodAlways), Status: status(membership.JobFailed)}, none},
-		{"OnCompletion after success", jobRecords{Spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodOnCompletion), Status: status(membership.JobSucceeded)}, none},
-		{"OnCompletion keeps a failed job's pods", jobRecords{Spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodOnCompletion), Status: status(membership.JobFailed)}, nil},
-		{"OnFailure after failure", jobRecords{Spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodOnFailure), Status: status(membership.JobFailed)}, none},
-		{"OnFailure keeps a succeeded job's pods", jobRecords{Spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodOnFailure), Status: status(membership.JobSucceeded)}, nil},
+		{"Never keeps the pods", membership.JobRecords{Spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodNever), Status: status(membership.JobSucceeded)}, nil},
+		{"Always removes them", membership.JobRecords{Spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodAlways), Status: status(membership.JobFailed)}, none},
+		{"OnCompletion after success", membership.JobRecords{Spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodOnCompletion), Status: status(membership.JobSucceeded)}, none},
+		{"OnCompletion keeps a failed job's pods", membership.JobRecords{Spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodOnCompletion), Status: status(membership.JobFailed)}, nil},
+		{"OnFailure after failure", membership.JobRecords{Spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodOnFailure), Status: status(membership.JobFailed)}, none},
+		{"OnFailure keeps a succeeded job's pods", membership.JobRecords{Spec: spec(membership.NP{Min: 2, Max: 2}, 0, membership.CleanPodOnFailure), Status: status(membership.JobSucceeded)}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want, desiredReplicas(tc.rec))

@@ -185,7 +185,7 @@ func PaddleJob() *apiextensionsv1.CustomResourceDefinition {
 		"elastic":        {Type: "integer", Description: "elastic level"},
 	})
 	spec.XPreserveUnknownFields = ptr(true) // sampleSetRef, schedulingPolicy, ...
-	return crd("batch.paddlepaddle.org", "PaddleJob", "paddlejobs", []string{"pdj"}, spec, ".spec.worker.replicas", ".status.worker.running",
+	return crd(jobv1.PaddleJobs, []string{"pdj"}, spec, ".spec.worker.replicas", ".status.worker.running",
 		[]apiextensionsv1.CustomResourceColumnDefinition{
 			{Name: "Status", Type: "string", JSONPath: ".status.phase"},
 			{Name: "Mode", Type: "string", JSONPath: ".status.mode"},
@@ -221,30 +221,31 @@ func MSJob() *apiextensionsv1.CustomResourceDefinition {
 		}),
 	}, "msReplicaSpecs")
 	spec.XPreserveUnknownFields = ptr(true)
-	return crd("mindspore.gitee.com", "MSJob", "msjobs", nil, spec, ".spec.msReplicaSpecs.Worker.replicas", ".status.replicaStatuses.Worker.active",
+	return crd(jobv1.MSJobs, nil, spec, ".spec.msReplicaSpecs.Worker.replicas", ".status.replicaStatuses.Worker.active",
 		[]apiextensionsv1.CustomResourceColumnDefinition{
 			{Name: "State", Type: "string", JSONPath: ".status.conditions[-1:].type"},
 			{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
 		})
 }
 
-// crd is a namespaced CRD of one version, v1, with a status the controller
-// writes as it likes and a scale subresource on the workers.
-func crd(group, kind, plural string, short []string, spec apiextensionsv1.JSONSchemaProps, specReplicas, statusReplicas string,
+// crd is the namespaced CRD of a job kind, of its one version, with a
+// status the controller writes as it likes and a scale subresource on the
+// workers.
+func crd(k jobv1.JobKind, short []string, spec apiextensionsv1.JSONSchemaProps, specReplicas, statusReplicas string,
 	columns []apiextensionsv1.CustomResourceColumnDefinition) *apiextensionsv1.CustomResourceDefinition {
 	status := apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr(true)}
 	root := object(map[string]apiextensionsv1.JSONSchemaProps{"spec": spec, "status": status}, "spec")
 	return &apiextensionsv1.CustomResourceDefinition{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinition"},
-		ObjectMeta: metav1.ObjectMeta{Name: plural + "." + group},
+		ObjectMeta: metav1.ObjectMeta{Name: k.Resource.GroupResource().String()},
 		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: group,
+			Group: k.Resource.Group,
 			Scope: apiextensionsv1.NamespaceScoped,
 			Names: apiextensionsv1.CustomResourceDefinitionNames{
-				Kind: kind, ListKind: kind + "List", Plural: plural, Singular: strings.ToLower(kind), ShortNames: short,
+				Kind: k.Name, ListKind: k.Name + "List", Plural: k.Resource.Resource, Singular: strings.ToLower(k.Name), ShortNames: short,
 			},
 			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
-				Name: "v1", Served: true, Storage: true,
+				Name: k.Resource.Version, Served: true, Storage: true,
 				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &root},
 				Subresources: &apiextensionsv1.CustomResourceSubresources{
 					Status: &apiextensionsv1.CustomResourceSubresourceStatus{},

@@ -1,15 +1,3 @@
-// Package jobcontroller runs training jobs written as Kubernetes resources
-// — ElasticJob (api/v1) — on the coordinator: for each job it writes the
-// etcd spec, creates a StatefulSet per role with the sidecar injected and a
-// headless Service that governs them, and reports the coordinator's view of
-// the job in the resource's status, with Events. Everything it creates is
-// owned by the job's resource and goes with it.
-//
-// It leaves to the operator bridge what the bridge does for any job:
-// replicas (np's maximum of workers), the endpoint ConfigMap, the per-pod
-// Services of Service mode, evictions and cleanPodPolicy. The resource is
-// the job's source of truth: its spec is written to etcd, and a change of
-// the etcd spec made elsewhere is undone.
 package jobcontroller
 
 import (
@@ -17,48 +5,33 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
-	"github.com/elastictraining/coordinator/kube/bridge"
+	"github.com/elastictraining/coordinator/kube/controller"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/presence"
 )
 
-// Config configures a Controller.
+// Config configures a Controller. Its Namespace is where the jobs live;
+// "" (metav1.NamespaceAll) is every namespace, with a ClusterRole.
 type Config struct {
-	Kube    kubernetes.Interface
-	Dynamic dynamic.Interface
-	Etcd    *clientv3.Client
-	Keys    membership.Keys
-	// Namespace is where the jobs live; "" (metav1.NamespaceAll) is every
-	// namespace, with a ClusterRole.
-	Namespace string
-	Sidecar   Sidecar
+	controller.Clients
+	Sidecar Sidecar
 	// Kinds are the kinds served; AllKinds if empty.
 	Kinds []Kind
 	// Entrypoints reads the command of images run without one.
 	Entrypoints *Entrypoints
-	Logger      hclog.Logger
 }
 
 // Controller runs the jobs of one namespace. It implements the
@@ -70,19 +43,14 @@ type Controller struct {
 
 // New validates cfg.
 func New(cfg Config) (*Controller, error) {
+	if err := cfg.Complete(); err != nil {
+		return nil, fmt.Errorf("jobcontroller: %w", err)
+	}
 	switch {
-	case cfg.Kube == nil || cfg.Dynamic == nil || cfg.Etcd == nil:
-		return nil, errors.New("jobcontroller: kubernetes, dynamic and etcd clients are required")
 	case cfg.Sidecar.Image == "":
 		return nil, errors.New("jobcontroller: no sidecar image")
 	case cfg.Sidecar.EtcdEndpoints == "":
 		return nil, errors.New("jobcontroller: no etcd endpoints for the sidecars")
-	}
-	if cfg.Keys == (membership.Keys{}) {
-		cfg.Keys = membership.DefaultKeys()
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = hclog.NewNullLogger()
 	}
 	if len(cfg.Kinds) == 0 {
 		cfg.Kinds = AllKinds
@@ -90,27 +58,22 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Entrypoints == nil {
 		cfg.Entrypoints = &Entrypoints{}
 	}
-	ns := cfg.Namespace
-	if ns == "" {
-		ns = "(all)"
-	}
-	return &Controller{cfg: cfg, logger: cfg.Logger.Named("jobs").With("namespace", ns)}, nil
+	cfg.Logger = cfg.Logger.Named("jobs").With("namespace", controller.NamespaceName(cfg.Namespace))
+	return &Controller{cfg: cfg, logger: cfg.Logger}, nil
 }
 
-// term is one leadership term of the controller.
+// term is one leadership term of the controller. Its queue holds keys
+// KIND/NAMESPACE/NAME.
 type term struct {
 	*Controller
-	recorder record.EventRecorder
-	// queue holds keys KIND/NAME.
-	queue workqueue.TypedRateLimitingInterface[string]
+	*controller.Term
 	kinds map[string]*servedKind
 	sets  appslisters.StatefulSetLister
 	// setsSynced tells whether the StatefulSet cache is filled.
-	setsSynced cache.InformerSynced
-
-	mu       sync.Mutex
-	records  map[string]*etcdRecords // by job id
-	watchErr map[string]string       // by resource
+	setsSynced  cache.InformerSynced
+	watchErrors controller.WatchErrors
+	// records are what the coordinator and the bridge wrote of each job.
+	records *controller.Records
 
 	// Owned by the reconcile worker: the Warning Events said, by job and
 	// reason, so that a problem is said once.
@@ -124,51 +87,33 @@ type term struct {
 	fenced []clientv3.Cmp
 }
 
-// etcdRecords are what the coordinator and the bridge wrote of a job.
-type etcdRecords = membership.JobRecords
+var _ controller.Reconciler = (*term)(nil)
 
 // Lead runs the controller until ctx ends.
 func (c *Controller) Lead(ctx context.Context) error {
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.cfg.Kube.CoreV1().Events(c.cfg.Namespace)})
-	defer broadcaster.Shutdown()
 	t := &term{
-		Controller: c,
-		recorder:   broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "elastic-coordinator"}),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "elastic-job-resources"}),
-		records:  map[string]*etcdRecords{},
-		kinds:    map[string]*servedKind{},
-		watchErr: map[string]string{},
-		warned:   map[string]map[string]string{},
-		reports:  map[string]jobv1.ElasticJobStatus{},
-		users:    map[string]string{},
+		Controller:  c,
+		Term:        controller.StartTerm(ctx, c.cfg.Clients, "elastic-coordinator"),
+		kinds:       map[string]*servedKind{},
+		watchErrors: controller.WatchErrors{Namespace: c.cfg.Namespace},
+		records: &controller.Records{Kinds: []membership.KeyKind{
+			membership.KindSpec, membership.KindStatus, membership.KindBridge}},
+		warned:  map[string]map[string]string{},
+		reports: map[string]jobv1.ElasticJobStatus{},
+		users:   map[string]string{},
 	}
+	defer t.Stop()
+	t.NewQueue("elastic-job-resources", workqueue.DefaultTypedControllerRateLimiter[string]())
 	if fence, ok := presence.LeaderFence(ctx); ok {
 		t.fenced = append(t.fenced, fence)
 	}
-	defer t.queue.ShutDown()
 	stop, err := t.startInformers()
 	if err != nil {
 		return err
 	}
 	defer stop()
-
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		t.followEtcd(ctx)
-	}()
-	go func() {
-		defer wg.Done()
-		for t.processNext(ctx) {
-		}
-	}()
-	<-ctx.Done()
-	t.queue.ShutDown()
-	wg.Wait()
-	return nil
+	t.Follow(ctx, t.records, t.recordsChanged)
+	return t.Run(ctx, t, t.failed)
 }
 
 // servedKind is a kind and its cache.
@@ -182,60 +127,43 @@ type servedKind struct {
 // StatefulSets that carry a job label. A kind that cannot be listed (its
 // CRD missing, RBAC) is logged and retried; the other kinds go on.
 func (t *term) startInformers() (stop func(), err error) {
-	ns := t.cfg.Namespace
-	stopCh := make(chan struct{})
-	dyn := dynamicinformer.NewFilteredDynamicSharedInformerFactory(t.cfg.Dynamic, 0, ns, nil)
-	typed := informers.NewSharedInformerFactoryWithOptions(t.cfg.Kube, 0, informers.WithNamespace(ns),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = bridge.LabelJob }))
-
+	informers := controller.NewInformers(t.cfg.Clients, jobv1.LabelJob, "")
 	for _, k := range t.cfg.Kinds {
-		inf := dyn.ForResource(k.Resource)
+		inf := informers.Dynamic.ForResource(k.Resource)
 		if err := inf.Informer().SetWatchErrorHandlerWithContext(t.watchError(k.Resource.GroupResource().String())); err != nil {
 			return nil, err
 		}
-		enqueue := func(obj any) {
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			if m, ok := obj.(metav1.Object); ok {
-				t.queue.Add(key(k.Name, m.GetNamespace(), m.GetName()))
-			}
-		}
-		if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: enqueue,
-		}); err != nil {
+		if _, err := inf.Informer().AddEventHandler(controller.OnObject(func(m metav1.Object) {
+			t.Queue.Add(key(k.Name, m.GetNamespace(), m.GetName()))
+		})); err != nil {
 			return nil, err
 		}
 		t.kinds[k.Name] = &servedKind{Kind: k, lister: inf.Lister(), synced: inf.Informer().HasSynced}
 	}
-	sets := typed.Apps().V1().StatefulSets()
-	ownerOf := func(obj any) {
-		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
+	sets := informers.Typed.Apps().V1().StatefulSets()
+	if _, err := sets.Informer().AddEventHandler(controller.OnObject(func(m metav1.Object) {
+		if ref := metav1.GetControllerOf(m); ref != nil && t.kinds[ref.Kind] != nil {
+			t.Queue.Add(key(ref.Kind, m.GetNamespace(), ref.Name))
 		}
-		if m, ok := obj.(metav1.Object); ok {
-			if ref := metav1.GetControllerOf(m); ref != nil && t.kinds[ref.Kind] != nil {
-				t.queue.Add(key(ref.Kind, m.GetNamespace(), ref.Name))
-			}
-		}
-	}
-	if _, err := sets.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: ownerOf, UpdateFunc: func(_, obj any) { ownerOf(obj) }, DeleteFunc: ownerOf,
-	}); err != nil {
+	})); err != nil {
 		return nil, err
 	}
 	t.sets, t.setsSynced = sets.Lister(), sets.Informer().HasSynced
-	dyn.Start(stopCh)
-	typed.Start(stopCh)
-	return func() {
-		close(stopCh)
-		dyn.Shutdown()
-		typed.Shutdown()
-	}, nil
+	informers.Start()
+	return informers.Stop, nil
 }
 
 // key is the queue's key of a job: KIND/NAMESPACE/NAME.
 func key(kind, namespace, name string) string { return kind + "/" + namespace + "/" + name }
+
+// parseKey takes a key apart.
+func parseKey(k string) (kind, namespace, name string, ok bool) {
+	parts := strings.SplitN(k, "/", 3)
+	if len(parts) != 3 {
+		return "", "", "", false
+	}
+	return parts[0], parts[1], parts[2], true
+}
 
 // keyOf is the key of a resource.
 func keyOf(u *unstructured.Unstructured) string {
@@ -260,128 +188,84 @@ func ownerKey(s *membership.Spec) (string, string, bool) {
 func (t *term) serves(ns string) bool { return t.cfg.Namespace == "" || ns == t.cfg.Namespace }
 
 func (t *term) watchError(resource string) cache.WatchErrorHandlerWithContext {
-	return func(_ context.Context, _ *cache.Reflector, err error) {
-		msg := fmt.Sprintf("cannot list or watch %s in namespace %q: %v", resource, t.cfg.Namespace, err)
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		switch {
-		case t.watchErr[resource] == msg:
-		case apierrors.IsNotFound(err):
+	return t.watchErrors.Handler(resource, func(err error) {
+		if apierrors.IsNotFound(err) {
 			t.logger.Info("resource not installed; its jobs are served once its CRD is", "resource", resource)
-		default:
+		} else {
 			t.logger.Error("kubernetes watch failed; jobs of other kinds go on", "resource", resource, "error", err)
 		}
-		t.watchErr[resource] = msg
-	}
+	})
 }
 
-// processNext reconciles one job; false once the queue is shut down.
-func (t *term) processNext(ctx context.Context) bool {
-	item, quit := t.queue.Get()
-	if quit {
-		return false
-	}
-	defer t.queue.Done(item)
-	parts := strings.SplitN(item, "/", 3)
-	k := t.kinds[parts[0]]
-	if k == nil || len(parts) != 3 {
-		t.queue.Forget(item)
-		return true
+// Reconcile runs one job, of key KIND/NAMESPACE/NAME.
+func (t *term) Reconcile(ctx context.Context, item string) (controller.Result, error) {
+	kind, ns, name, ok := parseKey(item)
+	k := t.kinds[kind]
+	if k == nil || !ok {
+		return controller.Result{}, nil
 	}
 	if !k.synced() || !t.setsSynced() {
 		// A kind that cannot be listed (its CRD missing) may stay so:
 		// back off, as for a failure.
-		t.queue.AddRateLimited(item)
-		return true
+		return controller.Result{Requeue: true}, nil
 	}
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	ns, name := parts[1], parts[2]
 	if !t.serves(ns) {
-		t.queue.Forget(item)
-		return true
+		return controller.Result{}, nil
 	}
-	err := t.reconcile(rctx, k, ns, name)
+	err := t.reconcile(ctx, k, ns, name)
 	var waiting previousNodes
-	switch {
-	case err == nil || ctx.Err() != nil:
-	case errors.As(err, &waiting):
+	if errors.As(err, &waiting) {
 		// Nothing in the watched keys says when they are gone: look again.
 		t.logger.Debug("waiting for a job's previous pods", "kind", k.Name, "job", name, "why", err)
-		t.queue.Forget(item)
-		t.queue.AddAfter(item, time.Second)
-		return true
-	default:
-		if apierrors.IsConflict(err) {
-			// The cache had an older version: the watch brings the new.
-			t.logger.Debug("reconcile raced a change; retrying", "kind", k.Name, "job", name, "error", err)
-		} else {
-			t.logger.Warn("reconcile failed; retrying", "kind", k.Name, "job", name, "error", err)
-		}
-		t.queue.AddRateLimited(item)
-		return true
+		return controller.Result{RequeueAfter: time.Second}, nil
 	}
-	t.queue.Forget(item)
-	return true
+	return controller.Result{}, err
 }
 
-// followEtcd keeps t.records current and queues the job of every change.
-func (t *term) followEtcd(ctx context.Context) {
-	_ = presence.Follow(ctx, t.cfg.Etcd, presence.Range{Key: t.cfg.Keys.Jobs(), Prefix: true}, t.logger,
-		func(u presence.Update) error {
-			// The resource of a record is its spec's owner, before the
-			// change or after it; a job of no resource's may have held the
-			// id of one waiting for it.
-			keys, ids := map[string]bool{}, map[string]bool{}
-			touch := func(job string, r *etcdRecords) {
-				if k, ns, ok := ownerKey(r.Spec); ok {
-					if t.serves(ns) {
-						keys[k] = true
-					}
-				} else {
-					ids[job] = true
-				}
+// failed says a reconcile that failed; the job is retried.
+func (t *term) failed(item string, err error) {
+	kind, _, name, _ := parseKey(item)
+	if apierrors.IsConflict(err) {
+		// The cache had an older version: the watch brings the new.
+		t.logger.Debug("reconcile raced a change; retrying", "kind", kind, "job", name, "error", err)
+	} else {
+		t.logger.Warn("reconcile failed; retrying", "kind", kind, "job", name, "error", err)
+	}
+}
+
+// recordsChanged queues the resource of every job whose records changed:
+// its spec's owner, before the change or after it. A job of no resource's
+// may have held the id of one waiting for it: every resource of its name
+// is queued.
+func (t *term) recordsChanged(u controller.Update) {
+	keys, ids := map[string]bool{}, map[string]bool{}
+	touch := func(job string, spec *membership.Spec) {
+		if k, ns, ok := ownerKey(spec); ok {
+			if t.serves(ns) {
+				keys[k] = true
 			}
-			t.mu.Lock()
-			if u.Reset {
-				for job, r := range t.records {
-					touch(job, r)
-				}
-				clear(t.records)
-			}
-			for _, kv := range u.Changes {
-				jk, ok := t.cfg.Keys.ParseJobKey(kv.Key)
-				if !ok || (jk.Kind != membership.KindSpec && jk.Kind != membership.KindStatus && jk.Kind != membership.KindBridge) {
-					continue
-				}
-				r := t.records[jk.Job]
-				if r == nil {
-					r = &etcdRecords{}
-					t.records[jk.Job] = r
-				}
-				touch(jk.Job, r)
-				r.Apply(jk, kv)
-				touch(jk.Job, r)
-			}
-			t.mu.Unlock()
-			for k := range keys {
-				t.queue.Add(k)
-			}
-			for job := range ids {
-				t.queueNamed(job)
-			}
-			return nil
-		})
+		} else {
+			ids[job] = true
+		}
+	}
+	for _, c := range u.Changes {
+		touch(c.Job, c.Before)
+		if !c.Dropped {
+			touch(c.Job, c.After)
+		}
+	}
+	for k := range keys {
+		t.Queue.Add(k)
+	}
+	for job := range ids {
+		t.queueNamed(job)
+	}
 }
 
 // recordsOf returns a copy of a job's etcd records.
-func (t *term) recordsOf(job string) etcdRecords {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if r := t.records[job]; r != nil {
-		return *r
-	}
-	return etcdRecords{}
+func (t *term) recordsOf(job string) membership.JobRecords {
+	rec, _ := t.records.Get(job)
+	return rec
 }
 
 // queueNamed queues every resource of a name, of any kind and namespace.
@@ -393,7 +277,7 @@ func (t *term) queueNamed(name string) {
 		}
 		for _, o := range objs {
 			if m, ok := o.(metav1.Object); ok && m.GetName() == name {
-				t.queue.Add(key(k.Name, m.GetNamespace(), name))
+				t.Queue.Add(key(k.Name, m.GetNamespace(), name))
 			}
 		}
 	}

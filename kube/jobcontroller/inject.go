@@ -11,8 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/etcdauth"
-	"github.com/elastictraining/coordinator/kube/bridge"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -68,7 +68,7 @@ func StatefulSetName(job string, role membership.Role) string { return job + "-"
 // after it (OnDelete): a rolling update would restart the job behind the
 // coordinator's back.
 func statefulSet(j Job, r Role, sc Sidecar, command commandOf) (*appsv1.StatefulSet, error) {
-	labels := map[string]string{bridge.LabelJob: j.ID, bridge.LabelRole: string(r.Name)}
+	labels := map[string]string{jobv1.LabelJob: j.ID, jobv1.LabelRole: string(r.Name)}
 	tmpl, err := inject(j, r, sc, command)
 	if err != nil {
 		return nil, err
@@ -107,12 +107,12 @@ func inject(j Job, r Role, sc Sidecar, command commandOf) (corev1.PodTemplateSpe
 	if t.Labels == nil {
 		t.Labels = map[string]string{}
 	}
-	t.Labels[bridge.LabelJob], t.Labels[bridge.LabelRole] = j.ID, string(r.Name)
-	if j.Intranet == IntranetService {
+	t.Labels[jobv1.LabelJob], t.Labels[jobv1.LabelRole] = j.ID, string(r.Name)
+	if j.Intranet == jobv1.IntranetService {
 		if t.Annotations == nil {
 			t.Annotations = map[string]string{}
 		}
-		t.Annotations[bridge.AnnotationIntranet] = IntranetService
+		t.Annotations[jobv1.AnnotationIntranet] = jobv1.IntranetService
 	}
 	spec := &t.Spec
 	if len(spec.Containers) == 0 {
@@ -122,7 +122,7 @@ func inject(j Job, r Role, sc Sidecar, command commandOf) (corev1.PodTemplateSpe
 	// training process's exit means (paddle-operator's pods of Never or
 	// OnFailure were bare pods).
 	spec.RestartPolicy = corev1.RestartPolicyAlways
-	if j.Intranet == IntranetHost {
+	if j.Intranet == jobv1.IntranetHost {
 		spec.HostNetwork, spec.DNSPolicy = true, corev1.DNSClusterFirstWithHostNet
 	}
 	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: binVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
@@ -169,8 +169,8 @@ func sidecarEnv(j Job, sc Sidecar) []corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 	}
 	intranet := j.Intranet
-	if intranet == IntranetHost {
-		intranet = IntranetPodIP // with the host's network the pod's IP is the host's
+	if intranet == jobv1.IntranetHost {
+		intranet = jobv1.IntranetPodIP // with the host's network the pod's IP is the host's
 	}
 	env := []corev1.EnvVar{
 		{Name: "ELASTIC_JOB_ID", Value: j.ID},

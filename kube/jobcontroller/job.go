@@ -3,7 +3,6 @@ package jobcontroller
 import (
 	"fmt"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,7 +25,7 @@ type Job struct {
 	Roles []Role
 	// Spec is the etcd spec, Owner included.
 	Spec membership.Spec
-	// Intranet is PodIP, Service or Host.
+	// Intranet is jobv1.IntranetPodIP, jobv1.IntranetService or jobv1.IntranetHost.
 	Intranet string
 	// WithGloo is PaddlePaddle's 0, 1 (workers) or 2 (workers and servers).
 	WithGloo int
@@ -45,32 +44,6 @@ type Role struct {
 	// Port, if set, is the first endpoint port of the role's nodes (the
 	// MindSpore scheduler's port).
 	Port int
-}
-
-// Intranet modes.
-const (
-	IntranetPodIP   = "PodIP"
-	IntranetService = "Service"
-	IntranetHost    = "Host"
-)
-
-// ownerString is how a spec names its owner: Kind/namespace/name/uid.
-func ownerString(ref metav1.OwnerReference, namespace string) string {
-	return fmt.Sprintf("%s/%s/%s/%s", ref.Kind, namespace, ref.Name, ref.UID)
-}
-
-// Owner is a spec's owner taken apart.
-type Owner struct {
-	Kind, Namespace, Name, UID string
-}
-
-// ParseOwner takes apart a spec's owner, Kind/namespace/name/uid.
-func ParseOwner(s string) (Owner, bool) {
-	parts := strings.Split(s, "/")
-	if len(parts) != 4 || slices.Contains(parts, "") {
-		return Owner{}, false
-	}
-	return Owner{Kind: parts[0], Namespace: parts[1], Name: parts[2], UID: parts[3]}, true
 }
 
 // ownerRef refers to a resource as the controller of what is made for it.
@@ -121,7 +94,7 @@ func fromElasticJob(u *unstructured.Unstructured) (Job, error) {
 		spec.Heter = int(deref(s.Heter.Replicas, 1))
 		roles = append(roles, Role{Name: membership.RoleHeter, Replicas: spec.Heter, Template: s.Heter.Template})
 	}
-	return newJob(u, spec, roles, or(s.Intranet, IntranetPodIP), deref(s.WithGloo, 0))
+	return newJob(u, spec, roles, or(s.Intranet, jobv1.IntranetPodIP), deref(s.WithGloo, 0))
 }
 
 // newJob completes a job read from resource u.
@@ -139,11 +112,11 @@ func newJob(u *unstructured.Unstructured, spec membership.Spec, roles []Role, in
 		}
 	}
 	switch intranet {
-	case IntranetPodIP, IntranetService, IntranetHost:
+	case jobv1.IntranetPodIP, jobv1.IntranetService, jobv1.IntranetHost:
 	default:
 		return Job{}, fmt.Errorf("spec.intranet %q: want PodIP, Service or Host", intranet)
 	}
-	spec.Owner = ownerString(j.Owner, j.Namespace)
+	spec.Owner = jobv1.Owner{Kind: j.Owner.Kind, Namespace: j.Namespace, Name: j.Owner.Name, UID: string(j.Owner.UID)}.String()
 	if err := spec.Validate(); err != nil {
 		return Job{}, fmt.Errorf("spec: %w", err)
 	}

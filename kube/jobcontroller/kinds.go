@@ -2,24 +2,23 @@ package jobcontroller
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/membership"
 )
 
-// Kind is a kind of resource whose jobs the controller runs. Each reads
-// its resource into a Job and renders the controller's report of the job
-// as its own status.
+// Kind is a kind of resource whose jobs the controller runs (api/v1's
+// JobKind). Each reads its resource into a Job and renders the
+// controller's report of the job as its own status.
 type Kind struct {
-	Name     string
-	Resource schema.GroupVersionResource
+	jobv1.JobKind
 	// job reads a resource.
 	job func(u *unstructured.Unstructured) (Job, error)
 	// status renders a report of job j (nil if it could not be read) as
@@ -29,24 +28,21 @@ type Kind struct {
 
 // Kinds served.
 var (
-	ElasticJobs = Kind{Name: jobv1.Kind, Resource: jobv1.GroupVersionResource, job: fromElasticJob, status: elasticJobStatus}
-	PaddleJobs  = Kind{Name: "PaddleJob", Resource: schema.GroupVersionResource{Group: "batch.paddlepaddle.org", Version: "v1", Resource: "paddlejobs"},
-		job: fromPaddleJob, status: paddleJobStatus}
-	MSJobs = Kind{Name: "MSJob", Resource: schema.GroupVersionResource{Group: "mindspore.gitee.com", Version: "v1", Resource: "msjobs"},
-		job: fromMSJob, status: msJobStatus}
+	ElasticJobs = Kind{JobKind: jobv1.ElasticJobs, job: fromElasticJob, status: elasticJobStatus}
+	PaddleJobs  = Kind{JobKind: jobv1.PaddleJobs, job: fromPaddleJob, status: paddleJobStatus}
+	MSJobs      = Kind{JobKind: jobv1.MSJobs, job: fromMSJob, status: msJobStatus}
 )
 
-// AllKinds are the kinds served by default.
+// AllKinds are the kinds served by default: api/v1's JobKinds.
 var AllKinds = []Kind{ElasticJobs, PaddleJobs, MSJobs}
 
 // KindNamed finds a kind by name.
 func KindNamed(name string) (Kind, bool) {
-	for _, k := range AllKinds {
-		if k.Name == name {
-			return k, true
-		}
+	i := slices.IndexFunc(AllKinds, func(k Kind) bool { return k.Name == name })
+	if i < 0 {
+		return Kind{}, false
 	}
-	return Kind{}, false
+	return AllKinds[i], true
 }
 
 func elasticJobStatus(r jobv1.ElasticJobStatus, _ *Job, _ map[string]any) (map[string]any, error) {
@@ -109,7 +105,7 @@ func fromPaddleJob(u *unstructured.Unstructured) (Job, error) {
 		spec.Heter = s.Heter.Replicas
 		roles = append(roles, Role{Name: membership.RoleHeter, Replicas: s.Heter.Replicas, Template: s.Heter.Template})
 	}
-	return newJob(u, spec, roles, or(s.Intranet, IntranetPodIP), deref(s.WithGloo, 1))
+	return newJob(u, spec, roles, or(s.Intranet, jobv1.IntranetPodIP), deref(s.WithGloo, 1))
 }
 
 // paddleJobStatus renders a report as paddle-operator's status: its phase
@@ -230,7 +226,7 @@ func fromMSJob(u *unstructured.Unstructured) (Job, error) {
 			return Job{}, fmt.Errorf("spec.msReplicaSpecs.%s: want Scheduler, PS or Worker", name)
 		}
 	}
-	return newJob(u, spec, roles, IntranetPodIP, 0)
+	return newJob(u, spec, roles, jobv1.IntranetPodIP, 0)
 }
 
 // msPort is the scheduler's port: the training container's port named

@@ -16,12 +16,13 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/membership"
 )
 
 func example(t *testing.T, file string) *unstructured.Unstructured {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "testdata", "kubernetes", "examples", file))
+	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "kubernetes", "examples", file))
 	require.NoError(t, err)
 	return fromYAML(t, string(data))
 }
@@ -43,7 +44,7 @@ func TestPaddleJobExamplesRead(t *testing.T) {
 	assert.Equal(t, 2, j.Spec.PS)
 	assert.Equal(t, membership.CleanPodOnCompletion, j.Spec.CleanPodPolicy)
 	assert.Equal(t, 1, j.WithGloo)
-	assert.Equal(t, IntranetPodIP, j.Intranet)
+	assert.Equal(t, jobv1.IntranetPodIP, j.Intranet)
 	assert.Equal(t, "PaddleJob/ns/wide-and-deep/uid-1", j.Spec.Owner)
 	require.Len(t, j.Roles, 2)
 	assert.Equal(t, membership.RoleWorker, j.Roles[0].Name)
@@ -247,11 +248,11 @@ func TestTheSidecarIsInjected(t *testing.T) {
 	assert.Equal(t, "metadata.uid", env["POD_UID"])
 	assert.Equal(t, "elastic-etcd-tls", c.VolumeMounts[len(c.VolumeMounts)-1].Name)
 
-	j.Intranet = IntranetHost
+	j.Intranet = jobv1.IntranetHost
 	tmpl, err = inject(j, j.Roles[0], sc, image)
 	require.NoError(t, err)
 	assert.True(t, tmpl.Spec.HostNetwork)
-	j.Intranet = IntranetService
+	j.Intranet = jobv1.IntranetService
 	tmpl, err = inject(j, j.Roles[0], sc, image)
 	require.NoError(t, err)
 	assert.Equal(t, "Service", tmpl.Annotations["elastic.intranet"])
@@ -284,7 +285,7 @@ func TestAContainerRunsItsImagesCommand(t *testing.T) {
 // panic, and a job read has a valid spec.
 func FuzzJobDecoders(f *testing.F) {
 	for _, file := range []string{"paddlejob-wide-and-deep.yaml", "paddlejob-resnet.yaml", "msjob-widedeep-dataparallel.yaml"} {
-		data, err := os.ReadFile(filepath.Join("..", "testdata", "kubernetes", "examples", file))
+		data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "kubernetes", "examples", file))
 		require.NoError(f, err)
 		js, err := yaml.YAMLToJSON(data)
 		require.NoError(f, err)

@@ -17,8 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
+	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/etcdauth"
-	"github.com/elastictraining/coordinator/kube/bridge"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -144,7 +144,7 @@ func (t *term) writeSpec(ctx context.Context, u *unstructured.Unstructured, j Jo
 		t.logger.Info("job spec written", "job", j.ID, "np", j.Spec.Workers().String())
 	case before.Workers() != j.Spec.Workers():
 		t.logger.Info("job scaled", "job", j.ID, "from", before.Workers().String(), "to", j.Spec.Workers().String())
-		t.recorder.Eventf(u, corev1.EventTypeNormal, "Scaling", "np %s → %s", before.Workers(), j.Spec.Workers())
+		t.Recorder.Eventf(u, corev1.EventTypeNormal, "Scaling", "np %s → %s", before.Workers(), j.Spec.Workers())
 	default:
 		t.logger.Info("job spec updated", "job", j.ID)
 	}
@@ -248,18 +248,18 @@ func (t *term) ensureService(ctx context.Context, u *unstructured.Unstructured, 
 	}
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: j.ID, Namespace: j.Namespace, Labels: map[string]string{bridge.LabelJob: j.ID},
+			Name: j.ID, Namespace: j.Namespace, Labels: map[string]string{jobv1.LabelJob: j.ID},
 			OwnerReferences: []metav1.OwnerReference{j.Owner},
 		},
 		Spec: corev1.ServiceSpec{
-			ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{bridge.LabelJob: j.ID},
+			ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{jobv1.LabelJob: j.ID},
 			PublishNotReadyAddresses: true, // peers are resolved before they are ready
 		},
 	}
 	if _, err := services.Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create Service %s: %w", j.ID, err)
 	}
-	t.recorder.Eventf(u, corev1.EventTypeNormal, "Created", "Service %s", j.ID)
+	t.Recorder.Eventf(u, corev1.EventTypeNormal, "Created", "Service %s", j.ID)
 	return nil
 }
 
@@ -288,7 +288,7 @@ func (t *term) ensureStatefulSet(ctx context.Context, u *unstructured.Unstructur
 			return fmt.Errorf("create StatefulSet %s: %w", want.Name, err)
 		}
 		t.logger.Info("created", "job", j.ID, "statefulset", want.Name, "replicas", r.Replicas)
-		t.recorder.Eventf(u, corev1.EventTypeNormal, "Created", "StatefulSet %s with %d pods", want.Name, r.Replicas)
+		t.Recorder.Eventf(u, corev1.EventTypeNormal, "Created", "StatefulSet %s with %d pods", want.Name, r.Replicas)
 		return nil
 	case err != nil:
 		return fmt.Errorf("get StatefulSet %s: %w", want.Name, err)
@@ -306,7 +306,7 @@ func (t *term) ensureStatefulSet(ctx context.Context, u *unstructured.Unstructur
 	if _, err := sets.Update(ctx, next, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("update StatefulSet %s: %w", want.Name, err)
 	}
-	t.recorder.Eventf(u, corev1.EventTypeNormal, "Updated", "StatefulSet %s: new pod template, for the pods created from now on", want.Name)
+	t.Recorder.Eventf(u, corev1.EventTypeNormal, "Updated", "StatefulSet %s: new pod template, for the pods created from now on", want.Name)
 	return nil
 }
 
@@ -333,7 +333,7 @@ func (t *term) command(ctx context.Context, c *corev1.Container) ([]string, erro
 // removeDroppedRoles deletes the StatefulSets of roles the job no longer
 // has.
 func (t *term) removeDroppedRoles(ctx context.Context, u *unstructured.Unstructured, j Job) error {
-	have, err := t.sets.StatefulSets(j.Namespace).List(labels.SelectorFromSet(labels.Set{bridge.LabelJob: j.ID}))
+	have, err := t.sets.StatefulSets(j.Namespace).List(labels.SelectorFromSet(labels.Set{jobv1.LabelJob: j.ID}))
 	if err != nil {
 		return err
 	}
@@ -348,7 +348,7 @@ func (t *term) removeDroppedRoles(ctx context.Context, u *unstructured.Unstructu
 		if err := deleteStatefulSet(ctx, t, s); err != nil {
 			return err
 		}
-		t.recorder.Eventf(u, corev1.EventTypeNormal, "Deleted", "StatefulSet %s: its role is gone from the spec", s.Name)
+		t.Recorder.Eventf(u, corev1.EventTypeNormal, "Deleted", "StatefulSet %s: its role is gone from the spec", s.Name)
 	}
 	return nil
 }

@@ -9,8 +9,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/etcdauth"
-	"github.com/elastictraining/coordinator/kube/bridge"
 )
 
 // ensureJobSecret keeps the Secret <job>-etcd that the job's pods read, in
@@ -64,7 +64,7 @@ func (t *term) ensureJobSecret(ctx context.Context, j Job) error {
 	}
 	if missing {
 		secret := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: j.Namespace, Labels: map[string]string{bridge.LabelJob: j.ID},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: j.Namespace, Labels: map[string]string{jobv1.LabelJob: j.ID},
 				OwnerReferences: []metav1.OwnerReference{j.Owner}},
 			Data: want,
 		}

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
-	"github.com/elastictraining/coordinator/kube/bridge"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -129,11 +128,11 @@ func (t *term) sayChanges(u *unstructured.Unstructured, old, next jobv1.ElasticJ
 		if next.Phase == jobv1.PhaseFailed {
 			kind = corev1.EventTypeWarning
 		}
-		t.recorder.Eventf(u, kind, next.Phase, "%s → %s: %s", or(old.Phase, "new"), next.Phase, or(next.Message, "np "+next.NP))
+		t.Recorder.Eventf(u, kind, next.Phase, "%s → %s: %s", or(old.Phase, "new"), next.Phase, or(next.Message, "np "+next.NP))
 		t.logger.Info("job phase", "job", u.GetName(), "from", old.Phase, "to", next.Phase)
 	}
 	if next.Generation != old.Generation && next.Phase == jobv1.PhaseRunning {
-		t.recorder.Eventf(u, corev1.EventTypeNormal, "Generation", "generation %d running: %d ready, world size %d, restart took %ss",
+		t.Recorder.Eventf(u, corev1.EventTypeNormal, "Generation", "generation %d running: %d ready, world size %d, restart took %ss",
 			next.Generation, next.Ready, next.WorldSize, or(next.LastRestartSeconds, "?"))
 	}
 }
@@ -150,9 +149,9 @@ func (t *term) warnOnce(u *unstructured.Unstructured, reason, message string) {
 	}
 	said[reason] = message
 	t.logger.Warn("job needs attention", "job", u.GetName(), "reason", reason, "problem", message)
-	t.recorder.Event(u, corev1.EventTypeWarning, reason, message)
+	t.Recorder.Event(u, corev1.EventTypeWarning, reason, message)
 }
 
 func labelsString(job string, role membership.Role) string {
-	return bridge.LabelJob + "=" + job + "," + bridge.LabelRole + "=" + string(role)
+	return jobv1.LabelJob + "=" + job + "," + jobv1.LabelRole + "=" + string(role)
 }

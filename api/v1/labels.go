@@ -1,0 +1,29 @@
+package v1
+
+// Labels and annotations on what a job's pods are made of. The job
+// controller puts them on the objects it creates; a job written as plain
+// workloads carries them itself; the bridge and the autoscaler find a job's
+// workloads and pods by them.
+const (
+	// LabelJob names the job a workload or pod belongs to.
+	LabelJob = "elastic.job"
+	// LabelRole is the role of a workload's pods: worker, ps, scheduler or
+	// heter.
+	LabelRole = "elastic.role"
+	// AnnotationIntranet on a pod, "Service" (IntranetService), asks for a
+	// headless Service of the pod's name that the pod's sidecar advertises.
+	AnnotationIntranet = "elastic.intranet"
+	// AnnotationGeneration on a job's endpoint ConfigMap is the generation
+	// it describes.
+	AnnotationGeneration = "elastic.generation"
+)
+
+// Intranet modes: how a job's nodes reach each other (spec.intranet).
+const (
+	// IntranetPodIP: by pod IP, the default.
+	IntranetPodIP = "PodIP"
+	// IntranetService: by a headless Service per pod.
+	IntranetService = "Service"
+	// IntranetHost: on the host's network.
+	IntranetHost = "Host"
+)
