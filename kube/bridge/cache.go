@@ -133,10 +133,4 @@ func (c *kubeCache) workloadsOf(job string, role membership.Role) []workload {
 	return out
 }
 
-// podsOf returns the job's pods.
-func (c *kubeCache) podsOf(job string) []*corev1.Pod {
-	pods, _ := c.pods.List(labels.SelectorFromSet(labels.Set{jobv1.LabelJob: job}))
-	return pods
-}
-
 func (c *kubeCache) stop() { c.informers.Stop() }

@@ -305,12 +305,3 @@ func FuzzJobDecoders(f *testing.F) {
 		}
 	})
 }
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}

@@ -242,6 +242,7 @@ func (t *term) ensureService(ctx context.Context, u *unstructured.Unstructured, 
 	case err == nil && owns(have.OwnerReferences, j.Owner.UID):
 		return nil
 	case err == nil:
+		//lint:ignore ST1005 the message starts with a Kubernetes kind, spelled as Kubernetes spells it
 		return fmt.Errorf("Service %s exists and is not this job's", j.ID)
 	case !apierrors.IsNotFound(err):
 		return fmt.Errorf("get Service %s: %w", j.ID, err)

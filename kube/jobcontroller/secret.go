@@ -39,6 +39,7 @@ func (t *term) ensureJobSecret(ctx context.Context, j Job) error {
 	missing := apierrors.IsNotFound(err)
 	switch {
 	case err == nil && !owns(have.OwnerReferences, j.Owner.UID):
+		//lint:ignore ST1005 the message starts with a Kubernetes kind, spelled as Kubernetes spells it
 		return fmt.Errorf("Secret %s exists and is not this job's", name)
 	case err != nil && !missing:
 		return fmt.Errorf("get Secret %s: %w", name, err)
