@@ -12,6 +12,7 @@ import (
 
 	"github.com/elastictraining/coordinator/internal/printers"
 	"github.com/elastictraining/coordinator/internal/timeline"
+	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -36,11 +37,8 @@ each generation over time, and each restart's duration, step by step.`,
   coordinator events --job resnet --plot resnet.png`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			id, err := job.id()
+			id, err := jobAndOutput(&job, output)
 			if err != nil {
-				return err
-			}
-			if err := checkOutput(output); err != nil {
 				return err
 			}
 			format := ""
@@ -49,20 +47,18 @@ each generation over time, and each restart's duration, step by step.`,
 					return usagef("--plot %v", err)
 				}
 			}
-			ctx := cmd.Context()
-			client, _, closeClient, err := etcd.jobClient(ctx)
+			ctx, out := cmd.Context(), cmd.OutOrStdout()
+			var events []membership.Event
+			err = etcd.withJobs(ctx, func(client *jobclient.Client, _ membership.Keys) error {
+				if _, err := client.Status(ctx, id); err != nil {
+					return err
+				}
+				events, err = client.Events(ctx, id)
+				return err
+			})
 			if err != nil {
 				return err
 			}
-			defer closeClient()
-			if _, err := client.Status(ctx, id); err != nil {
-				return err
-			}
-			events, err := client.Events(ctx, id)
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
 			if output == "json" {
 				err = printers.WriteEventsJSON(out, events)
 			} else {

@@ -9,14 +9,15 @@ import (
 	"github.com/elastictraining/coordinator/membership"
 )
 
-// jobClient connects to etcd as the flags say, for the commands that read
-// and change jobs; close ends the connection.
-func (f *etcdFlags) jobClient(ctx context.Context) (client *jobclient.Client, keys membership.Keys, close func(), err error) {
+// withJobs connects to etcd as the flags say, for a command that reads or
+// changes jobs, runs it with the client of the jobs, and disconnects.
+func (f *etcdFlags) withJobs(ctx context.Context, run func(client *jobclient.Client, keys membership.Keys) error) error {
 	cli, keys, err := f.client(ctx)
 	if err != nil {
-		return nil, keys, nil, err
+		return err
 	}
-	return jobclient.New(cli, keys), keys, func() { cli.Close() }, nil
+	defer cli.Close()
+	return run(jobclient.New(cli, keys), keys)
 }
 
 // checkOutput refuses an -o that is neither table nor json.
@@ -25,4 +26,14 @@ func checkOutput(output string) error {
 		return usagef("-o %q: want table or json", output)
 	}
 	return nil
+}
+
+// jobAndOutput is the job's id, for a command that shows one job as -o
+// asks, once both flags are checked.
+func jobAndOutput(job *jobOption, output string) (string, error) {
+	id, err := job.id()
+	if err != nil {
+		return "", err
+	}
+	return id, checkOutput(output)
 }

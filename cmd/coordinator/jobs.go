@@ -36,12 +36,12 @@ spec was first stored).`,
 				return err
 			}
 			ctx := cmd.Context()
-			client, _, closeClient, err := etcd.jobClient(ctx)
-			if err != nil {
+			var jobs []jobclient.JobSummary
+			err := etcd.withJobs(ctx, func(client *jobclient.Client, _ membership.Keys) error {
+				var err error
+				jobs, err = client.Jobs(ctx)
 				return err
-			}
-			defer closeClient()
-			jobs, err := client.Jobs(ctx)
+			})
 			if err != nil {
 				return err
 			}
@@ -90,32 +90,29 @@ serve deletes finished jobs by itself after --finished-job-retention.`,
 			if timeout <= 0 {
 				return usagef("--timeout %s: want a positive duration", timeout)
 			}
-			client, keys, closeClient, err := etcd.jobClient(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer closeClient()
 			name := job.displayName(id)
-			// Everything from here, the reads included, within --timeout:
-			// an etcd that goes away (run's, when run ends) is an error,
-			// not a wait for ever.
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			st, err := deleteJob(ctx, cmd.OutOrStdout(), client, id, name, force)
-			var stopping *jobclient.StoppingError
-			switch {
-			case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &stopping):
-				return fmt.Errorf("job %s: not deleted within --timeout %s: %s", name, timeout, deleteWaitingFor(st, err))
-			case errors.Is(err, jobclient.ErrJobRunning):
-				return fmt.Errorf("job %s is %s (generation %d, %d of %s ready): it has not ended; wait for it, or add --force to end it first",
-					name, st.Phase, st.Generation, st.Ready, english.Count(st.Members, "member"))
-			case errors.Is(err, jobclient.ErrJobNotFound):
-				return fmt.Errorf("job %s does not exist (nothing under %s)", name, keys.Job(id))
-			case err != nil:
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "job %s (%s) deleted\n", name, st.Phase)
-			return nil
+			return etcd.withJobs(cmd.Context(), func(client *jobclient.Client, keys membership.Keys) error {
+				// Everything from here, the reads included, within
+				// --timeout: an etcd that goes away (run's, when run
+				// ends) is an error, not a wait for ever.
+				ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+				defer cancel()
+				st, err := deleteJob(ctx, cmd.OutOrStdout(), client, id, name, force)
+				var stopping *jobclient.StoppingError
+				switch {
+				case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &stopping):
+					return fmt.Errorf("job %s: not deleted within --timeout %s: %s", name, timeout, deleteWaitingFor(st, err))
+				case errors.Is(err, jobclient.ErrJobRunning):
+					return fmt.Errorf("job %s is %s (generation %d, %d of %s ready): it has not ended; wait for it, or add --force to end it first",
+						name, st.Phase, st.Generation, st.Ready, english.Count(st.Members, "member"))
+				case errors.Is(err, jobclient.ErrJobNotFound):
+					return fmt.Errorf("job %s does not exist (nothing under %s)", name, keys.Job(id))
+				case err != nil:
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "job %s (%s) deleted\n", name, st.Phase)
+				return nil
+			})
 		},
 	}
 	fs := cmd.Flags()

@@ -60,32 +60,27 @@ PaddlePaddle's spelling works too: --elastic_server for --etcd-endpoints and
 			if timeout <= 0 {
 				return usagef("--timeout %s: want a positive duration", timeout)
 			}
-			ctx := cmd.Context()
-			client, keys, closeClient, err := etcd.jobClient(ctx)
-			if err != nil {
-				return err
-			}
-			defer closeClient()
-			name := job.displayName(id)
-			before, _ := client.Status(ctx, id)
-			if before.Phase.Done() {
-				// Its sidecars have exited: a new np would change nothing
-				// but the record of how it ended.
-				return fmt.Errorf("job %s has ended (%s: %s); delete it (coordinator delete --job %s) to run it again", name, before.Phase, printers.OrDash(before.Message), name)
-			}
-			spec, err := client.Resize(ctx, jobclient.ScaleRequest{Job: id, NP: target, Create: create, Name: job.specName(id)})
-			if errors.Is(err, jobclient.ErrJobNotFound) {
-				return fmt.Errorf("job %s does not exist (no spec, node or status under %s); check --job, or add --create to start it", name, keys.Job(id))
-			}
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "job %s: np %s\n", name, describeChange(before.NP, spec.NP))
-			if !wait {
-				return nil
-			}
-			return waitForSize(ctx, out, client, id, name, target, timeout)
+			ctx, out, name := cmd.Context(), cmd.OutOrStdout(), job.displayName(id)
+			return etcd.withJobs(ctx, func(client *jobclient.Client, keys membership.Keys) error {
+				before, _ := client.Status(ctx, id)
+				if before.Phase.Done() {
+					// Its sidecars have exited: a new np would change
+					// nothing but the record of how it ended.
+					return fmt.Errorf("job %s has ended (%s: %s); delete it (coordinator delete --job %s) to run it again", name, before.Phase, printers.OrDash(before.Message), name)
+				}
+				spec, err := client.Resize(ctx, jobclient.ScaleRequest{Job: id, NP: target, Create: create, Name: job.specName(id)})
+				if errors.Is(err, jobclient.ErrJobNotFound) {
+					return fmt.Errorf("job %s does not exist (no spec, node or status under %s); check --job, or add --create to start it", name, keys.Job(id))
+				}
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "job %s: np %s\n", name, describeChange(before.NP, spec.NP))
+				if !wait {
+					return nil
+				}
+				return waitForSize(ctx, out, client, id, name, target, timeout)
+			})
 		},
 	}
 	fs := cmd.Flags()

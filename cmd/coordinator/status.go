@@ -36,32 +36,25 @@ durations in seconds, np as {"min":N,"max":M} and the nodes.`,
   coordinator status --job resnet --watch -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			id, err := job.id()
+			id, err := jobAndOutput(&job, output)
 			if err != nil {
 				return err
 			}
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			client, _, closeClient, err := etcd.jobClient(ctx)
-			if err != nil {
-				return err
-			}
-			defer closeClient()
-			out := cmd.OutOrStdout()
-			view, err := printers.LoadStatus(ctx, client, id)
-			if err != nil {
-				return err
-			}
-			if watch {
-				return watchJob(ctx, out, client, id, output)
-			}
-			if output == "json" {
-				return printers.WriteJSON(out, view)
-			}
-			printers.WriteStatusTable(out, view)
-			return nil
+			ctx, out := cmd.Context(), cmd.OutOrStdout()
+			return etcd.withJobs(ctx, func(client *jobclient.Client, _ membership.Keys) error {
+				view, err := printers.LoadStatus(ctx, client, id)
+				if err != nil {
+					return err
+				}
+				if watch {
+					return watchJob(ctx, out, client, id, output)
+				}
+				if output == "json" {
+					return printers.WriteJSON(out, view)
+				}
+				printers.WriteStatusTable(out, view)
+				return nil
+			})
 		},
 	}
 	fs := cmd.Flags()
