@@ -55,9 +55,12 @@ func TestElasticJobOverMutualTLSWithAUserPerJob(t *testing.T) {
 	assert.Equal(t, 1, code, "the sidecars' certificate alone has no rights")
 	assert.Contains(t, stderr, "permission denied")
 
+	// The job's pods go with it through the garbage collector, which
+	// learns of a resource type created after it started (the CRDs above)
+	// only at its discovery resync, 30 s apart: the user goes once they have.
 	require.NoError(t, e.dyn.Resource(jobv1.GroupVersionResource).Namespace(e.ns).Delete(t.Context(), "secure", metav1.DeleteOptions{}))
 	require.Eventually(t, func() bool {
 		code, _, stderr := cli(t, asJob, append([]string{"status", "--job", "secure"}, sidecarTLS...)...)
 		return code != 0 && strings.Contains(stderr, "authentication failed")
-	}, 30*time.Second, 200*time.Millisecond, "the job's etcd user outlived it")
+	}, 90*time.Second, 200*time.Millisecond, "the job's etcd user outlived it")
 }
