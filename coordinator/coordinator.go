@@ -7,11 +7,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/elastictraining/coordinator/membership"
-
 	"github.com/cenkalti/backoff/v4"
 	"github.com/hashicorp/go-hclog"
 	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/elastictraining/coordinator/membership"
 )
 
 // ErrNotLeader is returned when a fenced write finds that this replica no
