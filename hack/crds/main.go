@@ -1,4 +1,3 @@
-// Command crds renders the CRDs of kube/crds into deploy/.
 package main
 
 import (

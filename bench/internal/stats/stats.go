@@ -1,4 +1,3 @@
-// Package stats summarises the samples of the benchmark harnesses.
 package stats
 
 import (

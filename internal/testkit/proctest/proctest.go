@@ -1,6 +1,3 @@
-// Package proctest helps tests and benchmarks that run real processes: it
-// tells whether a process is alive and collects output written from several
-// goroutines.
 package proctest
 
 import (

@@ -1,0 +1,2 @@
+// Package stats summarises the samples of the benchmark harnesses.
+package stats

@@ -1,0 +1,2 @@
+// Command crds renders the CRDs of kube/crds into deploy/.
+package main
