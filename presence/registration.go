@@ -155,7 +155,7 @@ func Register(ctx context.Context, cfg RegistrationConfig) (*Registration, error
 	r := &Registration{
 		cfg:    cfg,
 		key:    cfg.Keys.Node(cfg.Job, cfg.Node.ID),
-		logger: cfg.Logger.Named("membership").With("job", cfg.Job, "node", cfg.Node.ID),
+		logger: cfg.Logger.Named("presence").With("job", cfg.Job, "node", cfg.Node.ID),
 		record: cfg.Node,
 		lost:   make(chan clientv3.LeaseID, 1),
 		fatal:  make(chan error, 1),
