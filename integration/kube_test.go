@@ -32,7 +32,7 @@ func TestDeployManifestsApplyServerSide(t *testing.T) {
 		require.NoError(t, err, "kubectl %s: %s", strings.Join(args, " "), errOut)
 		return out
 	}
-	// As the README has it: the deploy, the optional CRDs, the samples.
+	// As docs/kubernetes.md has it: the deploy, the optional CRDs, the samples.
 	kubectl("apply", "--server-side", "-k", "deploy/")
 	kubectl("apply", "--server-side", "-f", "deploy/crds/")
 	kubectl("wait", "--for", "condition=established", "--timeout=60s",
