@@ -5,21 +5,15 @@ import (
 	"io"
 	"strconv"
 	"text/tabwriter"
-	"time"
 
 	"github.com/elastictraining/coordinator/membership"
 )
 
-// Event is one event of `events -o json`: durations in seconds.
+// Event is one event of `events -o json`: the record, with its durations
+// in seconds (Steps hides the record's own).
 type Event struct {
-	Seq        int64     `json:"seq"`
-	Time       time.Time `json:"time"`
-	Generation int64     `json:"generation"`
-	Type       string    `json:"type"`
-	Message    string    `json:"message"`
-	Members    int       `json:"members,omitempty"`
-	WorldSize  int       `json:"worldSize,omitempty"`
-	Steps      *Steps    `json:"steps,omitempty"`
+	membership.Event
+	Steps *Steps `json:"steps,omitempty"`
 }
 
 // WriteEventsJSON writes the events as `events -o json` prints them: one
@@ -27,8 +21,7 @@ type Event struct {
 func WriteEventsJSON(w io.Writer, events []membership.Event) error {
 	out := make([]Event, 0, len(events))
 	for _, e := range events {
-		out = append(out, Event{Seq: e.Seq, Time: e.Time, Generation: e.Generation, Type: e.Type, Message: e.Message, Members: e.Members,
-			WorldSize: e.WorldSize, Steps: newSteps(e.Steps)})
+		out = append(out, Event{Event: e, Steps: newSteps(e.Steps)})
 	}
 	return WriteJSON(w, out)
 }
