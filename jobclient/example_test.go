@@ -4,12 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/elastictraining/coordinator/internal/embedetcd"
+	"github.com/elastictraining/coordinator/internal/testkit/etcdtest"
 	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
@@ -19,28 +15,14 @@ import (
 // connects to the coordinator's.
 func Example() {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "jobclient-example")
-	if err != nil {
-		panic(err)
-	}
-	defer os.RemoveAll(dir)
-	srv, err := embedetcd.Start(ctx, embedetcd.Config{DataDir: filepath.Join(dir, "etcd"), LogFile: filepath.Join(dir, "etcd.log"),
-		UnsafeNoFsync: true, Fast: true})
-	if err != nil {
-		panic(err)
-	}
-	defer srv.Close()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.ClientURL()}})
-	if err != nil {
-		panic(err)
-	}
-	defer cli.Close()
+	cli, stop := etcdtest.ForExample()
+	defer stop()
 
 	jobs := jobclient.New(cli, membership.DefaultKeys())
 
 	// A job that does not exist is not created by a scale unless asked:
 	// a mistyped id must not start a job that waits for ever.
-	_, err = jobs.Resize(ctx, jobclient.ScaleRequest{Job: "resnet", NP: membership.FixedNP(4)})
+	_, err := jobs.Resize(ctx, jobclient.ScaleRequest{Job: "resnet", NP: membership.FixedNP(4)})
 	fmt.Println(errors.Is(err, jobclient.ErrJobNotFound))
 
 	np, err := membership.ParseNP("2:4")

@@ -3,13 +3,11 @@ package presence_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/elastictraining/coordinator/internal/embedetcd"
+	"github.com/elastictraining/coordinator/internal/testkit/etcdtest"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/presence"
 )
@@ -20,22 +18,8 @@ import (
 // the lease: the coordinator sees the node go at once.
 func ExampleRegister() {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "presence-example")
-	if err != nil {
-		panic(err)
-	}
-	defer os.RemoveAll(dir)
-	srv, err := embedetcd.Start(ctx, embedetcd.Config{DataDir: filepath.Join(dir, "etcd"), LogFile: filepath.Join(dir, "etcd.log"),
-		UnsafeNoFsync: true, Fast: true})
-	if err != nil {
-		panic(err)
-	}
-	defer srv.Close()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.ClientURL()}})
-	if err != nil {
-		panic(err)
-	}
-	defer cli.Close()
+	cli, stop := etcdtest.ForExample()
+	defer stop()
 
 	keys := membership.DefaultKeys()
 	reg, err := presence.Register(ctx, presence.RegistrationConfig{
