@@ -3,6 +3,7 @@ package coordinator
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/elastictraining/coordinator/membership"
@@ -34,10 +35,29 @@ type view struct {
 	// run until the record expires, or until a TTL after its lease was
 	// seen gone.
 	evictions []membership.Eviction
+	// takenOver are the evictions whose processes the node's next sidecar
+	// killed and saw gone before it revoked the lease itself (a takeover
+	// record): they are fenced now, whatever their deadline.
+	takenOver []evictionID
 	// goneAt is, by evicted lease, when the leader revoked it or saw it
 	// gone from etcd, on its own clock: the node renewed it last before
 	// that. A lease not in it is still there, or not yet asked about.
 	goneAt map[int64]time.Time
+}
+
+// fencing are the evictions whose processes may still run until their
+// deadline: those not taken over.
+func (v *view) fencing() []membership.Eviction {
+	if len(v.takenOver) == 0 {
+		return v.evictions
+	}
+	var out []membership.Eviction
+	for _, e := range v.evictions {
+		if !slices.Contains(v.takenOver, evictionID{e.Node, e.Lease}) {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // index is the view's node index.
@@ -143,7 +163,7 @@ func decide(v view, m memo, lim limits, now time.Time) decision {
 	}
 	// An eviction whose lease is not known gone yet is asked about again
 	// soon: the actor asks etcd before each decision.
-	for _, e := range v.evictions {
+	for _, e := range v.fencing() {
 		if _, ok := v.goneAt[e.Lease]; !ok {
 			wakeEarlier(&d, now.Add(goneRecheck))
 		}

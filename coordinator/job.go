@@ -36,6 +36,7 @@ type jobActor struct {
 	statusRev         int64
 	nodes             *nodeIndex
 	evictions         map[evictionID]membership.Eviction
+	takenOver         map[evictionID]bool
 	tables            membership.StoredTables
 	lastTable         *membership.Table // the table of the last plan resolved or written
 	lastSeq           int64
@@ -57,7 +58,7 @@ func newJobActor(t *term, job string) *jobActor {
 	return &jobActor{
 		t: t, job: job, logger: t.c.logger.With("job", job),
 		wake: make(chan struct{}, 1), nodes: newNodeIndex(), evictions: map[evictionID]membership.Eviction{},
-		invalidLoggedAtRv: map[string]int64{}, lossesSeen: map[string]int64{}, retry: retry,
+		takenOver: map[evictionID]bool{}, invalidLoggedAtRv: map[string]int64{}, lossesSeen: map[string]int64{}, retry: retry,
 	}
 }
 
@@ -83,6 +84,7 @@ func (a *jobActor) reset() {
 	a.specRev, a.planRev, a.statusRev, a.planExists = 0, 0, 0, false
 	a.nodes.reset()
 	clear(a.evictions)
+	clear(a.takenOver)
 	a.tables.Reset()
 }
 
@@ -215,6 +217,20 @@ func (a *jobActor) applyLocked(jk membership.JobKey, kv membership.KeyValue, now
 		if err == nil {
 			a.evictions[id] = e
 		}
+	case membership.KindTakeover:
+		id := evictionID{jk.Name, jk.Lease}
+		if kv.Deleted {
+			delete(a.takenOver, id)
+			return
+		}
+		t, err := membership.DecodeTakeover(kv.Value)
+		if err == nil && (t.Node != jk.Name || t.Lease != jk.Lease) {
+			err = fmt.Errorf("%w: takeover of %s/%x under the key of %s/%x", membership.ErrInvalidRecord, t.Node, t.Lease, jk.Name, jk.Lease)
+		}
+		a.noteInvalid(kv, err)
+		if err == nil {
+			a.takenOver[id] = true
+		}
 	case membership.KindTable:
 		a.tables.Apply(jk, kv)
 	case membership.KindEvent:
@@ -251,7 +267,10 @@ func (a *jobActor) viewLocked() view {
 	if a.plan == nil || !a.plan.Unresolved() {
 		v.prog = a.nodes.progressOf(a.planRev, a.plan)
 	}
-	for _, e := range a.evictions {
+	for id, e := range a.evictions {
+		if a.takenOver[id] {
+			v.takenOver = append(v.takenOver, id)
+		}
 		v.evictions = append(v.evictions, e)
 	}
 	return v
@@ -330,9 +349,9 @@ func (a *jobActor) reconcile(ctx context.Context) (wakeAt time.Time, wrote bool,
 			a.mu.Unlock()
 			return time.Time{}, wrote, errors.New("the plan's rank table is not stored")
 		}
-		evictions := a.viewLocked().evictions
+		pre := a.viewLocked()
 		a.mu.Unlock()
-		goneAt := a.leasesGone(ctx, evictions)
+		goneAt := a.leasesGone(ctx, pre.fencing())
 		a.mu.Lock()
 		v := a.viewLocked()
 		v.goneAt = goneAt

@@ -30,7 +30,8 @@ func decideStopped(v view, d decision, lim limits, now time.Time) decision {
 		// its own deadline, before the record expires. A node of the same
 		// name registered since proves nothing: it may be a new pod on
 		// another machine (a StatefulSet's, after a forced deletion).
-		for _, e := range v.evictions {
+		// One taken over is not: its processes were seen dead.
+		for _, e := range v.fencing() {
 			m, ok := v.plan.Member(e.Node)
 			if !ok || m.Lease != e.Lease {
 				continue

@@ -14,4 +14,4 @@ func OneLine(s string) string {
 // packagePrefix matches the package names that the project's sentinel
 // errors start with. A package whose errors start with its name is added
 // here.
-var packagePrefix = regexp.MustCompile(`(^|[\s(])(?:(?:membership|presence|coordinator|jobclient|registration|launcher|sidecar|guard|bridge|jobcontroller|autoscaler|autoscale|localrun|embedetcd|etcdclient|etcdauth|kubetest): )+`)
+var packagePrefix = regexp.MustCompile(`(^|[\s(])(?:(?:membership|presence|coordinator|jobclient|registration|launcher|sidecar|handover|guard|bridge|jobcontroller|autoscaler|autoscale|localrun|embedetcd|etcdclient|etcdauth|kubetest): )+`)

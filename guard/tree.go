@@ -121,3 +121,51 @@ func killAll(root int) int {
 	}
 	return len(pids)
 }
+
+// ProcStat is what /proc/PID/stat says of a process: enough to tell it apart
+// from a later process that reuses its pid (Start, in clock ticks since
+// boot), and whether it still runs (a zombie runs nothing).
+type ProcStat struct {
+	Parent int
+	State  byte
+	Start  uint64
+}
+
+// Running reports whether the process can still run code: neither a
+// zombie nor dead.
+func (p ProcStat) Running() bool { return p.State != 'Z' && p.State != 'X' && p.State != 'x' }
+
+// ReadProc reads a process's stat line; ok is false once it is gone.
+func ReadProc(pid int) (p ProcStat, ok bool) {
+	if pid <= 0 {
+		return ProcStat{}, false
+	}
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ProcStat{}, false
+	}
+	return parseStat(data)
+}
+
+// parseStat takes apart a stat line: the fields after the command name,
+// which is in parentheses and may itself hold spaces and parentheses, are
+// the state (3), the parent (4) and the start time (22).
+func parseStat(data []byte) (ProcStat, bool) {
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return ProcStat{}, false
+	}
+	fields := bytes.Fields(data[i+1:])
+	if len(fields) < 20 || len(fields[0]) != 1 {
+		return ProcStat{}, false
+	}
+	ppid, err := strconv.Atoi(string(fields[1]))
+	if err != nil {
+		return ProcStat{}, false
+	}
+	start, err := strconv.ParseUint(string(fields[19]), 10, 64)
+	if err != nil {
+		return ProcStat{}, false
+	}
+	return ProcStat{Parent: ppid, State: fields[0][0], Start: start}, true
+}

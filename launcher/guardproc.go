@@ -241,3 +241,10 @@ func (g *guardProc) cgroupPath() string {
 	defer g.mu.Unlock()
 	return g.cgroup
 }
+
+// info says how to find what the guard runs.
+func (g *guardProc) info() GuardInfo {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return GuardInfo{Pid: g.pid, Marker: g.marker, Cgroup: g.cgroup}
+}

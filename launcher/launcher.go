@@ -100,7 +100,12 @@ type Config struct {
 	// OnFenced is called when the guard killed the processes on its own
 	// because their deadline passed: the lease they ran under is over.
 	OnFenced func(lease int64)
-	Logger   hclog.Logger
+	// OnGuard, if set, is told of each guard started, before anything is
+	// started under it: a successor of this sidecar needs it to find what
+	// the guard ran (Reclaim). An error refuses the guard, which is closed
+	// unused.
+	OnGuard func(GuardInfo) error
+	Logger  hclog.Logger
 }
 
 // Launcher runs one generation of a node's processes at a time.
@@ -443,6 +448,14 @@ func (l *Launcher) guardLocked() (*guardProc, error) {
 	g, err := startGuard(l.cfg.Guard, l.cfg.Env, l.cfg.Stdout, l.cfg.Stderr, hooks)
 	if err != nil {
 		return nil, err
+	}
+	if l.cfg.OnGuard != nil {
+		if err := l.cfg.OnGuard(g.info()); err != nil {
+			g.close()
+			<-g.dead
+			Sweep(g.marker, g.cgroupPath())
+			return nil, fmt.Errorf("launcher: process guard refused: %w", err)
+		}
 	}
 	if l.lease != 0 {
 		if _, err := g.send(deadlineCommand(l.lease, l.fenceAt), nil); err != nil {

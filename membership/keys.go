@@ -70,6 +70,8 @@ func validateID(id string, sentinel error, maxLength int, pattern *regexp.Regexp
 //	<prefix>jobs/<job>/status
 //	<prefix>jobs/<job>/events/<seq>
 //	<prefix>jobs/<job>/bridge
+//	<prefix>jobs/<job>/evictions/<node>/<lease>
+//	<prefix>jobs/<job>/takeovers/<node>/<lease>
 //	<prefix>leader
 //
 // Every prefix it returns ends in "/", so that a range over job "a" can never
@@ -165,6 +167,15 @@ func (k Keys) Eviction(job, node string, lease int64) string {
 	return k.Evictions(job) + node + "/" + strconv.FormatInt(lease, 16)
 }
 
+// Takeovers is the prefix of a job's takeover records.
+func (k Keys) Takeovers(job string) string { return k.Job(job) + "takeovers/" }
+
+// Takeover is the key of the record that a node's next sidecar took the
+// node back from the given lease, its processes dead.
+func (k Keys) Takeover(job, node string, lease int64) string {
+	return k.Takeovers(job) + node + "/" + strconv.FormatInt(lease, 16)
+}
+
 // Leader is the election name of the coordinator replicas; etcd's
 // concurrency.Election appends "/" and the campaigner's lease to it.
 func (k Keys) Leader() string { return k.root() + "leader" }
@@ -184,16 +195,18 @@ const (
 	KindEviction
 	KindAutoscaler
 	KindTable
+	KindTakeover
 )
 
 // JobKey is a key of the schema taken apart.
 type JobKey struct {
 	Job  string
 	Kind KeyKind
-	// Name is the node id of a KindNode or KindEviction key and the
-	// sequence number of a KindEvent key.
+	// Name is the node id of a KindNode, KindEviction or KindTakeover key
+	// and the sequence number of a KindEvent key.
 	Name string
-	// Lease is the evicted lease of a KindEviction key.
+	// Lease is the evicted lease of a KindEviction key, the revoked one of
+	// a KindTakeover key.
 	Lease int64
 	// Generation and Chunk locate a KindTable key's chunk.
 	Generation int64
@@ -229,16 +242,14 @@ func (k Keys) ParseJobKey(key string) (JobKey, bool) {
 		}
 		return JobKey{Job: job, Kind: KindNode, Name: node}, true
 	}
-	if evicted, ok := strings.CutPrefix(rest, "evictions/"); ok {
-		node, hex, ok := strings.Cut(evicted, "/")
-		if !ok || ValidateNodeID(node) != nil {
-			return JobKey{}, false
+	for prefix, kind := range map[string]KeyKind{"evictions/": KindEviction, "takeovers/": KindTakeover} {
+		if nodeLease, ok := strings.CutPrefix(rest, prefix); ok {
+			node, lease, ok := parseNodeLease(nodeLease)
+			if !ok {
+				return JobKey{}, false
+			}
+			return JobKey{Job: job, Kind: kind, Name: node, Lease: lease}, true
 		}
-		lease, err := strconv.ParseInt(hex, 16, 64)
-		if err != nil || lease <= 0 || strconv.FormatInt(lease, 16) != hex {
-			return JobKey{}, false
-		}
-		return JobKey{Job: job, Kind: KindEviction, Name: node, Lease: lease}, true
 	}
 	if chunk, ok := strings.CutPrefix(rest, "tables/"); ok {
 		gen, idx, ok := strings.Cut(chunk, "/")
@@ -256,4 +267,17 @@ func (k Keys) ParseJobKey(key string) (JobKey, bool) {
 		return JobKey{Job: job, Kind: KindEvent, Name: seq}, true
 	}
 	return JobKey{}, false
+}
+
+// parseNodeLease takes apart NODE/LEASE, the lease in lower-case hex.
+func parseNodeLease(s string) (node string, lease int64, ok bool) {
+	node, hex, ok := strings.Cut(s, "/")
+	if !ok || ValidateNodeID(node) != nil {
+		return "", 0, false
+	}
+	lease, err := strconv.ParseInt(hex, 16, 64)
+	if err != nil || lease <= 0 || strconv.FormatInt(lease, 16) != hex {
+		return "", 0, false
+	}
+	return node, lease, true
 }

@@ -47,6 +47,7 @@ func TestParseJobKey(t *testing.T) {
 		k.Node("a", "n-0.x"):         {Job: "a", Kind: membership.KindNode, Name: "n-0.x"},
 		k.Event("a", 7):              {Job: "a", Kind: membership.KindEvent, Name: "00000000000000000007"},
 		k.Eviction("a", "n", 0x7a3f): {Job: "a", Kind: membership.KindEviction, Name: "n", Lease: 0x7a3f},
+		k.Takeover("a", "n", 0x7a3f): {Job: "a", Kind: membership.KindTakeover, Name: "n", Lease: 0x7a3f},
 	} {
 		got, ok := k.ParseJobKey(key)
 		require.True(t, ok, key)
@@ -55,7 +56,8 @@ func TestParseJobKey(t *testing.T) {
 	for _, key := range []string{"/elastic/jobs/", "/elastic/jobs/a", "/elastic/jobs/A/spec", "/elastic/jobs/a/other",
 		"/elastic/jobs/a/nodes/", "/elastic/jobs/a/nodes/x/y", "/elastic/jobs/a/events/x", "/other/jobs/a/spec",
 		"/elastic/jobs/a/evictions/n", "/elastic/jobs/a/evictions/n/", "/elastic/jobs/a/evictions/n/0", "/elastic/jobs/a/evictions/n/07a",
-		"/elastic/jobs/a/evictions/n/-1", "/elastic/jobs/a/evictions/n/7A", "/elastic/jobs/a/evictions/n/x"} {
+		"/elastic/jobs/a/evictions/n/-1", "/elastic/jobs/a/evictions/n/7A", "/elastic/jobs/a/evictions/n/x",
+		"/elastic/jobs/a/takeovers/n", "/elastic/jobs/a/takeovers/n/0", "/elastic/jobs/a/takeovers/n/07a"} {
 		_, ok := k.ParseJobKey(key)
 		assert.False(t, ok, key)
 	}
@@ -63,7 +65,7 @@ func TestParseJobKey(t *testing.T) {
 
 func FuzzParseJobKey(f *testing.F) {
 	k := membership.DefaultKeys()
-	for _, s := range []string{k.Spec("a"), k.Node("a", "b"), k.Event("a", 1), k.Eviction("a", "b", 1), "/elastic/jobs//spec", "/elastic/jobs/a/nodes/../x"} {
+	for _, s := range []string{k.Spec("a"), k.Node("a", "b"), k.Event("a", 1), k.Eviction("a", "b", 1), k.Takeover("a", "b", 1), "/elastic/jobs//spec", "/elastic/jobs/a/nodes/../x"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, key string) {
@@ -78,6 +80,8 @@ func FuzzParseJobKey(f *testing.F) {
 			require.Equal(t, k.Node(jk.Job, jk.Name), key)
 		case membership.KindEviction:
 			require.Equal(t, k.Eviction(jk.Job, jk.Name, jk.Lease), key)
+		case membership.KindTakeover:
+			require.Equal(t, k.Takeover(jk.Job, jk.Name, jk.Lease), key)
 		}
 	})
 }

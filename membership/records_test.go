@@ -137,6 +137,10 @@ func FuzzDecodeEviction(f *testing.F) {
 	fuzzDecoder(f, membership.DecodeEviction, `{"node":"n1","lease":123,"ttlSeconds":5,"by":"coordinator","reason":"r","at":"2026-01-01T00:00:00Z"}`)
 }
 
+func FuzzDecodeTakeover(f *testing.F) {
+	fuzzDecoder(f, membership.DecodeTakeover, `{"node":"n1","lease":123,"pid":42,"at":"2026-01-01T00:00:00Z"}`, `{"node":"n1","lease":0}`)
+}
+
 func FuzzDecodeBridgeStatus(f *testing.F) {
 	fuzzDecoder(f, membership.DecodeBridgeStatus, `{"workload":"StatefulSet/w","replicas":4,"problem":"p","updatedAt":"2026-01-01T00:00:00Z"}`)
 }

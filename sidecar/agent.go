@@ -81,6 +81,10 @@ type Config struct {
 	// Tables, if set, shares decoded rank tables between the agents of a
 	// process (simulated nodes); a sidecar needs none.
 	Tables *membership.TableCache
+	// OnLease, if set, is told of the node's lease each time it is granted
+	// or renewed (a successor on the machine may revoke it: package
+	// handover). It must not block.
+	OnLease func(lease int64)
 	// Observer, if set, is told what the agent does (for metrics).
 	Observer Observer
 	Logger   hclog.Logger
@@ -144,6 +148,9 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Observer == nil {
 		cfg.Observer = noObserver{}
 	}
+	if cfg.OnLease == nil {
+		cfg.OnLease = func(int64) {}
+	}
 	cfg.Node.State, cfg.Node.Generation = membership.NodeWaiting, 0
 	if err := cfg.Node.Validate(); err != nil {
 		return nil, fmt.Errorf("sidecar: %w", err)
@@ -184,9 +191,12 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 		}
 	}
 	reg, err := presence.Register(ctx, presence.RegistrationConfig{
-		Place:      a.cfg.Place,
-		Logger:     a.cfg.Logger,
-		OnDeadline: func(lease clientv3.LeaseID, at time.Time) { a.cfg.Workload.SetDeadline(int64(lease), at) },
+		Place:  a.cfg.Place,
+		Logger: a.cfg.Logger,
+		OnDeadline: func(lease clientv3.LeaseID, at time.Time) {
+			a.cfg.Workload.SetDeadline(int64(lease), at)
+			a.cfg.OnLease(int64(lease))
+		},
 		// The fence does not go through Run's loop, which may be busy in
 		// a graceful stop: the workload is killed from here, at once.
 		OnRenewal: a.cfg.Observer.Renewal,

@@ -56,11 +56,14 @@ type sidecarOptions struct {
 	holdWhenDone   bool
 	logs           logOptions
 	listenMetrics  string
+	stateDir       string
+	getenv         func(string) string
 	envErr         error // a variable that cannot be read
 }
 
 func newSidecarCommand(env lookupEnv) *cobra.Command {
-	o := &sidecarOptions{pod: fromEnv(env, "", "POD_NAME"), podUID: fromEnv(env, "", "POD_UID"), namespace: fromEnv(env, "", "POD_NAMESPACE")}
+	o := &sidecarOptions{pod: fromEnv(env, "", "POD_NAME"), podUID: fromEnv(env, "", "POD_UID"), namespace: fromEnv(env, "", "POD_NAMESPACE"),
+		getenv: func(name string) string { return fromEnv(env, "", name) }}
 	cmd := &cobra.Command{
 		Use:   "sidecar --etcd-endpoints URLS --job ID [flags] -- CMD [ARGS...]",
 		Short: "Register this node and run the training command as the job's generations ask",
@@ -141,6 +144,9 @@ it; --tee says whose output still reaches the terminal.`,
 	fs.BoolVar(&o.holdWhenDone, "hold-when-done", false,
 		"once the job has ended, wait for SIGTERM instead of exiting: a pod that must keep running (a StatefulSet's) shows the job's end, not a restart loop")
 	o.logs.register(fs, "all")
+	fs.StringVar(&o.stateDir, "state-dir", fromEnv(env, "", "ELASTIC_STATE_DIR"),
+		"where the sidecar keeps what its successor on this machine needs to take the node back at once (a file per job and node); "+
+			"empty: $XDG_RUNTIME_DIR/elastic-sidecar, or elastic-sidecar-UID in the temporary directory"+envNote("ELASTIC_STATE_DIR"))
 	fs.StringVar(&o.listenMetrics, "listen-metrics", "", "serve this node's Prometheus metrics on this address (host:port); none if empty")
 	return cmd
 }
@@ -354,6 +360,13 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 			logger.Warn("killed the processes a dead guard left running", "cgroups", n)
 		}
 	}
+	keeper, err := o.takeBack(ctx, cli, keys, jobID, node.ID, logger)
+	if err != nil {
+		return err
+	}
+	// Deferred before the launcher's Close, so run after it: the file
+	// goes once nothing of the node runs.
+	defer keeper.Close(true)
 	var observer sidecar.Observer
 	if o.listenMetrics != "" {
 		stopMetrics, m, err := serveSidecarMetrics(o.listenMetrics, jobID, node.ID, logger)
@@ -368,6 +381,7 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 		Command: command, Env: os.Environ(), Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(), Logger: logger,
 		Guard: []string{self, "guard", "--cgroup", o.cgroup}, Logs: logs,
 		OnFenced: func(lease int64) { agent.LeaseFenced(lease) },
+		OnGuard:  keeper.Guard,
 	})
 	if err != nil {
 		return usageError{err}
@@ -376,7 +390,7 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 	agent, err = sidecar.New(sidecar.Config{
 		Place: presence.Place{Client: cli, Keys: keys, Job: jobID, Node: node, TTL: o.ttl, FenceMargin: o.fenceMargin}, Spec: spec,
 		Workload: &sidecar.Processes{Launcher: l, Gloo: o.gloo}, StopGrace: o.grace, WaitTimeout: o.waitTimeout,
-		Observer: observer, Logger: logger,
+		Observer: observer, Logger: logger, OnLease: keeper.Lease,
 	})
 	if err != nil {
 		return usageError{err}

@@ -31,7 +31,7 @@ var layers = [][]string{
 	// The leader's loop, the client API, the trainers' supervisor.
 	{"coordinator", "jobclient", "launcher"},
 	// The sidecar; the Kubernetes wing's shared parts.
-	{"sidecar", "kube/controller", "kube/crds"},
+	{"sidecar", "handover", "kube/controller", "kube/crds"},
 	// The Kubernetes wing.
 	{"kube/bridge", "kube/jobcontroller", "kube/autoscaler"},
 	// The binary's own parts.

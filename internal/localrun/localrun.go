@@ -116,7 +116,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		<-coordDone
 	}()
 
-	r := &runner{cfg: cfg, cli: cli, keys: keys, client: client, endpoint: srv.ClientURL(),
+	r := &runner{cfg: cfg, cli: cli, keys: keys, client: client, endpoint: srv.ClientURL(), stateDir: filepath.Join(dataDir, "sidecars"),
 		nodes: map[int]*node{}, pending: map[int]*node{}, ports: map[int]bool{}, exited: make(chan *node, 16), restarts: make(chan *node), done: make(chan struct{})}
 	defer close(r.done)
 	return r.run(ctx)
@@ -129,6 +129,9 @@ type runner struct {
 	keys     membership.Keys
 	client   *jobclient.Client
 	endpoint string
+	// stateDir is the sidecars' state directory, the run's own: a sidecar
+	// started again after a crash takes its node back from there.
+	stateDir string
 
 	// Owned by run's goroutine.
 	nodes   map[int]*node // running sidecars, by index

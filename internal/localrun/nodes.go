@@ -116,7 +116,7 @@ func (r *runner) start(index int, old *node) (*node, error) {
 		"--etcd-endpoints", r.endpoint, "--job", r.cfg.Job, "--node-id", n.id, "--host", "127.0.0.1",
 		"--port", strconv.Itoa(n.port), "--master-port", strconv.Itoa(n.masterPort),
 		"--nproc-per-node", strconv.Itoa(r.cfg.NProc), "--ttl", r.cfg.TTL.String(), "--grace-period", r.cfg.Grace.String(),
-		"--log-level", r.cfg.SidecarLogLevel,
+		"--log-level", r.cfg.SidecarLogLevel, "--state-dir", r.stateDir,
 	}
 	args = append(append(append(args, r.cfg.SidecarArgs...), "--"), r.cfg.Command...)
 	n.cmd = exec.Command(r.cfg.Executable, args...)
