@@ -166,6 +166,33 @@ func TestDecideStopPhase(t *testing.T) {
 		require.NotNil(t, d.plan)
 		assert.Equal(t, membership.PhaseRun, d.plan.Phase)
 	})
+	t.Run("an evicted member its next sidecar took over is fenced at once", func(t *testing.T) {
+		// The sidecar was killed; the leader evicted its lease for a
+		// stop it never acked; its next sidecar on the same machine killed
+		// what the guard left, saw none of it left, and took the node back.
+		lease := stop.Members[1].Lease
+		again := in(nodes, membership.NodeWaiting, 0)
+		again[1].Lease = 999
+		v := view{job: "j", spec: ptr(spec("2")), plan: stop, nodes: []membership.LiveNode{in(nodes, membership.NodeStopped, 2)[0], again[1]},
+			evictions: []membership.Eviction{{Node: "b", Lease: lease, TTLSeconds: 5}},
+			goneAt:    map[int64]time.Time{lease: t0}}
+		d := decide(v, memo{}, tm, t0)
+		assert.Nil(t, d.plan, "without the takeover, b's processes may run until its own deadline")
+		v.takenOver = []evictionID{{"b", lease}}
+		d = decide(v, memo{}, tm, t0)
+		require.NotNil(t, d.plan, "the takeover says they are dead")
+		assert.Equal(t, membership.PhaseRun, d.plan.Phase)
+		assert.Equal(t, int64(999), d.plan.Members[1].Lease, "b is back under its new lease")
+		assert.True(t, d.wakeAt.IsZero(), "nothing to ask about the taken-over lease: %v", d.wakeAt)
+
+		// Another lease of b, or another node, taken over, says nothing
+		// of this one.
+		for _, other := range []evictionID{{"b", 999}, {"a", lease}} {
+			v.takenOver = []evictionID{other}
+			d = decide(v, memo{}, tm, t0)
+			assert.Nil(t, d.plan, "taken over: %+v", other)
+		}
+	})
 	t.Run("an eviction of the node's next lease does not hide the member's own", func(t *testing.T) {
 		v := view{job: "j", spec: ptr(spec("1")), plan: stop, nodes: in(nodes, membership.NodeStopped, 2)[:1],
 			evictions: []membership.Eviction{
