@@ -59,21 +59,21 @@ func here(t *testing.T) handover.State {
 
 func TestTheLockKeepsOneSidecarPerNode(t *testing.T) {
 	dir := t.TempDir()
-	a, err := handover.Open(dir, "j", "j-0")
+	a, err := handover.Open(dir, "j_j-0")
 	require.NoError(t, err)
 	self := here(t)
 	self.Lease = 5
 	k := handover.NewKeeper(a, self, nil)
 
-	_, err = handover.Open(dir, "j", "j-0")
+	_, err = handover.Open(dir, "j_j-0")
 	require.ErrorIs(t, err, handover.ErrHeld)
 	assert.Contains(t, err.Error(), "pid "+strconv.Itoa(os.Getpid()), "names the sidecar that runs")
-	other, err := handover.Open(dir, "j", "j-1")
+	other, err := handover.Open(dir, "j_j-1")
 	require.NoError(t, err, "another node has a state of its own")
 	other.Close()
 
 	k.Close(false)
-	b, err := handover.Open(dir, "j", "j-0")
+	b, err := handover.Open(dir, "j_j-0")
 	require.NoError(t, err, "free once the holder is gone")
 	prev, ok, err := b.Previous()
 	require.NoError(t, err)
@@ -82,13 +82,20 @@ func TestTheLockKeepsOneSidecarPerNode(t *testing.T) {
 	handover.NewKeeper(b, self, nil).Close(true)
 	_, err = os.Stat(b.Path())
 	assert.ErrorIs(t, err, os.ErrNotExist, "a sidecar that ends normally leaves no state")
+	_, err = os.Stat(filepath.Join(dir, "j_j-0.lock"))
+	assert.ErrorIs(t, err, os.ErrNotExist, "nor its lock")
+	c, err := handover.Open(dir, "j_j-0")
+	require.NoError(t, err, "a lock removed by its holder is taken anew")
+	c.Close()
+	assert.NotEqual(t, handover.Name(1, "/elastic/", "j", "j-0"), handover.Name(2, "/elastic/", "j", "j-0"), "another cluster's node is another node")
+	assert.NotEqual(t, handover.Name(1, "/elastic/", "j", "j-0"), handover.Name(1, "/other/", "j", "j-0"))
 }
 
 func TestAStateFileWithBadContentsIsIgnored(t *testing.T) {
 	dir := t.TempDir()
 	for _, data := range []string{"", "{", `{"version":1}`, "\x00\xff", validState[:40]} {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "j_j-0.json"), []byte(data), 0o600))
-		s, err := handover.Open(dir, "j", "j-0")
+		s, err := handover.Open(dir, "j_j-0")
 		require.NoError(t, err)
 		_, ok, err := s.Previous()
 		assert.False(t, ok)

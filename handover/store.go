@@ -3,6 +3,7 @@ package handover
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -34,22 +35,25 @@ type Store struct {
 	lock *os.File
 }
 
-// Open takes the lock on the state of job's node in dir, creating dir if
+// Name is the stem of the state file of job's node in the etcd cluster
+// and key prefix given: sidecars of other clusters on the machine (two
+// `coordinator run`s, tests) are other nodes, whatever their names.
+func Name(cluster uint64, prefix, job, node string) string {
+	h := fnv.New32a()
+	_, _ = fmt.Fprintf(h, "%x\x00%s", cluster, prefix)
+	return fmt.Sprintf("%s_%s_%08x", job, node, h.Sum32())
+}
+
+// Open takes the lock on the state named name in dir, creating dir if
 // need be. It returns ErrHeld, naming the holder where it can, while
 // another process holds it.
-func Open(dir, job, node string) (*Store, error) {
+func Open(dir, name string) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
-	base := filepath.Join(dir, job+"_"+node)
-	// O_CLOEXEC: the guard and the training processes must not hold it,
-	// or a live trainer would look like a live sidecar.
-	lock, err := os.OpenFile(base+".lock", os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("state lock: %w", err)
-	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		lock.Close()
+	base := filepath.Join(dir, name)
+	for range 100 {
+		lock, err := lockFile(base + ".lock")
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			holder := "a process"
 			if data, err := os.ReadFile(base + ".json"); err == nil {
@@ -59,9 +63,38 @@ func Open(dir, job, node string) (*Store, error) {
 			}
 			return nil, fmt.Errorf("%w: %s holds %s", ErrHeld, holder, base+".lock")
 		}
-		return nil, fmt.Errorf("state lock: %w", err)
+		if err != nil {
+			return nil, fmt.Errorf("state lock: %w", err)
+		}
+		if lock != nil {
+			return &Store{path: base + ".json", lock: lock}, nil
+		}
 	}
-	return &Store{path: base + ".json", lock: lock}, nil
+	return nil, fmt.Errorf("state lock %s: removed as fast as it is taken", base+".lock")
+}
+
+// lockFile opens and locks path. It returns a nil file (and no error) when
+// path was removed or replaced meanwhile, by a holder that ended: the lock
+// taken is then on a file no one else will look at, and must be taken
+// again on the one at path.
+func lockFile(path string) (*os.File, error) {
+	// O_CLOEXEC: the guard and the training processes must not hold it,
+	// or a live trainer would look like a live sidecar.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, err
+	}
+	held, err1 := f.Stat()
+	named, err2 := os.Stat(path)
+	if err1 != nil || err2 != nil || !os.SameFile(held, named) {
+		f.Close()
+		return nil, nil
+	}
+	return f, nil
 }
 
 // Path is the state file's path.
@@ -108,9 +141,14 @@ func (s *Store) Write(st State) error {
 	return nil
 }
 
-// Remove deletes the state file: the sidecar ended, and left nothing
-// running under a lease it holds.
-func (s *Store) Remove() { _ = os.Remove(s.path) }
+// Remove deletes the state file and its lock, which it still holds: the
+// sidecar ended, and left nothing running under a lease it holds.
+func (s *Store) Remove() {
+	_ = os.Remove(s.path)
+	if s.lock != nil {
+		_ = os.Remove(s.lock.Name())
+	}
+}
 
 // Close releases the lock. The file stays for the next sidecar.
 func (s *Store) Close() {

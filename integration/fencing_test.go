@@ -239,7 +239,8 @@ func TestTwoSidecarsCannotRunOneNode(t *testing.T) {
 	c.running(1, 1)
 	c.waitStarts(1, 1)
 
-	second := c.sidecar("n0", nil, "--np", "1", "--ttl", "2s")
+	// On another machine: its state directory is not the first one's.
+	second := c.sidecar("n0", nil, "--np", "1", "--ttl", "2s", "--state-dir", t.TempDir())
 	assert.Equal(t, 1, second.proc.wait(t), "the second sidecar exits 1")
 	lines := strings.Split(strings.TrimSpace(second.proc.out.String()), "\n")
 	assert.Regexp(t, `^coordinator sidecar: .*node n0 of job dup is registered by another sidecar that is alive`, lines[len(lines)-1])

@@ -23,7 +23,11 @@ func (o *sidecarOptions) takeBack(ctx context.Context, cli *clientv3.Client, key
 	if dir == "" {
 		dir = handover.DefaultDir(o.getenv)
 	}
-	store, err := handover.Open(dir, job, node)
+	resp, err := cli.Get(ctx, keys.Node(job, node), clientv3.WithCountOnly())
+	if err != nil {
+		return nil, fmt.Errorf("read the node's record: %w", err)
+	}
+	store, err := handover.Open(dir, handover.Name(resp.Header.ClusterId, keys.Prefix(), job, node))
 	if errors.Is(err, handover.ErrHeld) {
 		return nil, fmt.Errorf("node %s of job %s: %w; stop it first, or give this sidecar another --node-id", node, job, err)
 	}
@@ -34,11 +38,6 @@ func (o *sidecarOptions) takeBack(ctx context.Context, cli *clientv3.Client, key
 			store.Close()
 		}
 		return handover.Discard(), nil
-	}
-	resp, err := cli.Get(ctx, keys.Node(job, node), clientv3.WithCountOnly())
-	if err != nil {
-		store.Close()
-		return nil, fmt.Errorf("read the node's record: %w", err)
 	}
 	here.Cluster, here.Prefix, here.Job, here.Node = resp.Header.ClusterId, keys.Prefix(), job, node
 	here.TTLSeconds = int64(o.ttl.Seconds())
