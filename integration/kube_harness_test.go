@@ -350,6 +350,7 @@ func startPodRunner(t *testing.T, kube kubernetes.Interface, ns, endpoint string
 // init container would copy — with the container's environment, the
 // downward API's fields filled in from the pod.
 func startInjectedPodRunner(t *testing.T, kube kubernetes.Interface, ns, checkpoints string, toyEnv []string) *kubetest.PodRunner {
+	emptyDirs := t.TempDir()
 	start := func(pod *corev1.Pod) (kubetest.Container, error) {
 		for _, c := range pod.Spec.Containers {
 			if len(c.Command) < 2 || c.Command[0] != "/elastic/coordinator" {
@@ -360,13 +361,21 @@ func startInjectedPodRunner(t *testing.T, kube kubernetes.Interface, ns, checkpo
 			if err != nil {
 				return nil, err
 			}
+			// An emptyDir is the pod's own, and outlives its containers.
+			for _, m := range c.VolumeMounts {
+				for _, v := range pod.Spec.Volumes {
+					if v.Name == m.Name && v.EmptyDir != nil {
+						mounts[m.MountPath] = filepath.Join(emptyDirs, string(pod.UID), m.Name)
+					}
+				}
+			}
 			for _, v := range c.Env {
 				value, err := envValue(t, kube, pod, v)
 				if err != nil {
 					return nil, err
 				}
 				for at, local := range mounts {
-					if strings.HasPrefix(value, at+"/") {
+					if value == at || strings.HasPrefix(value, at+"/") {
 						value = local + strings.TrimPrefix(value, at)
 					}
 				}

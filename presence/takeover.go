@@ -35,11 +35,11 @@ func TakeOver(ctx context.Context, cli *clientv3.Client, keys membership.Keys, r
 	if req.Lease == 0 {
 		return errors.New("take over: no lease")
 	}
-	// An eviction record lives the node's TTL and evictionSlack from its
-	// grant; this one as long from now, and at least as long as any TTL a
-	// sidecar takes.
-	ttl := max(req.TTL, DefaultTTL) + evictionSlack
-	grant, err := cli.Grant(ctx, int64(ttl/time.Second)+1)
+	// An eviction record of the lease lives its TTL and evictionSlack
+	// from its grant, which may come shortly before this: this one lives
+	// twice that TTL, and as long as any TTL a sidecar takes.
+	ttl := 2*max(req.TTL, DefaultTTL) + evictionSlack + time.Second
+	grant, err := cli.Grant(ctx, int64(ttl/time.Second))
 	if err != nil {
 		return fmt.Errorf("take over node %s: grant the record's lease: %w", req.Node, err)
 	}

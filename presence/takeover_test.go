@@ -40,7 +40,7 @@ func TestTakeOver(t *testing.T) {
 	assert.Equal(t, membership.Takeover{Node: "n1", Lease: int64(lease), Pid: rec.Pid, At: rec.At}, rec)
 	recTTL, err := cli.TimeToLive(t.Context(), clientv3.LeaseID(resp.Kvs[0].Lease))
 	require.NoError(t, err)
-	assert.Greater(t, recTTL.GrantedTTL, int64(12), "the record outlives any eviction record of the lease (its TTL and 2 s)")
+	assert.Equal(t, int64(23), recTTL.GrantedTTL, "the record outlives any eviction record of the lease (its TTL and 2 s): twice the TTL and 3 s")
 
 	// A lease already gone (expired, or evicted) is taken over all the same.
 	require.NoError(t, presence.TakeOver(t.Context(), cli, keys, req))

@@ -44,13 +44,18 @@ func (sc Sidecar) jobSecret() bool { return sc.EtcdSecret != "" || sc.Auth }
 
 // Paths inside the pod.
 const (
-	binDir     = "/elastic"
-	binary     = binDir + "/coordinator"
-	tlsDir     = "/etc/elastic/etcd"
-	binVolume  = "elastic-bin"
-	tlsVolume  = "elastic-etcd-tls"
-	initName   = "elastic-install"
-	hashAnnote = "elastic.template-hash"
+	binDir    = "/elastic"
+	binary    = binDir + "/coordinator"
+	tlsDir    = "/etc/elastic/etcd"
+	binVolume = "elastic-bin"
+	// stateDir keeps the sidecar's state for the sidecar of the
+	// container's next start (package handover): an emptyDir lives as
+	// long as the pod, a container's own file system only as long as it.
+	stateDir    = "/var/run/elastic"
+	stateVolume = "elastic-state"
+	tlsVolume   = "elastic-etcd-tls"
+	initName    = "elastic-install"
+	hashAnnote  = "elastic.template-hash"
 )
 
 // templateError is why a role's template cannot take the sidecar: the
@@ -151,7 +156,8 @@ func inject(j Job, r Role, sc Sidecar, command commandOf) (corev1.PodTemplateSpe
 	}
 	c.Command = append(append(wrapped, "--"), training...)
 	c.Args = nil
-	c.VolumeMounts = append(c.VolumeMounts, binMount)
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: stateVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	c.VolumeMounts = append(c.VolumeMounts, binMount, corev1.VolumeMount{Name: stateVolume, MountPath: stateDir})
 	c.Env = append(c.Env, sidecarEnv(j, sc)...)
 	if sc.EtcdSecret != "" {
 		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: tlsVolume, VolumeSource: corev1.VolumeSource{
@@ -176,6 +182,7 @@ func sidecarEnv(j Job, sc Sidecar) []corev1.EnvVar {
 		{Name: "ELASTIC_JOB_ID", Value: j.ID},
 		{Name: "ELASTIC_ETCD_ENDPOINTS", Value: sc.EtcdEndpoints},
 		{Name: "ELASTIC_INTRANET", Value: intranet},
+		{Name: "ELASTIC_STATE_DIR", Value: stateDir},
 		field("POD_NAME", "metadata.name"),
 		field("POD_NAMESPACE", "metadata.namespace"),
 		field("POD_UID", "metadata.uid"),

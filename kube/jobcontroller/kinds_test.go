@@ -247,6 +247,13 @@ func TestTheSidecarIsInjected(t *testing.T) {
 	assert.Equal(t, "status.podIP", env["POD_IP"])
 	assert.Equal(t, "metadata.uid", env["POD_UID"])
 	assert.Equal(t, "elastic-etcd-tls", c.VolumeMounts[len(c.VolumeMounts)-1].Name)
+	// A restarted container finds its predecessor's state: the sidecar
+	// takes its node back at once.
+	assert.Equal(t, "/var/run/elastic", env["ELASTIC_STATE_DIR"])
+	assert.True(t, slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.Name == "elastic-state" && m.MountPath == "/var/run/elastic"
+	}))
+	assert.True(t, slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == "elastic-state" && v.EmptyDir != nil }))
 
 	j.Intranet = jobv1.IntranetHost
 	tmpl, err = inject(j, j.Roles[0], sc, image)
