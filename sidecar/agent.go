@@ -88,7 +88,7 @@ type Config struct {
 	// before the lease is revoked: the last moment the node still acts for
 	// the job, as the in-memory checkpoint's last write to disk needs.
 	BeforeLeave func(ctx context.Context)
-	Logger   hclog.Logger
+	Logger      hclog.Logger
 }
 
 // Observer is told what an agent does. Its methods must not block.
