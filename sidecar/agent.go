@@ -213,13 +213,13 @@ func (a *Agent) Holds() error {
 	return nil
 }
 
-// Members are the members of the generation the node runs, in rank order,
-// or nil while it runs none.
-func (a *Agent) Members() []membership.Member {
+// Members are the generation the node runs and its members, in rank
+// order; 0 and nil while it runs none.
+func (a *Agent) Members() (int64, []membership.Member) {
 	if run := a.runningNow.Load(); run != nil {
-		return run.members
+		return run.generation, run.members
 	}
-	return nil
+	return 0, nil
 }
 
 // Registration is the node's registration, nil before Run registered it.
