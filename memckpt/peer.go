@@ -377,3 +377,15 @@ func (s *Service) storeOf(ctx context.Context, node string) string {
 	}
 	return n.Checkpoint
 }
+
+// PeerNewest asks the sidecar at addr, proving the job's secret, for the
+// Meta of the newest copy it holds; nil if it holds none. It is how a
+// tool (or a test) sees what a node would serve.
+func PeerNewest(ctx context.Context, job string, secret []byte, addr string) (*Meta, error) {
+	a, err := newAuth(job, secret)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{auth: a}
+	return s.head(ctx, addr)
+}
