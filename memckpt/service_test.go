@@ -144,9 +144,9 @@ print(elastic.load()["step"])
 		return c != nil && c.Seq == 5
 	}, 10*time.Second, time.Millisecond, "the newest save never reached b")
 
-	// A node that lost its copy loads the peer's.
-	a.store = newStore(2, 64<<20)
-	out = trainer(t, a, 2, `
+	// A fresh node, which holds nothing, loads its peers' newest.
+	c := startService(t, cli, "job", "c", nb, 64<<20)
+	out = trainer(t, c, 2, `
 import elastic
 print(elastic.load()["step"])
 `)
