@@ -72,6 +72,7 @@ func validateID(id string, sentinel error, maxLength int, pattern *regexp.Regexp
 //	<prefix>jobs/<job>/bridge
 //	<prefix>jobs/<job>/evictions/<node>/<lease>
 //	<prefix>jobs/<job>/takeovers/<node>/<lease>
+//	<prefix>jobs/<job>/secret
 //	<prefix>leader
 //
 // Every prefix it returns ends in "/", so that a range over job "a" can never
@@ -128,6 +129,14 @@ func (k Keys) Status(job string) string { return k.Job(job) + "status" }
 
 // Bridge is the key of the Kubernetes bridge's report on a job.
 func (k Keys) Bridge(job string) string { return k.Job(job) + "bridge" }
+
+// Secret is the key of the job's secret: random bytes, written once by the
+// first sidecar of the job, with which its sidecars prove to each other that
+// they are of the job (memckpt's replica traffic). It lives under the job's
+// prefix, so the job's own etcd user reads it and nobody else's does, and
+// it goes with the job when the job is deleted. ParseJobKey does not know
+// it: no reader of the job's records (coordinator, bridge) needs it.
+func (k Keys) Secret(job string) string { return k.Job(job) + "secret" }
 
 // Autoscaler is the key of the autoscaler's report on a job.
 func (k Keys) Autoscaler(job string) string { return k.Job(job) + "autoscaler" }

@@ -57,7 +57,9 @@ func TestParseJobKey(t *testing.T) {
 		"/elastic/jobs/a/nodes/", "/elastic/jobs/a/nodes/x/y", "/elastic/jobs/a/events/x", "/other/jobs/a/spec",
 		"/elastic/jobs/a/evictions/n", "/elastic/jobs/a/evictions/n/", "/elastic/jobs/a/evictions/n/0", "/elastic/jobs/a/evictions/n/07a",
 		"/elastic/jobs/a/evictions/n/-1", "/elastic/jobs/a/evictions/n/7A", "/elastic/jobs/a/evictions/n/x",
-		"/elastic/jobs/a/takeovers/n", "/elastic/jobs/a/takeovers/n/0", "/elastic/jobs/a/takeovers/n/07a"} {
+		"/elastic/jobs/a/takeovers/n", "/elastic/jobs/a/takeovers/n/0", "/elastic/jobs/a/takeovers/n/07a",
+		// The job's secret is no record the coordinator reads.
+		k.Secret("a")} {
 		_, ok := k.ParseJobKey(key)
 		assert.False(t, ok, key)
 	}

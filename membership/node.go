@@ -94,6 +94,11 @@ type Node struct {
 	// StatefulSet pod's ordinal, if it has one: a job that shrinks keeps
 	// the nodes of the lowest ordinals, the ones the workload keeps.
 	Ordinal *int `json:"ordinal,omitempty"`
+	// Checkpoint is host:port where the node's sidecar serves the job's
+	// in-memory checkpoints to the other sidecars of the job (replicas,
+	// and copies asked for by a node that has none); empty if it serves
+	// none.
+	Checkpoint string `json:"checkpoint,omitempty"`
 }
 
 // Validate reports the first field of n that is out of range.
@@ -123,6 +128,11 @@ func (n Node) Validate() error {
 	default:
 		return fmt.Errorf("node %s: unknown state %q", n.ID, n.State)
 	}
+	if n.Checkpoint != "" {
+		if err := validateHostPort(n.Checkpoint); err != nil {
+			return fmt.Errorf("node %s: checkpoint address %q: %v", n.ID, n.Checkpoint, err)
+		}
+	}
 	if n.Generation < 0 || n.LeaseLosses < 0 || (n.Ordinal != nil && *n.Ordinal < 0) {
 		return fmt.Errorf("node %s: negative generation, lease losses or ordinal", n.ID)
 	}
@@ -150,4 +160,21 @@ func DecodeNode(data []byte) (Node, error) {
 		return Node{}, fmt.Errorf("%w: %v", ErrInvalidRecord, err)
 	}
 	return n, nil
+}
+
+// validateHostPort checks that addr is host:port with a host and a port in
+// range.
+func validateHostPort(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if host == "" {
+		return fmt.Errorf("no host")
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("port %q out of range", port)
+	}
+	return nil
 }

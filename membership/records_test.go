@@ -1,6 +1,7 @@
 package membership_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -37,6 +38,10 @@ func TestDecodeNode(t *testing.T) {
 	n, err := membership.DecodeNode([]byte(good))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"10.0.0.1:7000", "10.0.0.1:7001"}, n.Endpoints())
+	withCheckpoint := strings.Replace(good, `"generation":3`, `"generation":3,"checkpoint":"10.0.0.1:7100"`, 1)
+	n, err = membership.DecodeNode([]byte(withCheckpoint))
+	require.NoError(t, err)
+	assert.Equal(t, "10.0.0.1:7100", n.Checkpoint)
 	for _, bad := range []string{
 		`{"id":"n0","role":"worker","host":"h","ports":[7000],"nproc":2,"masterPort":6000,"state":"running"}`,
 		`{"id":"n0","role":"worker","host":"h","ports":[0],"nproc":1,"masterPort":6000,"state":"running"}`,
@@ -45,6 +50,9 @@ func TestDecodeNode(t *testing.T) {
 		`{"id":"n0","role":"worker","host":"h","ports":[1],"nproc":1,"masterPort":6000,"state":"dancing"}`,
 		`{"id":"../x","role":"worker","host":"h","ports":[1],"nproc":1,"masterPort":6000,"state":"running"}`,
 		`{"id":"n0","role":"worker","host":"h","ports":[1],"nproc":1,"masterPort":70000,"state":"running"}`,
+		`{"id":"n0","role":"worker","host":"h","ports":[1],"nproc":1,"masterPort":6000,"state":"running","checkpoint":"h"}`,
+		`{"id":"n0","role":"worker","host":"h","ports":[1],"nproc":1,"masterPort":6000,"state":"running","checkpoint":":7000"}`,
+		`{"id":"n0","role":"worker","host":"h","ports":[1],"nproc":1,"masterPort":6000,"state":"running","checkpoint":"h:0"}`,
 	} {
 		_, err := membership.DecodeNode([]byte(bad))
 		assert.ErrorIs(t, err, membership.ErrInvalidRecord, bad)
@@ -115,7 +123,8 @@ func FuzzDecodeSpec(f *testing.F) {
 
 func FuzzDecodeNode(f *testing.F) {
 	fuzzDecoder(f, membership.DecodeNode, `{"id":"n0","role":"worker","host":"h","ports":[7000],"nproc":1,"masterPort":6000,"state":"running","generation":3,"exitCode":1}`,
-		`{"id":"w-3","role":"worker","host":"h","ports":[7000],"nproc":1,"masterPort":6000,"state":"leaving","generation":3,"ordinal":3}`)
+		`{"id":"w-3","role":"worker","host":"h","ports":[7000],"nproc":1,"masterPort":6000,"state":"leaving","generation":3,"ordinal":3}`,
+		`{"id":"w-4","role":"worker","host":"h","ports":[7000],"nproc":1,"masterPort":6000,"state":"running","generation":3,"checkpoint":"[fd00::1]:7100"}`)
 }
 
 func FuzzDecodePlan(f *testing.F) {

@@ -187,6 +187,15 @@ func (r *Registration) Lease() clientv3.LeaseID {
 	return r.lease
 }
 
+// Deadline returns the current lease and the time by which the node must
+// act as fenced unless the lease is renewed again; lease 0 while the node
+// is not registered.
+func (r *Registration) Deadline() (clientv3.LeaseID, time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lease, r.fenceAt
+}
+
 // Renewals counts the successful lease renewals.
 func (r *Registration) Renewals() int64 { return r.renewals.Load() }
 

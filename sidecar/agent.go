@@ -87,7 +87,12 @@ type Config struct {
 	OnLease func(lease int64)
 	// Observer, if set, is told what the agent does (for metrics).
 	Observer Observer
-	Logger   hclog.Logger
+	// BeforeLeave, if set, runs when the node leaves the job (it ended, or
+	// the sidecar was told to stop), once the workload has stopped and
+	// before the lease is revoked: the last moment the node still acts for
+	// the job, as the in-memory checkpoint's last write to disk needs.
+	BeforeLeave func(ctx context.Context)
+	Logger      hclog.Logger
 }
 
 // Observer is told what an agent does. Its methods must not block.
@@ -118,6 +123,9 @@ type Agent struct {
 	abandon chan struct{}
 	once    sync.Once
 	current atomic.Pointer[presence.Registration]
+	// running is what Fence checks: the generation whose processes run
+	// and the lease they run under; zero when none runs.
+	runningNow atomic.Pointer[runningGen]
 
 	// Owned by the Run goroutine.
 	reg          *presence.Registration
@@ -159,6 +167,66 @@ func New(cfg Config) (*Agent, error) {
 		cfg: cfg, logger: cfg.Logger.Named("sidecar").With("job", cfg.Job, "node", cfg.Node.ID),
 		abandon: make(chan struct{}),
 	}, nil
+}
+
+// runningGen is a generation started under a lease, with its plan.
+type runningGen struct {
+	generation int64
+	lease      int64
+	members    []membership.Member
+}
+
+// ErrFenced is returned by Fence: a process of that generation may not
+// act for the job any more.
+var ErrFenced = errors.New("sidecar: fenced")
+
+// Fence says whether a process of generation may still store anything for
+// the job: the generation must be the one the node runs, under the lease
+// the node still holds, before its deadline. It is the rule of the guard's
+// commits (guard.CommitRequest), for what the sidecar stores itself.
+func (a *Agent) Fence(generation int64) error {
+	reg := a.current.Load()
+	if reg == nil {
+		return fmt.Errorf("%w: the node is not registered", ErrFenced)
+	}
+	lease, deadline := reg.Deadline()
+	run := a.runningNow.Load()
+	switch {
+	case lease == 0:
+		return fmt.Errorf("%w: this node was fenced out: its lease is lost", ErrFenced)
+	case run == nil:
+		return fmt.Errorf("%w: generation %d is over; this node runs none", ErrFenced, generation)
+	case run.generation != generation:
+		return fmt.Errorf("%w: generation %d is over; this node runs generation %d", ErrFenced, generation, run.generation)
+	case run.lease != int64(lease):
+		return fmt.Errorf("%w: this node was fenced out: generation %d ran under a lost lease", ErrFenced, generation)
+	case !time.Now().Before(deadline):
+		return fmt.Errorf("%w: the lease deadline has passed", ErrFenced)
+	}
+	return nil
+}
+
+// Holds says whether the node still holds its lease before its deadline,
+// running or not: what a write for the job on its behalf needs.
+func (a *Agent) Holds() error {
+	reg := a.current.Load()
+	if reg == nil {
+		return fmt.Errorf("%w: the node is not registered", ErrFenced)
+	}
+	lease, deadline := reg.Deadline()
+	if lease == 0 || !time.Now().Before(deadline) {
+		return fmt.Errorf("%w: this node does not hold its lease", ErrFenced)
+	}
+	return nil
+}
+
+// Members are the generation the node runs and its members, in rank
+// order; 0 and nil while it runs none.
+func (a *Agent) Members() (int64, []membership.Member) {
+	if run := a.runningNow.Load(); run != nil {
+		return run.generation, run.members
+	}
+	return 0, nil
 }
 
 // Registration is the node's registration, nil before Run registered it.
@@ -232,6 +300,9 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 			a.markLeaving(context.WithoutCancel(ctx))
 		}
 		a.stopWorkload(context.WithoutCancel(ctx), grace)
+		if revoke && a.cfg.BeforeLeave != nil {
+			a.cfg.BeforeLeave(context.WithoutCancel(ctx))
+		}
 		var err error
 		if revoke {
 			leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -324,7 +395,12 @@ func (a *Agent) follow(ctx context.Context, p membership.Plan) (Result, bool) {
 		}
 		a.stopWorkload(ctx, a.cfg.StopGrace)
 		a.startedGen = p.Generation
+		// Fence lets the processes store from their first instant.
+		a.runningNow.Store(&runningGen{generation: p.Generation, lease: m.Lease, members: p.Members})
 		exits, err := a.cfg.Workload.Start(ctx, Assignment{Job: a.cfg.Job, Plan: p, Member: m})
+		if err != nil {
+			a.runningNow.Store(nil)
+		}
 		if err != nil && a.reg.Lease() != clientv3.LeaseID(m.Lease) {
 			a.logger.Warn("generation not started: the lease was lost meanwhile", "generation", p.Generation)
 			return Result{}, false
@@ -367,6 +443,7 @@ func (a *Agent) childExited(ctx context.Context, ex Exit) {
 // stopWorkload stops the workload and returns when nothing of it is left,
 // even of processes whose leader already exited.
 func (a *Agent) stopWorkload(ctx context.Context, grace time.Duration) {
+	a.runningNow.Store(nil) // the generation is over: nothing of it stores
 	if err := a.cfg.Workload.Stop(ctx, grace); err != nil {
 		a.logger.Error("stop workload", "error", err)
 	}

@@ -13,13 +13,16 @@ type Processes struct {
 	Launcher *launcher.Launcher
 	// Gloo is PaddlePaddle's gloo level (trainerenv.Node.Gloo).
 	Gloo int
+	// Checkpoint is where the processes find the sidecar's checkpoint
+	// store (trainerenv.Node.Checkpoint); none if empty.
+	Checkpoint trainerenv.Checkpoint
 }
 
 var _ Workload = (*Processes)(nil)
 
 // Start implements Workload.
 func (p *Processes) Start(_ context.Context, a Assignment) (<-chan Exit, error) {
-	exits, err := p.Launcher.Start(ProcsOf(a, p.Gloo), a.Member.Lease)
+	exits, err := p.Launcher.Start(procsOf(a, p.Gloo, p.Checkpoint), a.Member.Lease)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +54,12 @@ func (p *Processes) SetDeadline(lease int64, at time.Time) {
 // ProcsOf is what the launcher starts for a member: one process per port,
 // each with the environment package trainerenv gives it.
 func ProcsOf(a Assignment, gloo int) launcher.Procs {
+	return procsOf(a, gloo, trainerenv.Checkpoint{})
+}
+
+func procsOf(a Assignment, gloo int, ckpt trainerenv.Checkpoint) launcher.Procs {
 	n := trainerenv.Of(a.Job, a.Plan).Node(a.Member, gloo)
+	n.Checkpoint = ckpt
 	m := a.Member
 	p := launcher.Procs{Generation: n.Number, Role: string(m.Role), NodeRank: m.Rank, GlobalRankBase: m.GlobalRank,
 		WorldSize: n.WorldSize(), Env: make([][]string, len(m.Ports))}

@@ -34,6 +34,19 @@ type Node struct {
 	// starts (a collective job's first worker starts its own at its
 	// endpoint).
 	Gloo int
+	// Checkpoint is where the node's sidecar keeps checkpoints in memory;
+	// empty where it keeps none.
+	Checkpoint Checkpoint
+}
+
+// Checkpoint says where a node's processes find the sidecar's checkpoint
+// store (package memckpt) and its Python module.
+type Checkpoint struct {
+	// Socket is the store's abstract unix socket, '@name'.
+	Socket string
+	// PythonPath is the processes' whole PYTHONPATH: the directory of the
+	// module elastic.py, then the path the user had, kept.
+	PythonPath string
 }
 
 // Node is member m's place in g, whose sidecar runs with gloo level gloo.

@@ -25,6 +25,8 @@ type envCase struct {
 	job  string
 	gloo int
 	plan membership.Plan
+	// checkpoint is the sidecar's checkpoint store, if it keeps one.
+	checkpoint trainerenv.Checkpoint
 }
 
 func envCases() []envCase {
@@ -58,6 +60,14 @@ func envCases() []envCase {
 				m("w1", membership.RoleWorker, 1, 1, "10.1.0.2", 8118),
 				m("p0", membership.RolePS, 0, 0, "10.1.0.5", 8119),
 			}}},
+		// A sidecar that keeps checkpoints in memory: its socket, and its
+		// module's directory before the user's PYTHONPATH.
+		{name: "checkpoint", job: "ckpt", checkpoint: trainerenv.Checkpoint{Socket: "@elastic-checkpoint-41-ab12", PythonPath: "/tmp/elastic-41/python:/home/u/lib"},
+			plan: membership.Plan{Generation: 2, Phase: membership.PhaseRun, WorldSize: 2,
+				Master: "10.0.0.1:29500", Members: []membership.Member{
+					m("w0", membership.RoleWorker, 0, 0, "10.0.0.1", 7000),
+					m("w1", membership.RoleWorker, 1, 1, "10.0.0.2", 7000),
+				}}},
 		// IPv6: the ConfigMap's PADDLE_MASTER has no brackets, a process's has.
 		{name: "ipv6", job: "v6", plan: membership.Plan{Generation: 3, Phase: membership.PhaseRun, WorldSize: 2,
 			Master: "[fd00::1]:29500", Members: []membership.Member{
@@ -81,6 +91,7 @@ func TestGolden(t *testing.T) {
 			fmt.Fprintf(&b, "# job %s, generation %d, gloo %d\n", tc.job, tc.plan.Generation, tc.gloo)
 			for _, member := range tc.plan.Members {
 				node := g.Node(member, tc.gloo)
+				node.Checkpoint = tc.checkpoint
 				for local := range member.Ports {
 					fmt.Fprintf(&b, "\n== process: node %s, %s rank %d, local rank %d\n", member.Node, member.Role, member.Rank, local)
 					for _, kv := range node.Env(local) {

@@ -11,7 +11,14 @@ const (
 	ElasticNodeRank     = "ELASTIC_NODE_RANK"
 	ElasticNNodes       = "ELASTIC_NNODES"
 	ElasticRole         = "ELASTIC_ROLE"
+	// ElasticCheckpointSocket names the sidecar's checkpoint store
+	// (package memckpt), an abstract unix socket written with a leading '@'.
+	ElasticCheckpointSocket = "ELASTIC_CHECKPOINT_SOCKET"
 )
+
+// Python's own: the module search path, with the directory of the sidecar's
+// module elastic.py first and the user's path after it.
+const PythonPath = "PYTHONPATH"
 
 // PyTorch: torchrun's.
 const (

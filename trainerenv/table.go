@@ -61,6 +61,10 @@ var table = []variable{
 	{name: ElasticNodeRank, in: inProcess, value: func(v view) string { return itoa(v.node.Member.Rank) }},
 	{name: ElasticNNodes, in: inProcess, value: nnodes},
 	{name: ElasticRole, in: inProcess, value: roleName},
+	{name: ElasticCheckpointSocket, in: inProcess, value: func(v view) string { return v.node.Checkpoint.Socket },
+		when: func(v view) bool { return v.node.Checkpoint.Socket != "" }},
+	{name: PythonPath, in: inProcess, value: func(v view) string { return v.node.Checkpoint.PythonPath },
+		when: func(v view) bool { return v.node.Checkpoint.PythonPath != "" }},
 
 	// PyTorch (torchrun's names).
 	{name: Rank, in: inProcess, value: globalRank},

@@ -36,6 +36,7 @@ func newRunCommand(env lookupEnv) *cobra.Command {
 		logs                               logOptions
 		npOrigin                           origin
 		faultToleranceErr                  error
+		checkpoint                         checkpointOptions
 	)
 	cmd := &cobra.Command{
 		Use:   "run --np N|MIN:MAX [--nproc-per-node K] [--log-dir DIR] -- CMD [ARGS...]",
@@ -91,6 +92,9 @@ signal kills them at once).`,
 			case grace < 0:
 				return usagef("--grace-period %s: must not be negative", grace)
 			}
+			if _, err := checkpoint.validate(); err != nil {
+				return err
+			}
 			spec := membership.DefaultSpec(target)
 			spec.FaultTolerance, spec.MaxRestarts = faultTolerance, maxRestarts
 			spec.SuccessPolicy, spec.Name = membership.SuccessPolicy(successPolicy), job.specName(id)
@@ -121,6 +125,7 @@ signal kills them at once).`,
 			if withGloo > 0 {
 				sidecarArgs = append(sidecarArgs, fmt.Sprintf("--with-gloo=%d", withGloo))
 			}
+			sidecarArgs = append(sidecarArgs, checkpoint.args()...)
 			ctx, signals := signalContext(cmd.Context())
 			code, err := localrun.Run(ctx, localrun.Config{
 				Executable: exe, Job: id, Spec: spec, NProc: nproc, Command: args, DataDir: dataDir, ClientURL: listen,
@@ -158,6 +163,7 @@ signal kills them at once).`,
 	fs.Lookup("with-gloo").NoOptDefVal = "1"
 	fs.StringVar(&logLevel, "log-level", "warn", "log level of the coordinator and sidecars")
 	logs.register(fs, "")
+	checkpoint.register(fs, env, false)
 	return cmd
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -58,6 +59,7 @@ type sidecarOptions struct {
 	listenMetrics  string
 	stateDir       string
 	getenv         func(string) string
+	checkpoint     checkpointOptions
 	envErr         error // a variable that cannot be read
 }
 
@@ -148,6 +150,7 @@ it; --tee says whose output still reaches the terminal.`,
 		"where the sidecar keeps what its successor on this machine needs to take the node back at once (a file per job and node); "+
 			"empty: $XDG_RUNTIME_DIR/elastic-sidecar, or elastic-sidecar-UID in the temporary directory"+envNote("ELASTIC_STATE_DIR"))
 	fs.StringVar(&o.listenMetrics, "listen-metrics", "", "serve this node's Prometheus metrics on this address (host:port); none if empty")
+	o.checkpoint.register(fs, env, true)
 	return cmd
 }
 
@@ -321,6 +324,9 @@ func (o *sidecarOptions) validate() (jobID string, node membership.Node, spec *m
 	if _, err := o.logs.parse(); err != nil {
 		return "", node, nil, err
 	}
+	if _, err := o.checkpoint.validate(); err != nil {
+		return "", node, nil, err
+	}
 	return jobID, node, spec, nil
 }
 
@@ -376,6 +382,10 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 		defer stopMetrics()
 		observer = m
 	}
+	ckpt, ckptEnv, err := o.checkpoint.start(ctx, cli, keys, jobID, &node, logger)
+	if err != nil {
+		return err
+	}
 	var agent *sidecar.Agent
 	l, err := launcher.New(launcher.Config{
 		Command: command, Env: os.Environ(), Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(), Logger: logger,
@@ -387,13 +397,22 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 		return usageError{err}
 	}
 	defer l.Close()
+	var workload sidecar.Workload = &sidecar.Processes{Launcher: l, Gloo: o.gloo, Checkpoint: ckptEnv}
+	var beforeLeave func(context.Context)
+	if ckpt != nil {
+		defer ckpt.Close()
+		workload, beforeLeave = checkpointedWorkload{Workload: workload, store: ckpt}, ckpt.WriteDisk
+	}
 	agent, err = sidecar.New(sidecar.Config{
 		Place: presence.Place{Client: cli, Keys: keys, Job: jobID, Node: node, TTL: o.ttl, FenceMargin: o.fenceMargin}, Spec: spec,
-		Workload: &sidecar.Processes{Launcher: l, Gloo: o.gloo}, StopGrace: o.grace, WaitTimeout: o.waitTimeout,
-		Observer: observer, Logger: logger, OnLease: keeper.Lease,
+		Workload: workload, StopGrace: o.grace, WaitTimeout: o.waitTimeout,
+		Observer: observer, Logger: logger, OnLease: keeper.Lease, BeforeLeave: beforeLeave,
 	})
 	if err != nil {
 		return usageError{err}
+	}
+	if ckpt != nil {
+		ckpt.Start(agent)
 	}
 	res, err := agent.Run(ctx)
 	if o.holdWhenDone && err == nil && ctx.Err() == nil {

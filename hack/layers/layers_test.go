@@ -26,8 +26,9 @@ var layers = [][]string{
 	{"api/v1", "english", "guard"},
 	// The etcd schema.
 	{"membership"},
-	// What lives on the schema, and what needs nothing of etcd.
-	{"presence", "etcdauth", "trainerenv", "autoscale"},
+	// What lives on the schema, and what needs nothing of etcd; the
+	// sidecars' checkpoint store.
+	{"presence", "etcdauth", "trainerenv", "autoscale", "memckpt"},
 	// The leader's loop, the client API, the trainers' supervisor.
 	{"coordinator", "jobclient", "launcher"},
 	// The sidecar; the Kubernetes wing's shared parts.

@@ -1,0 +1,134 @@
+package integration
+
+import (
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/memckpt"
+)
+
+// checkpointTrainer saves to the sidecar's memory with elastic.py, and
+// logs what it loads and what the store answers to CKPT_DIR/log.
+const checkpointTrainer = `
+import os, signal, sys, time
+import torch, elastic
+gen, rank, d = int(os.environ["ELASTIC_GENERATION"]), int(os.environ["RANK"]), os.environ["CKPT_DIR"]
+def log(*a):
+    with open(os.path.join(d, "log"), "a") as f:
+        f.write(" ".join(str(x) for x in a) + "\n")
+def wait_for(name):
+    while not os.path.exists(os.path.join(d, name)):
+        time.sleep(0.01)
+stop = []
+signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+st = elastic.load()
+step = -1 if st is None else st["step"]
+log("load", gen, rank, step, -1 if st is None else int(st["w"].sum()))
+open(os.path.join(d, "loaded-%d-%d" % (gen, rank)), "w").close()
+w = torch.zeros(1000) if st is None else st["w"]
+if gen == 1 and rank == 1:
+    wait_for("saved1")
+    sys.exit(3)
+if gen == 1:
+    for step in range(10):
+        w += 1
+        elastic.save({"w": w, "step": step})
+    elastic.flush()
+    open(os.path.join(d, "saved1"), "w").close()
+    while not stop:
+        time.sleep(0.01)
+    # Generation 1 is over: whatever this process saves is refused.
+    try:
+        elastic.save({"w": w, "step": 100})
+        elastic.flush()
+        log("stale stored")
+    except elastic.FencedError as e:
+        log("fenced", e)
+    sys.exit(0)
+if gen == 2 and rank == 0:
+    wait_for("loaded-2-1")  # both load the same copy
+    for step in range(step + 1, step + 11):
+        w += 1
+        elastic.save({"w": w, "step": step})
+    elastic.flush()
+    open(os.path.join(d, "saved2"), "w").close()
+if gen == 2:
+    while True:
+        time.sleep(1)
+`
+
+func TestMemoryCheckpointsSurviveTrainersAndNodes(t *testing.T) {
+	requireTorch(t)
+	t.Parallel()
+	dir := t.TempDir()
+	script := filepath.Join(dir, "train.py")
+	require.NoError(t, os.WriteFile(script, []byte(checkpointTrainer), 0o644))
+	r := startRun(t, []string{"--np", "2", "--job", "ckpt", "--ttl", "2s", "--grace-period", "5s"}, []string{python, script}, "CKPT_DIR="+dir)
+	logLines := func(prefix string) []string {
+		data, _ := os.ReadFile(filepath.Join(dir, "log"))
+		var out []string
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(l, prefix) {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	waitLines := func(prefix string, n int) []string {
+		t.Helper()
+		require.Eventually(t, func() bool { return len(logLines(prefix)) >= n }, 90*time.Second, 10*time.Millisecond,
+			"never %d lines %q; log:\n%s", n, prefix, strings.Join(logLines(""), "\n"))
+		return logLines(prefix)
+	}
+
+	// Generation 1 ends when rank 1 fails; rank 0, still running in its
+	// grace period, saves again and is refused.
+	fenced := waitLines("fenced ", 1)
+	assert.Contains(t, fenced[0], "generation 1 is over")
+	assert.Empty(t, logLines("stale stored"))
+
+	// Both new trainers load the last save of generation 1, from memory.
+	assert.ElementsMatch(t, []string{"load 2 0 9 10000", "load 2 1 9 10000"}, waitLines("load 2 ", 2))
+
+	// Once node default-1 holds generation 2's newest save as a replica,
+	// node default-0 is killed whole: its memory is gone, and generation
+	// 3 loads from the replica.
+	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, "saved2")); return err == nil },
+		60*time.Second, 10*time.Millisecond)
+	secret := mustGetClient(t, r, membership.DefaultKeys().Secret("ckpt"))
+	resp, err := r.cli.Get(t.Context(), membership.DefaultKeys().Node("ckpt", "ckpt-1"))
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1)
+	peer, err := membership.DecodeNode(resp.Kvs[0].Value)
+	require.NoError(t, err)
+	require.NotEmpty(t, peer.Checkpoint, "a node advertises its checkpoint address")
+	require.Eventually(t, func() bool {
+		m, err := memckpt.PeerNewest(t.Context(), "ckpt", mustHex(t, secret), peer.Checkpoint)
+		return err == nil && m != nil && m.Generation == 2 && m.Seq == 10
+	}, 30*time.Second, 10*time.Millisecond, "the replica never reached node ckpt-1")
+	require.NoError(t, syscall.Kill(r.sidecarPid("ckpt-0"), syscall.SIGKILL))
+
+	assert.ElementsMatch(t, []string{"load 3 0 19 20000", "load 3 1 19 20000"}, waitLines("load 3 ", 2))
+}
+
+func mustHex(t *testing.T, b []byte) []byte {
+	out, err := hex.DecodeString(string(b))
+	require.NoError(t, err)
+	return out
+}
+
+func mustGetClient(t *testing.T, r *localRun, key string) []byte {
+	resp, err := r.cli.Get(t.Context(), key)
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1)
+	return resp.Kvs[0].Value
+}

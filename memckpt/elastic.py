@@ -1,0 +1,461 @@
+"""Checkpoints held in memory by the node's sidecar (elastic training coordinator).
+
+    import elastic
+
+    state = elastic.load("ckpt.pt")   # the newest copy the job has, or None
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start = state["step"] + 1
+    for step in range(start, steps):
+        ...
+        elastic.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                      "step": step}, "ckpt.pt")
+    elastic.flush()
+
+save() copies the state's tensors (torch tensors, numpy arrays) into a buffer
+at once, so the caller may step the optimizer as soon as it returns, and sends
+them to the node's sidecar in a background thread. The sidecar keeps the copy
+in its memory (it outlives this process), pushes it to another node's sidecar
+(it outlives this node) and writes it to `path` at a slower interval. A save
+made while an earlier one is still on its way replaces any that waits: the
+newest wins. The error of a save (FencedError: this process's generation is
+over; TooLargeError: the state does not fit the node's checkpoint memory) is
+raised by the next save() or by flush().
+
+load() returns the newest complete copy among this node's sidecar, the other
+sidecars of the job, and the file at `path`; tensors come back on the CPU.
+
+Outside a sidecar (no ELASTIC_CHECKPOINT_SOCKET) save and load use the file
+at `path` alone, so the script runs on its own. The module uses the standard
+library only; torch and numpy are used when they are there.
+"""
+
+import atexit
+import ctypes
+import io
+import json
+import os
+import pickle
+import socket
+import struct
+import threading
+import zlib
+
+__all__ = ["save", "load", "flush", "CheckpointError", "FencedError", "TooLargeError"]
+
+SOCKET_ENV = "ELASTIC_CHECKPOINT_SOCKET"
+
+try:
+    import torch
+except ImportError:  # pragma: no cover - torch is optional
+    torch = None
+try:
+    import numpy
+except ImportError:  # pragma: no cover - numpy is optional
+    numpy = None
+
+
+class CheckpointError(RuntimeError):
+    """A save or load that failed."""
+
+
+class FencedError(CheckpointError):
+    """This process's generation is over, or its node was fenced out: it can store nothing."""
+
+
+class TooLargeError(CheckpointError):
+    """The state does not fit the node's checkpoint memory (--checkpoint-memory)."""
+
+
+# The frame of the sidecar's socket (memckpt/frame.go).
+_HEADER = struct.Struct("<4sB3xIQ")
+_MAGIC = b"EMC1"
+_OP_SAVE, _OP_LOAD, _OP_READY, _OP_REPLY = 1, 2, 7, 8
+# The file on disk (memckpt/diskfile.go).
+_FILE_MAGIC = b"ELCKPT01"
+# The payload: magic, skeleton length, pickled skeleton, padding, tensor bytes.
+_PAYLOAD = struct.Struct("<4sI")
+_PAYLOAD_MAGIC = b"EPY1"
+_ALIGN = 64
+
+
+def _env_int(name, default=0):
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def _aligned(n):
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles the state's skeleton: each tensor becomes a reference to its bytes."""
+
+    def __init__(self, f, arrays):
+        super().__init__(f, protocol=pickle.HIGHEST_PROTOCOL)
+        self.arrays = arrays  # [(kind, obj, offset, nbytes)]
+        self.total = 0
+
+    def persistent_id(self, obj):
+        if torch is not None and isinstance(obj, torch.Tensor):
+            if obj.layout != torch.strided or obj.is_quantized:
+                return None
+            n = obj.numel() * obj.element_size()
+            ref = ("torch", str(obj.dtype).rsplit(".", 1)[-1], tuple(obj.shape), self.total, n)
+        elif numpy is not None and type(obj) is numpy.ndarray and not obj.dtype.hasobject:
+            n = obj.nbytes
+            ref = ("numpy", obj.dtype.str, tuple(obj.shape), self.total, n)
+        else:
+            return None
+        self.arrays.append((ref[0], obj, self.total, n))
+        self.total += _aligned(n)
+        return ref
+
+
+class _Buffer:
+    """Memory the tensors are copied into, reused from save to save."""
+
+    def __init__(self, size):
+        self.size = size
+        if torch is not None:
+            self.tensor = torch.empty(max(size, 1), dtype=torch.uint8)
+            self.address = self.tensor.data_ptr()
+        else:
+            self.tensor = bytearray(max(size, 1))
+            self.address = ctypes.addressof(ctypes.c_char.from_buffer(self.tensor))
+
+    def view(self, n):
+        """A memoryview of the first n bytes, with no copy."""
+        return memoryview((ctypes.c_char * max(n, 1)).from_address(self.address)).cast("B")[:n]
+
+
+def _copy_in(arrays, buf):
+    for kind, obj, off, n in arrays:
+        if n == 0:
+            continue
+        if kind == "torch":
+            dst = buf.tensor[off:off + n].view(obj.dtype).view(obj.shape)
+            dst.copy_(obj.detach())
+        else:
+            dst = numpy.frombuffer(buf.view(off + n), dtype=obj.dtype, count=obj.size, offset=off)
+            dst.reshape(obj.shape)[...] = obj
+
+
+class _Snapshot:
+    """One save: its skeleton, its tensors' bytes in a buffer, and where it goes."""
+
+    def __init__(self, prefix, buf, total, seq, path):
+        self.prefix, self.buf, self.total, self.seq, self.path = prefix, buf, total, seq, path
+
+    @property
+    def size(self):
+        return len(self.prefix) + self.total
+
+    def chunks(self):
+        return [self.prefix, self.buf.view(self.total)]
+
+
+def _capture(state, buf, seq, path):
+    """The synchronous part of save: pickle the skeleton, copy the tensors."""
+    arrays = []
+    f = io.BytesIO()
+    f.write(b"\0" * _PAYLOAD.size)
+    p = _Pickler(f, arrays)
+    p.dump(state)
+    skel_len = f.tell() - _PAYLOAD.size
+    f.write(b"\0" * (_aligned(f.tell()) - f.tell()))
+    prefix = bytearray(f.getbuffer())
+    _PAYLOAD.pack_into(prefix, 0, _PAYLOAD_MAGIC, skel_len)
+    if buf is None or buf.size < p.total:
+        buf = _Buffer(p.total)
+    _copy_in(arrays, buf)
+    return _Snapshot(bytes(prefix), buf, p.total, seq, path)
+
+
+def _decode(body):
+    """The state of a payload; tensors share the payload's memory."""
+    magic, skel_len = _PAYLOAD.unpack_from(body, 0)
+    if magic != _PAYLOAD_MAGIC:
+        raise CheckpointError("not a checkpoint written by elastic.save")
+    start = _PAYLOAD.size
+    base = _aligned(start + skel_len)
+
+    class _Unpickler(pickle.Unpickler):
+        def persistent_load(self, ref):
+            kind, dtype, shape, off, n = ref
+            if kind == "torch":
+                if torch is None:
+                    raise CheckpointError("the checkpoint holds torch tensors: import torch")
+                dt = getattr(torch, dtype)
+                if n == 0:
+                    return torch.empty(shape, dtype=dt)
+                return torch.frombuffer(body, dtype=dt, count=n // torch.empty((), dtype=dt).element_size(),
+                                        offset=base + off).view(shape)
+            if numpy is None:
+                raise CheckpointError("the checkpoint holds numpy arrays: import numpy")
+            dt = numpy.dtype(dtype)
+            count = n // dt.itemsize if dt.itemsize else 0
+            return numpy.frombuffer(body, dtype=dt, count=count, offset=base + off).reshape(shape)
+
+    return _Unpickler(io.BytesIO(memoryview(body)[start:start + skel_len])).load()
+
+
+def _order(meta):
+    """What orders copies, as the sidecar does (memckpt.Meta.Newer)."""
+    return (meta.get("generation", 0), meta.get("seq", 0), -meta.get("rank", 0), _Inverse(meta.get("node", "")))
+
+
+class _Inverse(str):
+    """A string that sorts backwards: the lower node wins a tie."""
+
+    def __lt__(self, other):
+        return str.__gt__(self, other)
+
+    def __gt__(self, other):
+        return str.__lt__(self, other)
+
+
+def _read_exact(sock, n):
+    out = bytearray(n)
+    view = memoryview(out)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if k == 0:
+            raise CheckpointError("the sidecar hung up")
+        got += k
+    return out
+
+
+def _read_frame(sock):
+    magic, op, meta_len, body_len = _HEADER.unpack(_read_exact(sock, _HEADER.size))
+    if magic != _MAGIC:
+        raise CheckpointError("the sidecar spoke another protocol")
+    meta = json.loads(bytes(_read_exact(sock, meta_len))) if meta_len else {}
+    return op, meta, body_len
+
+
+def _refusal(reply):
+    kind = reply.get("kind")
+    cls = FencedError if kind == "fenced" else TooLargeError if kind == "too_large" else CheckpointError
+    return cls(reply.get("error", "the sidecar refused"))
+
+
+def _connect(name):
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    addr = "\0" + name[1:] if name.startswith("@") else name
+    try:
+        sock.connect(addr)
+    except OSError as e:
+        sock.close()
+        raise CheckpointError("the sidecar's checkpoint store at %s is unreachable: %s" % (name, e)) from None
+    return sock
+
+
+def _write_file(path, meta, chunks):
+    """Writes a copy to path atomically, as the sidecar does."""
+    crc = 0
+    for c in chunks:
+        crc = zlib.crc32(c, crc)
+    meta = dict(meta, size=sum(len(c) for c in chunks), crc32=crc)
+    head = json.dumps(meta).encode()
+    d = os.path.dirname(path) or "."
+    os.makedirs(d, exist_ok=True)
+    tmp = os.path.join(d, ".%s.tmp-%d" % (os.path.basename(path), os.getpid()))
+    with open(tmp, "wb") as f:
+        f.write(_FILE_MAGIC + struct.pack("<I", len(head)) + head)
+        for c in chunks:
+            f.write(c)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _read_file_meta(path):
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+            if len(head) < 12 or head[:8] != _FILE_MAGIC:
+                return None, 0
+            (n,) = struct.unpack("<I", head[8:12])
+            return json.loads(f.read(n)), 12 + n
+    except (OSError, ValueError):
+        return None, 0
+
+
+def _read_file(path, meta, offset):
+    with open(path, "rb") as f:
+        f.seek(offset)
+        body = bytearray(meta["size"])
+        if f.readinto(body) != len(body) or zlib.crc32(body) != meta.get("crc32"):
+            return None
+    return body
+
+
+class _Saver:
+    """The process's saves: the newest waits while one is sent."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.pending = None
+        self.inflight = None
+        self.free = []
+        self.error = None
+        self.seq = 0
+        self.thread = None
+        self.sock = None
+        self.last = None  # standalone without a path: (meta, body)
+        self.socket_name = os.environ.get(SOCKET_ENV, "")
+        self.generation = _env_int("ELASTIC_GENERATION")
+        self.rank = _env_int("RANK")
+        self.job = os.environ.get("ELASTIC_JOB_ID", "")
+
+    def raise_error(self):
+        if self.error is not None:
+            err, self.error = self.error, None
+            raise err
+
+    def save(self, state, path):
+        with self.cond:
+            self.raise_error()
+            replaced = self.pending
+            self.pending = None
+            buf = replaced.buf if replaced is not None else (self.free.pop() if self.free else None)
+        try:
+            snap = _capture(state, buf, self.seq + 1, os.path.abspath(path) if path else None)
+        except BaseException:
+            with self.cond:
+                if replaced is not None and self.pending is None:
+                    self.pending = replaced
+                elif buf is not None:
+                    self.free.append(buf)
+            raise
+        self.seq += 1
+        with self.cond:
+            self.pending = snap
+            if self.thread is None:
+                self.thread = threading.Thread(target=self.run, name="elastic-save", daemon=True)
+                self.thread.start()
+            self.cond.notify_all()
+
+    def run(self):
+        while True:
+            with self.cond:
+                while self.pending is None:
+                    self.cond.wait()
+                snap, self.pending, self.inflight = self.pending, None, self.pending
+            err = None
+            try:
+                self.send(snap)
+            except CheckpointError as e:
+                err = e
+            except Exception as e:  # an I/O error: say so at the next call
+                err = CheckpointError("save failed: %s" % e)
+            with self.cond:
+                self.inflight = None
+                if len(self.free) < 2:
+                    self.free.append(snap.buf)
+                if err is not None:
+                    self.error = err
+                self.cond.notify_all()
+
+    def meta(self, snap):
+        return {"job": self.job, "generation": self.generation, "seq": snap.seq, "rank": self.rank}
+
+    def send(self, snap):
+        if not self.socket_name:
+            if snap.path:
+                _write_file(snap.path, self.meta(snap), snap.chunks())
+            else:
+                self.last = (dict(self.meta(snap), size=snap.size), bytearray(b"".join(bytes(c) for c in snap.chunks())))
+            return
+        if self.sock is None:
+            self.sock = _connect(self.socket_name)
+        try:
+            req = {"generation": self.generation, "seq": snap.seq, "rank": self.rank}
+            if snap.path:
+                req["path"] = snap.path
+            meta = json.dumps(req).encode()
+            self.sock.sendall(_HEADER.pack(_MAGIC, _OP_SAVE, len(meta), snap.size) + meta)
+            op, reply, _ = _read_frame(self.sock)
+            if op != _OP_READY:
+                raise _refusal(reply)
+            for c in snap.chunks():
+                self.sock.sendall(c)
+            op, reply, _ = _read_frame(self.sock)
+            if reply.get("error"):
+                raise _refusal(reply)
+        except OSError as e:
+            self.sock.close()
+            self.sock = None
+            raise CheckpointError("the sidecar's checkpoint store is unreachable: %s" % e) from None
+
+    def flush(self):
+        with self.cond:
+            while self.pending is not None or self.inflight is not None:
+                self.cond.wait()
+            self.raise_error()
+
+    def load_sidecar(self):
+        sock = _connect(self.socket_name)
+        try:
+            sock.sendall(_HEADER.pack(_MAGIC, _OP_LOAD, 0, 0))
+            op, reply, body_len = _read_frame(sock)
+            if reply.get("error"):
+                raise _refusal(reply)
+            if not reply.get("found"):
+                return None, None
+            return reply["meta"], _read_exact(sock, body_len)
+        finally:
+            sock.close()
+
+
+_saver = _Saver()
+
+
+def save(state, path=None):
+    """Store state (any picklable object; tensors are copied now, sent in the background).
+
+    path, if given, is where the copy is also written on disk, at a slower
+    interval. Raises the error of an earlier save, if one failed.
+    """
+    _saver.save(state, path)
+
+
+def flush():
+    """Wait until the last save is stored; raise its error if it failed."""
+    _saver.flush()
+
+
+def load(path=None):
+    """The newest complete copy among the sidecars' memory and the file at path, or None."""
+    _saver.flush()
+    meta, body = None, None
+    if _saver.socket_name:
+        meta, body = _saver.load_sidecar()
+    elif _saver.last is not None:
+        meta, body = _saver.last
+    if path:
+        fmeta, offset = _read_file_meta(path)
+        if fmeta is not None and (meta is None or _order(fmeta) > _order(meta)):
+            fbody = _read_file(path, fmeta, offset)
+            if fbody is not None:
+                meta, body = fmeta, fbody
+    if body is None:
+        return None
+    return _decode(body)
+
+
+@atexit.register
+def _flush_at_exit():
+    # A script that ends right after its last save still stores it.
+    if _saver.thread is not None:
+        try:
+            _saver.flush()
+        except CheckpointError as e:
+            import sys
+
+            print("elastic: the last save was not stored: %s" % e, file=sys.stderr)

@@ -1,0 +1,88 @@
+package memckpt
+
+import (
+	"fmt"
+	"hash/crc32"
+
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// Meta describes one copy of a job's state.
+type Meta struct {
+	Job string `json:"job"`
+	// Generation and Seq order the copies: a later generation's first save
+	// is newer than anything of an earlier one.
+	Generation int64 `json:"generation"`
+	Seq        int64 `json:"seq"`
+	// Rank and Node are the saver's.
+	Rank int    `json:"rank"`
+	Node string `json:"node,omitempty"`
+	// Path, if set, is where the saver asked the copy to be written.
+	Path string `json:"path,omitempty"`
+	// Size is the payload's length and CRC32 its IEEE CRC-32 (what
+	// Python's zlib.crc32 computes).
+	Size  int64  `json:"size"`
+	CRC32 uint32 `json:"crc32"`
+}
+
+// Validate reports the first field of m out of range. A standalone
+// trainer's file has no job and generation 0.
+func (m Meta) Validate() error {
+	if m.Job != "" {
+		if err := membership.ValidateJobID(m.Job); err != nil {
+			return err
+		}
+	}
+	if m.Node != "" {
+		if err := membership.ValidateNodeID(m.Node); err != nil {
+			return err
+		}
+	}
+	if m.Generation < 0 || m.Seq < 0 || m.Rank < 0 || m.Size < 0 {
+		return fmt.Errorf("negative generation, sequence, rank or size")
+	}
+	return nil
+}
+
+// Newer says whether m is a newer copy than o: a higher generation, then a
+// higher sequence; equal ones are told apart by the lower rank, then the
+// node, so that every node picks the same one.
+func (m Meta) Newer(o Meta) bool {
+	if m.Generation != o.Generation {
+		return m.Generation > o.Generation
+	}
+	if m.Seq != o.Seq {
+		return m.Seq > o.Seq
+	}
+	if m.Rank != o.Rank {
+		return m.Rank < o.Rank
+	}
+	return m.Node < o.Node
+}
+
+// same says whether m and o are the same copy.
+func (m Meta) same(o Meta) bool {
+	return m.Job == o.Job && m.Generation == o.Generation && m.Seq == o.Seq && m.Rank == o.Rank && m.Node == o.Node
+}
+
+// Copy is a complete copy: its payload matches its Meta. Its Body is never
+// written after the copy is made, so it is shared, not copied, by every
+// reader.
+type Copy struct {
+	Meta
+	Body []byte
+}
+
+// checksum is the payload's CRC-32 (IEEE, hardware-assisted).
+func checksum(b []byte) uint32 { return crc32.ChecksumIEEE(b) }
+
+// verify checks that body is the payload m describes.
+func (m Meta) verify(body []byte) error {
+	if int64(len(body)) != m.Size {
+		return fmt.Errorf("payload of %d bytes, %d announced", len(body), m.Size)
+	}
+	if sum := checksum(body); sum != m.CRC32 {
+		return fmt.Errorf("payload checksum %08x, %08x announced", sum, m.CRC32)
+	}
+	return nil
+}

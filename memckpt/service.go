@@ -1,0 +1,317 @@
+package memckpt
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// Defaults of Config.
+const (
+	DefaultCopies       = 2
+	DefaultMemory       = 1 << 30
+	DefaultDiskInterval = 30 * time.Second
+)
+
+// Node is what the store asks of its node's sidecar; the sidecar's Agent
+// implements it.
+type Node interface {
+	// Fence returns nil if a process of generation may still store for
+	// the job: the node runs that generation under a lease it holds.
+	Fence(generation int64) error
+	// Holds returns nil while the node holds its lease: what a write on
+	// disk for the job needs.
+	Holds() error
+	// Members are the generation the node runs and its members, in rank
+	// order; 0 and nil while it runs none.
+	Members() (generation int64, members []membership.Member)
+}
+
+// Config configures a Service.
+type Config struct {
+	Job string
+	// NodeID is this node's id.
+	NodeID string
+	Client *clientv3.Client
+	Keys   membership.Keys
+	// Copies bounds the copies held, own and replicas; DefaultCopies if 0.
+	Copies int
+	// Memory bounds their bytes; DefaultMemory if 0.
+	Memory int64
+	// DiskInterval is how often the newest copy is written to the path its
+	// save named; DefaultDiskInterval if 0.
+	DiskInterval time.Duration
+	// Listen is the TCP address replicas are served at; ":0" if empty.
+	Listen string
+	// Host is the address other nodes reach this one at.
+	Host string
+	// ModuleDir is where elastic.py is written; a new temporary directory
+	// if empty.
+	ModuleDir string
+	Logger    hclog.Logger
+}
+
+// Service is one node's checkpoint store: the trainers' socket, the peers'
+// port, replication and the disk writer.
+type Service struct {
+	cfg    Config
+	logger hclog.Logger
+	store  *store
+	auth   *auth
+
+	local  *net.UnixListener
+	socket string
+	peers  net.Listener
+	addr   string
+	tmpDir string // removed on Close, if New made it
+
+	node     Node
+	pushKick chan struct{}
+	diskKick chan struct{}
+	diskMu   sync.Mutex
+	written  Meta // the last copy written to disk, under diskMu
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	conns  sync.Map // net.Conn → struct{}: closed on Close
+	closed sync.Once
+}
+
+// New checks cfg, reads (or creates) the job's secret, opens the
+// trainers' socket and the peers' port and writes elastic.py. Nothing is
+// served before Start.
+func New(ctx context.Context, cfg Config) (*Service, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("memckpt: an etcd client is required")
+	}
+	if err := membership.ValidateJobID(cfg.Job); err != nil {
+		return nil, err
+	}
+	if err := membership.ValidateNodeID(cfg.NodeID); err != nil {
+		return nil, err
+	}
+	if cfg.Keys == (membership.Keys{}) {
+		cfg.Keys = membership.DefaultKeys()
+	}
+	if cfg.Copies == 0 {
+		cfg.Copies = DefaultCopies
+	}
+	if cfg.Memory == 0 {
+		cfg.Memory = DefaultMemory
+	}
+	if cfg.DiskInterval == 0 {
+		cfg.DiskInterval = DefaultDiskInterval
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = ":0"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	switch {
+	case cfg.Copies < 1:
+		return nil, fmt.Errorf("memckpt: %d copies: want at least 1", cfg.Copies)
+	case cfg.Memory < 1<<20:
+		return nil, fmt.Errorf("memckpt: memory %s: want at least 1MiB", FormatSize(cfg.Memory))
+	case cfg.DiskInterval < 0:
+		return nil, fmt.Errorf("memckpt: disk interval %s: must not be negative", cfg.DiskInterval)
+	case cfg.Host == "":
+		return nil, errors.New("memckpt: the node's host is required")
+	}
+	secret, err := JobSecret(ctx, cfg.Client, cfg.Keys, cfg.Job)
+	if err != nil {
+		return nil, err
+	}
+	a, err := newAuth(cfg.Job, secret)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{
+		cfg: cfg, logger: cfg.Logger.Named("checkpoint").With("job", cfg.Job, "node", cfg.NodeID),
+		store: newStore(cfg.Copies, cfg.Memory), auth: a,
+		pushKick: make(chan struct{}, 1), diskKick: make(chan struct{}, 1),
+	}
+	if err := s.open(); err != nil {
+		s.closeListeners()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Service) open() error {
+	var tag [6]byte
+	_, _ = rand.Read(tag[:])
+	s.socket = fmt.Sprintf("@elastic-checkpoint-%d-%s", os.Getpid(), hex.EncodeToString(tag[:]))
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: s.socket, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("checkpoint socket: %w", err)
+	}
+	s.local = l
+	if s.peers, err = net.Listen("tcp", s.cfg.Listen); err != nil {
+		return fmt.Errorf("checkpoint port: %w", err)
+	}
+	port := s.peers.Addr().(*net.TCPAddr).Port
+	s.addr = net.JoinHostPort(s.cfg.Host, strconv.Itoa(port))
+	dir := s.cfg.ModuleDir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "elastic-python-"); err != nil {
+			return err
+		}
+		s.tmpDir = dir
+	}
+	if err := WriteModule(dir); err != nil {
+		return err
+	}
+	s.cfg.ModuleDir = dir
+	return nil
+}
+
+// Addr is host:port where the other sidecars reach this one: the node
+// record's Checkpoint.
+func (s *Service) Addr() string { return s.addr }
+
+// Socket is the trainers' socket, '@name' (ELASTIC_CHECKPOINT_SOCKET).
+func (s *Service) Socket() string { return s.socket }
+
+// ModuleDir is the directory of elastic.py, for the trainers' PYTHONPATH.
+func (s *Service) ModuleDir() string { return s.cfg.ModuleDir }
+
+// PythonPath is the trainers' PYTHONPATH: the module's directory, then
+// user's path if any.
+func (s *Service) PythonPath(user string) string {
+	if user == "" {
+		return s.cfg.ModuleDir
+	}
+	return s.cfg.ModuleDir + string(os.PathListSeparator) + user
+}
+
+// Start serves the trainers and the peers for node until Close.
+func (s *Service) Start(node Node) {
+	s.node = node
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.goRun(s.serveLocal)
+	s.goRun(s.servePeers)
+	s.goRun(s.pushLoop)
+	s.goRun(s.diskLoop)
+}
+
+func (s *Service) goRun(f func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+}
+
+// track keeps conn to close it on Close; untrack forgets it.
+func (s *Service) track(c net.Conn) func() {
+	s.conns.Store(c, struct{}{})
+	return func() { s.conns.Delete(c); c.Close() }
+}
+
+// Close stops serving and waits for every goroutine. Safe to call twice.
+func (s *Service) Close() {
+	s.closed.Do(func() {
+		if s.cancel != nil {
+			s.cancel()
+		}
+		s.closeListeners()
+		s.conns.Range(func(k, _ any) bool {
+			k.(net.Conn).Close()
+			return true
+		})
+		s.wg.Wait()
+		if s.tmpDir != "" {
+			_ = os.RemoveAll(s.tmpDir)
+		}
+	})
+}
+
+func (s *Service) closeListeners() {
+	if s.local != nil {
+		s.local.Close()
+	}
+	if s.peers != nil {
+		s.peers.Close()
+	}
+}
+
+// stored is called once a save is held: replicate it and, in time, write
+// it to disk.
+func (s *Service) stored() {
+	select {
+	case s.pushKick <- struct{}{}:
+	default:
+	}
+}
+
+// WriteDisk writes the newest own copy to its path now, if it names one
+// and is not written yet, while the node holds its lease: the node is
+// about to leave the job.
+func (s *Service) WriteDisk(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.writeDisk()
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+func (s *Service) diskLoop() {
+	t := time.NewTicker(s.cfg.DiskInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		case <-s.diskKick:
+		}
+		s.writeDisk()
+	}
+}
+
+// KickDisk asks for the newest copy on disk soon, without waiting: a
+// generation ends.
+func (s *Service) KickDisk() {
+	select {
+	case s.diskKick <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Service) writeDisk() {
+	s.diskMu.Lock()
+	defer s.diskMu.Unlock()
+	c := s.store.newest(s.cfg.NodeID)
+	if c == nil || c.Path == "" || c.same(s.written) || s.node == nil {
+		return
+	}
+	if err := s.node.Holds(); err != nil {
+		return
+	}
+	start := time.Now()
+	if err := writeFile(c.Path, *c, s.node.Holds); err != nil {
+		s.logger.Warn("checkpoint not written to disk", "path", c.Path, "error", err)
+		return
+	}
+	s.written = c.Meta
+	s.logger.Debug("checkpoint written to disk", "path", c.Path, "generation", c.Generation, "seq", c.Seq,
+		"bytes", c.Size, "took", time.Since(start))
+}
