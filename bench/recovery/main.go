@@ -35,7 +35,7 @@ func main() {
 	flags.IntVar(&cfg.runs, "runs", 5, "faults per scenario and mode")
 	modeList := flags.String("modes", "cold,warm,preload,memory", "modes on coordinator run: cold, warm, preload, memory")
 	scenarioList := flags.String("scenarios", "kill-rank,kill-node,scale", "scenarios: kill-rank, kill-node, scale (up by one and back)")
-	torchrun := flags.Bool("torchrun", true, "also measure torchrun (kill-rank, kill-node) with the same trainer")
+	torchrun := flags.Bool("torchrun", true, "also measure torchrun (kill-rank, kill-node) with the same trainer, at the base state")
 	aloneScenarios := flags.String("alone-scenarios", "kill-rank", "scenarios of the modes preload and memory (each feature alone)")
 	stateMB := flags.Int("state-mb", 50, "the larger state, in MiB, for -state-scenarios")
 	stateScenarios := flags.String("state-scenarios", "kill-rank", "scenarios measured again with the larger state; empty for none")
@@ -88,6 +88,7 @@ func main() {
 		machine: fmt.Sprintf("%d CPUs, %s", runtime.NumCPU(), cpuModel()),
 		command: "go run ./bench/recovery " + strings.Join(os.Args[1:], " "),
 		torch:   torchVersion,
+		load:    loadAverage(),
 		missing: map[string]string{},
 	}
 	var available []mode
@@ -119,13 +120,14 @@ func main() {
 				progress("np %d, %s, state %s: %s", np, m.name, stateLabel(state), strings.Join(want, ", "))
 				rep.results = append(rep.results, measureCoordinator(&cfg, np, m, state, want))
 			}
-			if *torchrun {
+			if *torchrun && state == 0 {
 				progress("np %d, torchrun, state %s", np, stateLabel(state))
 				rep.results = append(rep.results, measureTorchrun(&cfg, np, state, want))
 			}
 		}
 	}
 	rep.took = time.Since(begun)
+	rep.load += ", at the end " + loadAverage()
 	var buf bytes.Buffer
 	rep.write(&buf)
 	os.Stdout.Write(buf.Bytes())
@@ -211,8 +213,8 @@ func missingFeatures(cfg *config) map[string]bool {
 	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	probe := exec.CommandContext(ctx, cfg.coordinator, "run", "--np", "1", "--job", "probe", "--max-restarts", "0",
-		"--", cfg.python, "-c", "import elastic")
+	args := append([]string{"run", "--np", "1", "--job", "probe", "--max-restarts", "0"}, cfg.runArgs...)
+	probe := exec.CommandContext(ctx, cfg.coordinator, append(args, "--", cfg.python, "-c", "import elastic")...)
 	probe.Dir = dir
 	if err := probe.Run(); err != nil {
 		missing[featureMemory] = true
@@ -245,4 +247,15 @@ func cpuModel() string {
 		}
 	}
 	return "unknown CPU"
+}
+
+// loadAverage is the machine's 1, 5 and 15 minute load: the machine may be
+// shared, and a busy one slows every figure.
+func loadAverage() string {
+	data, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }

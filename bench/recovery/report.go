@@ -42,6 +42,7 @@ type report struct {
 	machine string
 	command string
 	torch   string
+	load    string
 	// missing holds the modes this build cannot run, and why.
 	missing map[string]string
 	results []result
@@ -65,8 +66,17 @@ func stateLabel(mb int) string {
 func (r *report) write(w io.Writer) {
 	fmt.Fprintf(w, "bench-recovery: a PyTorch DDP job (bench/recovery/trainer.py: gloo on the CPU, a 334k-parameter MLP with Adam,\n")
 	fmt.Fprintf(w, "steps padded to 20 ms) on coordinator run --np N (a process a node), and under torchrun in the same run.\n")
+	var missing []string
+	for _, m := range modes {
+		if _, ok := r.missing[m.name]; ok {
+			missing = append(missing, m.name)
+		}
+	}
+	if len(missing) > 0 {
+		fmt.Fprintf(w, "PARTIAL: this build lacks what modes %s need; they were not measured.\n", strings.Join(missing, ", "))
+	}
 	fmt.Fprintf(w, "date: %s; took %s\n", r.date.Format("2006-01-02 15:04 MST"), r.took.Round(time.Second))
-	fmt.Fprintf(w, "machine: %s\n", r.machine)
+	fmt.Fprintf(w, "machine: %s; load average at the start %s\n", r.machine, r.load)
 	fmt.Fprintf(w, "command: %s\n", r.command)
 	fmt.Fprintf(w, "torch and torchrun: %s (2 agents or 4, c10d, --monitor_interval 0.1, last_call_timeout=1, -r 1 -t 1)\n", r.torch)
 	fmt.Fprintf(w, "\nmodes: cold = no preload, rank 0 saves to disk every 50 steps (torch.save, tmp + rename);\n")
