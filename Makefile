@@ -5,7 +5,7 @@ BENCHTIME ?= 20x
 FUZZTIME  ?= 30s
 BIN       := bin
 
-.PHONY: all build test tools lint bench bench-go bench-scale bench-footprint bench-restart bench-kube bench-fence bench-edl-sim bench-edl chaos fuzz clean kube-tools image push
+.PHONY: all build test tools lint bench bench-go bench-scale bench-footprint bench-restart bench-recovery bench-kube bench-fence bench-edl-sim bench-edl chaos fuzz clean kube-tools image push
 
 all: lint build test
 
@@ -96,6 +96,19 @@ bench-restart: build
 	$(GO) run ./bench/restart -coordinator $(BIN)/coordinator -nodes $(RESTART_NODES) -runs $(RESTART_RUNS) \
 		$(if $(RESTART_BEFORE),-before $(RESTART_BEFORE) -before-label "$(RESTART_BEFORE_LABEL)") \
 		$$(/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null && echo -torchrun) -out bench/results/restart.txt
+
+# What a fault costs a real PyTorch DDP job (bench/recovery/trainer.py): a
+# rank killed, a node killed, scale up and down by one, on coordinator run
+# with 2 and 4 ranks, cold and warm, and torchrun in the same run; about 15
+# minutes. Modes this build lacks are reported as not available.
+# RECOVERY_ARGS adds flags, e.g. -scenarios kill-rank -modes cold,warm.
+RECOVERY_NP   ?= 2,4
+RECOVERY_RUNS ?= 5
+RECOVERY_ARGS ?=
+bench-recovery: build
+	@mkdir -p bench/results
+	$(GO) run ./bench/recovery -coordinator $(BIN)/coordinator -np $(RECOVERY_NP) -runs $(RECOVERY_RUNS) $(RECOVERY_ARGS) \
+		-out bench/results/recovery.txt
 
 # Each fuzz target for FUZZTIME (the seed corpora also run in `make test`).
 FUZZ_PKGS := ./membership/ ./guard/ ./kube/jobcontroller/

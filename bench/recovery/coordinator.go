@@ -1,0 +1,231 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/elastictraining/coordinator/internal/testkit/proctest"
+)
+
+// mode is how a job on `coordinator run` is run: warm interpreters or not,
+// and a checkpoint in memory every step or on disk every 50 steps.
+type mode struct {
+	name    string
+	preload bool
+	memory  bool
+}
+
+var modes = []mode{
+	{name: "cold", preload: false, memory: false},
+	{name: "warm", preload: true, memory: true},
+	{name: "preload", preload: true, memory: false},
+	{name: "memory", preload: false, memory: true},
+}
+
+// trainerArgs are trainer.py's arguments for a checkpoint in memory (every
+// step) or on disk (every 50 steps) at path.
+func trainerArgs(memory bool, path string, stateMB int) []string {
+	if memory {
+		return []string{"--checkpoint", "memory", "--every", "1", "--path", path, "--state-mb", strconv.Itoa(stateMB)}
+	}
+	return []string{"--checkpoint", "disk", "--every", "50", "--path", path, "--state-mb", strconv.Itoa(stateMB)}
+}
+
+// coordinatorJob is one `coordinator run --np N` of trainer.py.
+type coordinatorJob struct {
+	cfg      *config
+	np       int
+	dir      string
+	cmd      *exec.Cmd
+	output   proctest.Buffer
+	endpoint string
+	session
+}
+
+func startCoordinator(cfg *config, np int, m mode, stateMB int) (*coordinatorJob, error) {
+	dir, err := os.MkdirTemp("", "bench-recovery-")
+	if err != nil {
+		return nil, err
+	}
+	logDir := filepath.Join(dir, "steps")
+	if err := os.Mkdir(logDir, 0o755); err != nil {
+		return nil, err
+	}
+	j := &coordinatorJob{cfg: cfg, np: np, dir: dir,
+		session: newSession(cfg, logDir)}
+	args := []string{"run", "--np", strconv.Itoa(np), "--job", "bench", "--max-restarts", "1000000", "--grace-period", "5s"}
+	if m.preload {
+		args = append(args, "--preload", "torch")
+	}
+	args = append(args, cfg.runArgs...)
+	args = append(append(args, "--", cfg.python, cfg.script), trainerArgs(m.memory, filepath.Join(dir, "checkpoint.pt"), stateMB)...)
+	j.cmd = exec.Command(cfg.coordinator, args...)
+	j.cmd.Dir = dir
+	j.cmd.Env = append(os.Environ(), "BENCH_LOG_DIR="+logDir)
+	j.cmd.Stdout, j.cmd.Stderr = &j.output, &j.output
+	if err := j.cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if j.endpoint, err = waitEndpoint(&j.output); err != nil {
+		j.stop()
+		return nil, err
+	}
+	if _, err := j.wait(time.Time{}, np); err != nil {
+		j.stop()
+		return nil, fmt.Errorf("the job did not start: %w\n%s", err, j.output.String())
+	}
+	return j, nil
+}
+
+var endpointLine = regexp.MustCompile(`etcd serves on (\S+);`)
+
+func waitEndpoint(out *proctest.Buffer) (string, error) {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if m := endpointLine.FindStringSubmatch(out.String()); m != nil {
+			return m[1], nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return "", fmt.Errorf("coordinator run printed no endpoint:\n%s", out.String())
+}
+
+// stop ends run and everything it started: SIGTERM, then SIGKILL to what
+// is left of its tree after 20 s, and to any trainer still running.
+func (j *coordinatorJob) stop() {
+	done := make(chan struct{})
+	go func() {
+		_ = j.cmd.Wait()
+		close(done)
+	}()
+	pids := tree(j.cmd.Process.Pid)
+	_ = j.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = killAll(append(tree(j.cmd.Process.Pid), pids...))
+		<-done
+	}
+	var left []int
+	for _, p := range j.logs.list() {
+		if aliveTrainer(p.pid, j.cfg.script) {
+			left = append(left, p.pid)
+		}
+	}
+	_ = killAll(left)
+	os.RemoveAll(j.dir)
+}
+
+// victim returns the trainer process that holds rank i % np.
+func (j *coordinatorJob) victim(i int) (int, error) {
+	if err := j.logs.poll(); err != nil {
+		return 0, err
+	}
+	pid, ok := holders(j.logs.list(), j.np)[i%j.np]
+	if !ok {
+		return 0, fmt.Errorf("no process holds rank %d", i%j.np)
+	}
+	return pid, nil
+}
+
+// killRank kills the trainer of rank i % np.
+func (j *coordinatorJob) killRank(i int) (time.Time, int, error) {
+	pid, err := j.victim(i)
+	if err != nil {
+		return time.Time{}, 0, err
+	}
+	at := time.Now()
+	return at, j.np, syscall.Kill(pid, syscall.SIGKILL)
+}
+
+// killNode kills the node whose trainer holds rank i % np: its sidecar
+// and everything under it (guard, trainers, warm processes), at once.
+// `run` starts the sidecar again, as a container's restart would.
+func (j *coordinatorJob) killNode(i int) (time.Time, int, error) {
+	pid, err := j.victim(i)
+	if err != nil {
+		return time.Time{}, 0, err
+	}
+	sidecar := childOf(pid, j.cmd.Process.Pid)
+	if sidecar == 0 {
+		return time.Time{}, 0, fmt.Errorf("trainer %d is not under coordinator run", pid)
+	}
+	pids := tree(sidecar)
+	at := time.Now()
+	return at, j.np, killAll(pids)
+}
+
+// scale runs `coordinator scale --np np` against run's etcd; the fault's
+// time is the command's start.
+func (j *coordinatorJob) scale(np int) (time.Time, int, error) {
+	cmd := exec.Command(j.cfg.coordinator, "scale", "--etcd-endpoints", j.endpoint, "--job", "bench", "--np", strconv.Itoa(np))
+	at := time.Now()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return at, np, fmt.Errorf("coordinator scale --np %d: %w: %s", np, err, out)
+	}
+	return at, np, nil
+}
+
+// measureCoordinator runs the scenarios on one job. A scenario whose
+// job failed says why in its row's note.
+func measureCoordinator(cfg *config, np int, m mode, stateMB int, scenarios []string) result {
+	res := result{np: np, mode: m.name, stateMB: stateMB}
+	for _, s := range scenarios {
+		if s == "scale" {
+			res.rows = append(res.rows, row{scenario: "scale-up"}, row{scenario: "scale-down"})
+		} else {
+			res.rows = append(res.rows, row{scenario: s})
+		}
+	}
+	j, err := startCoordinator(cfg, np, m, stateMB)
+	if err != nil {
+		res.fail(0, err)
+		return res
+	}
+	defer j.stop()
+	for i := 0; i < len(res.rows); i++ {
+		r := &res.rows[i]
+		switch r.scenario {
+		case "kill-rank":
+			r.outcomes, err = j.measure(j.killRank)
+		case "kill-node":
+			r.outcomes, err = j.measure(j.killNode)
+		case "scale-up":
+			err = j.measureScale(r, &res.rows[i+1])
+			i++
+		}
+		if err != nil {
+			res.fail(i, err)
+			break
+		}
+	}
+	res.steps = j.steady
+	return res
+}
+
+// measureScale scales up by one and back down, runs times.
+func (j *coordinatorJob) measureScale(up, down *row) error {
+	runs := j.runs
+	j.runs = 1
+	defer func() { j.runs = runs }()
+	for range runs {
+		for _, step := range []struct {
+			np  int
+			row *row
+		}{{j.np + 1, up}, {j.np, down}} {
+			o, err := j.measure(func(int) (time.Time, int, error) { return j.scale(step.np) })
+			if err != nil {
+				return err
+			}
+			step.row.outcomes = append(step.row.outcomes, o...)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,18 @@
+// Command recovery measures what a fault costs a real training job: a
+// PyTorch DDP trainer (trainer.py: gloo on the CPU, a 334k-parameter MLP
+// with Adam, 20 ms steps) on `coordinator run` with 2 and 4 ranks, and under
+// torchrun in the same run. The faults are a killed rank, a killed node (its
+// sidecar, guard and trainers at once; torchrun's agent and its worker),
+// and `coordinator scale` up and down by one. Every figure comes from the
+// trainers' own step logs, so it ends where a user's wait ends: every rank
+// of the next generation has taken a training step.
+//
+// Modes choose how the job is run: cold (no preload, a checkpoint on disk
+// every 50 steps), warm (--preload torch, a checkpoint in memory every
+// step), and preload and memory, each of the two alone. A mode whose
+// features this build lacks (no --preload on run, no elastic module on the
+// trainer's path) is reported as not available, so the harness runs on any
+// build and measures the rest.
+//
+//	go run ./bench/recovery -coordinator bin/coordinator -np 2,4 -runs 5 -out bench/results/recovery.txt
+package main

@@ -1,0 +1,261 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// config is what every job of a run shares.
+type config struct {
+	coordinator string
+	python      string
+	script      string
+	runs        int
+	settle      int
+	timeout     time.Duration
+	phase       time.Duration
+	runArgs     []string
+}
+
+func main() {
+	var cfg config
+	flags := flag.CommandLine
+	flags.StringVar(&cfg.coordinator, "coordinator", "bin/coordinator", "the coordinator binary")
+	flags.StringVar(&cfg.python, "python", "/usr/bin/python3", "python interpreter with torch")
+	nps := flags.String("np", "2,4", "job sizes (nodes of one process)")
+	flags.IntVar(&cfg.runs, "runs", 5, "faults per scenario and mode")
+	modeList := flags.String("modes", "cold,warm,preload,memory", "modes on coordinator run: cold, warm, preload, memory")
+	scenarioList := flags.String("scenarios", "kill-rank,kill-node,scale", "scenarios: kill-rank, kill-node, scale (up by one and back)")
+	torchrun := flags.Bool("torchrun", true, "also measure torchrun (kill-rank, kill-node) with the same trainer, at the base state")
+	aloneScenarios := flags.String("alone-scenarios", "kill-rank", "scenarios of the modes preload and memory (each feature alone)")
+	stateMB := flags.Int("state-mb", 50, "the larger state, in MiB, for -state-scenarios")
+	stateScenarios := flags.String("state-scenarios", "kill-rank", "scenarios measured again with the larger state; empty for none")
+	flags.IntVar(&cfg.settle, "settle", 40, "steps every rank takes after a recovery before the next fault")
+	flags.DurationVar(&cfg.phase, "phase", time.Second, "longest random wait before a fault: the disk checkpoint's interval, 50 steps")
+	flags.DurationVar(&cfg.timeout, "timeout", 90*time.Second, "longest wait for every rank to train again")
+	runArgs := flags.String("run-args", "", "more flags for coordinator run, space-separated (e.g. --checkpoint-memory ...)")
+	out := flags.String("out", "", "also write the report here")
+	flag.Parse()
+	cfg.runArgs = strings.Fields(*runArgs)
+	var err error
+	if cfg.coordinator, err = filepath.Abs(cfg.coordinator); err != nil {
+		fatalf("%v", err)
+	}
+	if cfg.script, err = filepath.Abs("bench/recovery/trainer.py"); err != nil {
+		fatalf("%v", err)
+	}
+	if _, err := os.Stat(cfg.script); err != nil {
+		fatalf("run from the repository's root: %v", err)
+	}
+	sizes, err := parseSizes(*nps)
+	if err != nil {
+		fatalf("-np: %v", err)
+	}
+	wanted, err := parseModes(*modeList)
+	if err != nil {
+		fatalf("-modes: %v", err)
+	}
+	scenarios, err := parseScenarios(*scenarioList)
+	if err != nil {
+		fatalf("-scenarios: %v", err)
+	}
+	large, err := parseScenarios(*stateScenarios)
+	if err != nil {
+		fatalf("-state-scenarios: %v", err)
+	}
+	alone, err := parseScenarios(*aloneScenarios)
+	if err != nil {
+		fatalf("-alone-scenarios: %v", err)
+	}
+
+	begun := time.Now()
+	torchVersion, err := output(cfg.python, "-c", "import torch; print(torch.__version__)")
+	if err != nil {
+		fatalf("%s has no torch: %v", cfg.python, err)
+	}
+	missing := missingFeatures(&cfg)
+	rep := report{
+		date:    begun,
+		machine: fmt.Sprintf("%d CPUs, %s", runtime.NumCPU(), cpuModel()),
+		command: "go run ./bench/recovery " + strings.Join(os.Args[1:], " "),
+		torch:   torchVersion,
+		load:    loadAverage(),
+		missing: map[string]string{},
+	}
+	var available []mode
+	for _, m := range wanted {
+		if why := unavailable(m, missing); why != "" {
+			rep.missing[m.name] = why
+			continue
+		}
+		available = append(available, m)
+	}
+	states := []int{0}
+	if len(large) > 0 && *stateMB > 0 {
+		states = append(states, *stateMB)
+	}
+	for _, np := range sizes {
+		for _, state := range states {
+			want := scenarios
+			if state > 0 {
+				want = large
+			}
+			for _, m := range available {
+				want := want
+				if state == 0 && (m.name == "preload" || m.name == "memory") {
+					want = alone
+				}
+				if len(want) == 0 {
+					continue
+				}
+				progress("np %d, %s, state %s: %s", np, m.name, stateLabel(state), strings.Join(want, ", "))
+				rep.results = append(rep.results, measureCoordinator(&cfg, np, m, state, want))
+			}
+			if *torchrun && state == 0 {
+				progress("np %d, torchrun, state %s", np, stateLabel(state))
+				rep.results = append(rep.results, measureTorchrun(&cfg, np, state, want))
+			}
+		}
+	}
+	rep.took = time.Since(begun)
+	rep.load += ", at the end " + loadAverage()
+	var buf bytes.Buffer
+	rep.write(&buf)
+	os.Stdout.Write(buf.Bytes())
+	if *out != "" {
+		if err := os.WriteFile(*out, buf.Bytes(), 0o644); err != nil {
+			fatalf("%v", err)
+		}
+	}
+}
+
+func fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "recovery: "+format+"\n", args...)
+	os.Exit(1)
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s recovery: "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 2 {
+			return nil, fmt.Errorf("%q: want sizes of 2 or more, like 2,4", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func parseModes(s string) ([]mode, error) {
+	var out []mode
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		found := false
+		for _, m := range modes {
+			if m.name == f {
+				out, found = append(out, m), true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("unknown mode %q: want cold, warm, preload or memory", f)
+		}
+	}
+	return out, nil
+}
+
+func parseScenarios(s string) ([]string, error) {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		switch f = strings.TrimSpace(f); f {
+		case "":
+		case "kill-rank", "kill-node", "scale":
+			out = append(out, f)
+		default:
+			return nil, fmt.Errorf("unknown scenario %q: want kill-rank, kill-node or scale", f)
+		}
+	}
+	return out, nil
+}
+
+// features this build may lack, by the name the report gives them.
+const (
+	featurePreload = "no --preload on coordinator run"
+	featureMemory  = "no elastic module on the trainer's path"
+)
+
+// missingFeatures finds what this build lacks: --preload in run's help,
+// and the elastic module importable by a trainer under run.
+func missingFeatures(cfg *config) map[string]bool {
+	missing := map[string]bool{}
+	if help, _ := output(cfg.coordinator, "run", "--help"); !strings.Contains(help, "--preload") {
+		missing[featurePreload] = true
+	}
+	dir, err := os.MkdirTemp("", "bench-recovery-probe-")
+	if err != nil {
+		fatalf("%v", err)
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	args := append([]string{"run", "--np", "1", "--job", "probe", "--max-restarts", "0"}, cfg.runArgs...)
+	probe := exec.CommandContext(ctx, cfg.coordinator, append(args, "--", cfg.python, "-c", "import elastic")...)
+	probe.Dir = dir
+	if err := probe.Run(); err != nil {
+		missing[featureMemory] = true
+	}
+	return missing
+}
+
+// unavailable says why mode m cannot run on this build, or "".
+func unavailable(m mode, missing map[string]bool) string {
+	var why []string
+	if m.preload && missing[featurePreload] {
+		why = append(why, featurePreload)
+	}
+	if m.memory && missing[featureMemory] {
+		why = append(why, featureMemory)
+	}
+	return strings.Join(why, "; ")
+}
+
+func output(name string, args ...string) (string, error) {
+	out, err := exec.Command(name, args...).Output()
+	return strings.TrimSpace(string(out)), err
+}
+
+func cpuModel() string {
+	data, _ := os.ReadFile("/proc/cpuinfo")
+	for _, line := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}
+
+// loadAverage is the machine's 1, 5 and 15 minute load: the machine may be
+// shared, and a busy one slows every figure.
+func loadAverage() string {
+	data, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}

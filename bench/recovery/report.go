@@ -1,0 +1,217 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/elastictraining/coordinator/bench/internal/stats"
+)
+
+// row is one scenario's faults in one job.
+type row struct {
+	scenario string
+	outcomes []outcome
+	note     string
+}
+
+// result is one job: a size, a mode and a state, its scenarios' rows and
+// the step times of its steady stretches.
+type result struct {
+	np      int
+	mode    string
+	stateMB int
+	rows    []row
+	steps   []time.Duration
+}
+
+// fail notes err on the rows from the one at index from on: the job could
+// not go on.
+func (r *result) fail(from int, err error) {
+	line, _, _ := strings.Cut(err.Error(), "\n")
+	for k := from; k < len(r.rows); k++ {
+		r.rows[k].note = "failed: " + line
+	}
+	progress("np %d, %s: %v", r.np, r.mode, err)
+}
+
+type report struct {
+	date    time.Time
+	machine string
+	command string
+	torch   string
+	load    string
+	// missing holds the modes this build cannot run, and why.
+	missing map[string]string
+	results []result
+	took    time.Duration
+}
+
+var scenarioNames = map[string]string{
+	"kill-rank":  "kill one rank",
+	"kill-node":  "kill a node",
+	"scale-up":   "scale up by one",
+	"scale-down": "scale down by one",
+}
+
+func stateLabel(mb int) string {
+	if mb == 0 {
+		return "4MB"
+	}
+	return fmt.Sprintf("%dMB", mb)
+}
+
+func (r *report) write(w io.Writer) {
+	fmt.Fprintf(w, "bench-recovery: a PyTorch DDP job (bench/recovery/trainer.py: gloo on the CPU, a 334k-parameter MLP with Adam,\n")
+	fmt.Fprintf(w, "steps padded to 20 ms) on coordinator run --np N (a process a node), and under torchrun in the same run.\n")
+	var missing []string
+	for _, m := range modes {
+		if _, ok := r.missing[m.name]; ok {
+			missing = append(missing, m.name)
+		}
+	}
+	if len(missing) > 0 {
+		fmt.Fprintf(w, "PARTIAL: this build lacks what modes %s need; they were not measured.\n", strings.Join(missing, ", "))
+	}
+	fmt.Fprintf(w, "date: %s; took %s\n", r.date.Format("2006-01-02 15:04 MST"), r.took.Round(time.Second))
+	fmt.Fprintf(w, "machine: %s; load average at the start %s\n", r.machine, r.load)
+	fmt.Fprintf(w, "command: %s\n", r.command)
+	fmt.Fprintf(w, "torch and torchrun: %s (2 agents or 4, c10d, --monitor_interval 0.1, last_call_timeout=1, -r 1 -t 1)\n", r.torch)
+	fmt.Fprintf(w, "\nmodes: cold = no preload, rank 0 saves to disk every 50 steps (torch.save, tmp + rename);\n")
+	fmt.Fprintf(w, "       warm = --preload torch, elastic.save every step; preload and memory = each of the two alone;\n")
+	fmt.Fprintf(w, "       torchrun = the cold trainer under torchrun.\n")
+	for _, m := range modes {
+		if why, ok := r.missing[m.name]; ok {
+			fmt.Fprintf(w, "       %s: not available on this build (%s)\n", m.name, why)
+		}
+	}
+	fmt.Fprintf(w, "\nfigures: median of the runs (min–max), from the trainers' own step logs.\n")
+	fmt.Fprintf(w, "  TRAINING AGAIN  fault → the last rank of the new generation takes its first step (scale: from the command)\n")
+	fmt.Fprintf(w, "  PAUSE           the old generation's last step, on any rank → the same end point\n")
+	fmt.Fprintf(w, "  STEPS LOST      highest step done before, + 1, − the step the new generation resumed from\n")
+	fmt.Fprintf(w, "  NEW TRAINER     of that: a new process's start (before import torch) → its first step, the slowest rank\n")
+	fmt.Fprintf(w, "kill a node: its sidecar, guard and trainers (torchrun: an agent that does not serve the store, and its\n")
+	fmt.Fprintf(w, "worker) SIGKILLed at once; run starts the sidecar again, the harness starts another agent.\n")
+
+	var sizes []int
+	for _, res := range r.results {
+		if len(sizes) == 0 || sizes[len(sizes)-1] != res.np {
+			sizes = append(sizes, res.np)
+		}
+	}
+	for _, np := range sizes {
+		fmt.Fprintf(w, "\nnp %d\n", np)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SCENARIO\tMODE\tSTATE\tRUNS\tTRAINING AGAIN\tPAUSE\tSTEPS LOST\tNEW TRAINER")
+		for _, scenario := range []string{"kill-rank", "kill-node", "scale-up", "scale-down"} {
+			for _, res := range r.results {
+				if res.np != np {
+					continue
+				}
+				for _, row := range res.rows {
+					if row.scenario != scenario {
+						continue
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", scenarioNames[scenario], res.mode, stateLabel(res.stateMB), len(row.outcomes), row.figures())
+				}
+			}
+		}
+		tw.Flush()
+		r.writeSteps(w, np)
+		r.writeRatios(w, np)
+	}
+}
+
+// figures renders a row's columns from TRAINING AGAIN on.
+func (row row) figures() string {
+	if len(row.outcomes) == 0 {
+		return row.note
+	}
+	var again, pause, start []time.Duration
+	var lost []int
+	for _, o := range row.outcomes {
+		again, pause, lost = append(again, o.Recovery), append(pause, o.Pause), append(lost, o.Lost)
+		if o.Start >= 0 {
+			start = append(start, o.Start)
+		}
+	}
+	s := fmt.Sprintf("%s\t%s\t%s\t%s", spread(again), spread(pause), spreadInts(lost), spread(start))
+	if row.note != "" {
+		s += "\t" + row.note
+	}
+	return s
+}
+
+func spread(d []time.Duration) string {
+	if len(d) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%s (%s–%s)", stats.Ms(stats.Median(d)), stats.Ms(stats.Quantile(d, 0)), stats.Ms(stats.Quantile(d, 1)))
+}
+
+func spreadInts(n []int) string {
+	d := make([]time.Duration, len(n))
+	for i, v := range n {
+		d[i] = time.Duration(v)
+	}
+	return fmt.Sprintf("%d (%d–%d)", stats.Median(d), stats.Quantile(d, 0), stats.Quantile(d, 1))
+}
+
+// writeSteps gives each mode's steady step time, and what saving every
+// step costs against cold, whose steps save once in 50: its median step
+// is a step without a checkpoint.
+func (r *report) writeSteps(w io.Writer, np int) {
+	medians := map[string]time.Duration{}
+	var parts []string
+	for _, res := range r.results {
+		if res.np != np || res.stateMB != 0 || len(res.steps) == 0 {
+			continue
+		}
+		m := stats.Median(res.steps)
+		medians[res.mode] = m
+		parts = append(parts, fmt.Sprintf("%s %.1fms", res.mode, float64(m)/float64(time.Millisecond)))
+	}
+	if len(parts) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "step time, steady (median of every rank's step intervals between faults): %s\n", strings.Join(parts, ", "))
+	base := medians["cold"]
+	for _, mode := range []string{"warm", "memory"} {
+		if m, ok := medians[mode]; ok && base > 0 {
+			fmt.Fprintf(w, "saving every step (%s) costs %+.1f%% of a step against cold (a step without a checkpoint)\n", mode, 100*(float64(m)/float64(base)-1))
+		}
+	}
+}
+
+// writeRatios compares torchrun's time to training again with each mode's.
+func (r *report) writeRatios(w io.Writer, np int) {
+	medians := map[string]time.Duration{}
+	var order []string
+	for _, res := range r.results {
+		if res.np != np || res.stateMB != 0 {
+			continue
+		}
+		for _, row := range res.rows {
+			if len(row.outcomes) == 0 {
+				continue
+			}
+			var d []time.Duration
+			for _, o := range row.outcomes {
+				d = append(d, o.Recovery)
+			}
+			key := row.scenario + "/" + res.mode
+			medians[key] = stats.Median(d)
+			if res.mode != "torchrun" {
+				order = append(order, key)
+			}
+		}
+	}
+	for _, key := range order {
+		scenario, mode, _ := strings.Cut(key, "/")
+		if theirs, ok := medians[scenario+"/torchrun"]; ok && medians[key] > 0 {
+			fmt.Fprintf(w, "%s, training again: torchrun takes %.1f× as long as %s\n", scenarioNames[scenario], float64(theirs)/float64(medians[key]), mode)
+		}
+	}
+}

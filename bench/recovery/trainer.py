@@ -1,0 +1,114 @@
+"""A real PyTorch DDP job for `make bench-recovery`: gloo on the CPU, a
+334k-parameter MLP trained with Adam, each step padded to --step-ms of wall
+time (compute, then sleep the rest: it stands for a GPU-bound step, whose
+CPU is mostly idle). The batch is small (--batch 4) for that reason: with
+Debian's generic BLAS a step's CPU work is then about 5 ms, well under the
+pad, where a batch of 32 takes 18 ms and fills the 2 cores of a small
+machine with 2 ranks.
+
+Every process appends to its own log, $BENCH_LOG_DIR/<pid>.log:
+
+    start <unix time>                              first, before torch is imported
+    step <unix time> <generation> <rank> <world> <step>   after each step
+
+A step's line is written when the step is done and before its checkpoint is
+saved, so that a step killed during its save still counts as done; the save's
+time shows in the next step's interval. The generation is ELASTIC_GENERATION,
+or torchrun's TORCHELASTIC_RESTART_COUNT + 1.
+
+Checkpoints (--checkpoint):
+  none    nothing is saved or loaded.
+  disk    rank 0 saves to --path every --every steps with torch.save to a
+          temporary file and a rename; every rank loads it at start.
+  memory  rank 0 calls elastic.save(state, path=--path) every --every steps;
+          every rank starts from elastic.load(path=--path).
+The state is {"step", "model", "optim", "extra"}: "extra" is a buffer that
+brings the whole state to --state-mb MiB when that is larger than the model
+and Adam's moments (about 4 MiB).
+"""
+import os
+import time
+
+_started = time.time()
+_log = open(os.path.join(os.environ["BENCH_LOG_DIR"], f"{os.getpid()}.log"), "a", buffering=1)
+_log.write(f"start {_started:.6f}\n")
+
+import argparse  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--checkpoint", choices=["none", "disk", "memory"], default="disk")
+    p.add_argument("--every", type=int, default=50, help="save every this many steps")
+    p.add_argument("--path", default="", help="the checkpoint file")
+    p.add_argument("--state-mb", type=int, default=0, help="make the saved state this many MiB")
+    p.add_argument("--step-ms", type=float, default=20.0, help="pad every step to this wall time")
+    p.add_argument("--batch", type=int, default=4, help="samples a step")
+    p.add_argument("--steps", type=int, default=0, help="stop after this step; 0 trains until killed")
+    args = p.parse_args()
+    if args.checkpoint != "none" and not args.path:
+        p.error("--path is required with a checkpoint")
+
+    torch.set_num_threads(1)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    generation = os.environ.get("ELASTIC_GENERATION") or str(int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) + 1)
+    dist.init_process_group("gloo")
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(128, 512), torch.nn.ReLU(),
+        torch.nn.Linear(512, 512), torch.nn.ReLU(),
+        torch.nn.Linear(512, 10),
+    )
+    optim = torch.optim.Adam(model.parameters(), lr=1e-3)
+    base = 3 * 4 * sum(t.numel() for t in model.parameters())  # weights and Adam's two moments
+    extra = torch.zeros(max(0, args.state_mb * 2**20 - base) // 4)
+
+    elastic = None
+    if args.checkpoint == "memory":
+        import elastic
+    state = None
+    if args.checkpoint == "disk" and os.path.exists(args.path):
+        state = torch.load(args.path)
+    elif elastic is not None:
+        state = elastic.load(path=args.path)
+    step = 0
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optim.load_state_dict(state["optim"])
+        extra = state["extra"]
+        step = state["step"]
+    ddp = DDP(model)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    prefix = f"{generation} {rank} {world}"
+    while args.steps == 0 or step < args.steps:
+        t0 = time.monotonic()
+        g = torch.Generator().manual_seed(step * 1000 + rank)
+        x = torch.randn(args.batch, 128, generator=g)
+        y = torch.randint(0, 10, (args.batch,), generator=g)
+        optim.zero_grad(set_to_none=True)
+        loss_fn(ddp(x), y).backward()
+        optim.step()
+        rest = args.step_ms / 1000 - (time.monotonic() - t0)
+        if rest > 0:
+            time.sleep(rest)
+        _log.write(f"step {time.time():.6f} {prefix} {step}\n")
+        step += 1
+        if rank == 0 and args.checkpoint != "none" and step % args.every == 0:
+            state = {"step": step, "model": model.state_dict(), "optim": optim.state_dict(), "extra": extra}
+            if elastic is not None:
+                elastic.save(state, path=args.path)
+            else:
+                tmp = f"{args.path}.tmp"
+                torch.save(state, tmp)
+                os.replace(tmp, args.path)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
