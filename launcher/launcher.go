@@ -154,7 +154,7 @@ func New(cfg Config) (*Launcher, error) {
 	l := &Launcher{cfg: cfg, logger: cfg.Logger.Named("launcher")}
 	if len(cfg.Preload) > 0 {
 		if _, err := guard.ParsePython(cfg.Command); err != nil {
-			l.logger.Info("--preload does not apply: the training command is not a Python interpreter running a script, -m or -c; it starts cold",
+			l.logger.Warn("--preload does not apply: the training command is not a Python interpreter running a script, -m or -c; it starts cold",
 				"program", cfg.Command[0])
 			l.cfg.Preload = nil
 		}

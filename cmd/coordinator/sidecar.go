@@ -56,6 +56,8 @@ type sidecarOptions struct {
 	holdWhenDone   bool
 	logs           logOptions
 	listenMetrics  string
+	preload        string
+	preloadOrigin  origin
 	envErr         error // a variable that cannot be read
 }
 
@@ -142,6 +144,7 @@ it; --tee says whose output still reaches the terminal.`,
 		"once the job has ended, wait for SIGTERM instead of exiting: a pod that must keep running (a StatefulSet's) shows the job's end, not a restart loop")
 	o.logs.register(fs, "all")
 	fs.StringVar(&o.listenMetrics, "listen-metrics", "", "serve this node's Prometheus metrics on this address (host:port); none if empty")
+	o.preloadOrigin = envString(fs, &o.preload, "preload", env, "", preloadUsage, "ELASTIC_PRELOAD")
 	return cmd
 }
 
@@ -315,6 +318,9 @@ func (o *sidecarOptions) validate() (jobID string, node membership.Node, spec *m
 	if _, err := o.logs.parse(); err != nil {
 		return "", node, nil, err
 	}
+	if _, err := parsePreload(o.preload, o.preloadOrigin); err != nil {
+		return "", node, nil, err
+	}
 	return jobID, node, spec, nil
 }
 
@@ -324,6 +330,7 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 		return err
 	}
 	logs, _ := o.logs.parse()
+	preload, _ := parsePreload(o.preload, o.preloadOrigin)
 	if logs != nil {
 		logs.Dir = filepath.Join(logs.Dir, node.ID)
 	}
@@ -366,7 +373,7 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 	var agent *sidecar.Agent
 	l, err := launcher.New(launcher.Config{
 		Command: command, Env: os.Environ(), Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(), Logger: logger,
-		Guard: []string{self, "guard", "--cgroup", o.cgroup}, Logs: logs,
+		Guard: []string{self, "guard", "--cgroup", o.cgroup}, Logs: logs, Preload: preload,
 		OnFenced: func(lease int64) { agent.LeaseFenced(lease) },
 	})
 	if err != nil {
