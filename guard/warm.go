@@ -24,9 +24,6 @@ import (
 //go:embed warm.py
 var bootstrap string
 
-// goFD is the descriptor a warm interpreter reads its go message from.
-const goFD = 3
-
 // warmDelay is how long after a warm interpreter is used (or lost) its
 // replacement starts: the replacement's imports (a second of CPU for torch)
 // must not compete for the CPU with the trainers that are restarting at
@@ -158,6 +155,8 @@ func (s *server) startWarm(t Warm) (int, error) {
 	if s.warm.cg == nil && s.cgRoot != nil {
 		s.warm.cg, _ = s.cgRoot.newLeaf("warm-" + strconv.Itoa(s.cgRoot.runs))
 	}
+	// The read end becomes descriptor 3, the first after stdin, stdout and
+	// stderr, where the bootstrap reads its go message.
 	env := withEnv(t.Env, EnvFenceSocket+"="+s.socket, EnvCoordinator+"="+s.cfg.Executable, EnvGuardID+"="+s.cfg.Marker)
 	pr, outW, errW, err := s.spawn(Proc{Rank: t.Slot, Path: t.Path, Argv: argv, Env: env, Dir: t.Dir, Prefix: t.Prefix},
 		s.warm.cg, []uintptr{uintptr(p[0])}, s.cfg.Stderr, s.cfg.Stderr, nil)
