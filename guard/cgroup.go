@@ -110,7 +110,12 @@ func isGuard(pid int) bool {
 // newRun creates the leaf of one start.
 func (r *cgroupRoot) newRun() (*cgroup, error) {
 	r.runs++
-	dir := path.Join(r.path, "run-"+strconv.Itoa(r.runs))
+	return r.newLeaf("run-" + strconv.Itoa(r.runs))
+}
+
+// newLeaf creates a leaf below the guard's cgroup.
+func (r *cgroupRoot) newLeaf(name string) (*cgroup, error) {
+	dir := path.Join(r.path, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create cgroup: %w", err)
 	}

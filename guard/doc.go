@@ -19,6 +19,11 @@
 //     kills it as a unit through cgroup.kill; without one, it kills each
 //     process group and then every descendant it finds in /proc until none
 //     is left;
+//   - keeps, when asked (OpWarm), one warm Python interpreter per process
+//     slot that has imported the preload modules and waits on a pipe; a
+//     start becomes the user's command in it. Each is exec'd fresh (nothing
+//     is forked after the imports), is killed by every fence, is left alone
+//     by a generation's stop, and is never used once it was stopped;
 //   - answers the training processes' fenced checkpoint commits on a local
 //     socket: a rename is done only while the generation is current and the
 //     deadline ahead, and is refused once the node is fenced.

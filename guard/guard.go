@@ -77,9 +77,13 @@ type server struct {
 	gen    int64
 	cur    *run
 
-	children  bool // a child may be left
-	killing   bool
-	clearOwed bool // a clear report is due once no child is left
+	children   bool // a child other than an idle warm interpreter may be left
+	killing    bool
+	killingAll bool // the kill in progress takes the warm interpreters too
+	clearOwed  bool // a clear report is due once no child is left
+	closing    bool // the sidecar is gone: exit once nothing is left
+
+	warm warmState
 
 	killTimer  *time.Timer
 	graceTimer *time.Timer
@@ -94,7 +98,7 @@ func Run(cfg Config) int {
 	runtime.LockOSThread()
 	stdout, stderr := &countingWriter{out: cfg.Stdout}, &countingWriter{out: cfg.Stderr}
 	cfg.Stdout, cfg.Stderr = stdout, stderr
-	s := &server{cfg: cfg, self: os.Getpid(), stdout: stdout, stderr: stderr}
+	s := &server{cfg: cfg, self: os.Getpid(), stdout: stdout, stderr: stderr, warm: newWarmState()}
 	if err := BecomeSubreaper(); err != nil {
 		fmt.Fprintf(cfg.Stderr, "guard: %v\n", err)
 		return 1
@@ -112,6 +116,9 @@ func Run(cfg Config) int {
 	defer func() {
 		if s.cg != nil {
 			s.cg.remove()
+		}
+		if s.warm.cg != nil {
+			s.warm.cg.remove()
 		}
 		if s.cgRoot != nil {
 			s.cgRoot.remove()
@@ -152,13 +159,12 @@ func Run(cfg Config) int {
 	s.graceTimer.Stop()
 	s.sweep = time.NewTicker(time.Hour)
 	s.sweep.Stop()
-	closing := false
 	for {
 		select {
 		case c, ok := <-cmds:
 			if !ok {
 				// The sidecar is gone: nothing may outlive it.
-				closing, cmds = true, nil
+				s.closing, cmds = true, nil
 				s.lease, s.fenced = 0, true
 				s.killTree()
 				break
@@ -168,19 +174,25 @@ func Run(cfg Config) int {
 		case <-s.killTimer.C:
 			s.checkDeadline()
 		case <-s.graceTimer.C:
-			s.killTree()
+			s.killRun()
 		case <-s.sweep.C:
-			if s.killing {
+			switch {
+			case s.killingAll:
 				s.killTree()
+			case s.killing:
+				s.killRun()
 			}
+		case <-s.warm.timer.C:
+			s.fillWarm()
 		case call := <-calls:
 			call.reply <- s.answer(call.req)
 		case <-quiet:
 		}
 		s.reap()
-		if closing && !s.children {
+		if s.closing && !s.children {
 			return 0
 		}
+		s.armWarm()
 	}
 }
 
@@ -214,11 +226,13 @@ func (s *server) handle(c Command) {
 			s.graceTimer.Reset(grace)
 			return
 		}
-		s.killTree()
+		s.killRun()
 	case OpKill:
 		s.clearOwed = true
 		s.lease, s.fenced = 0, true
 		s.killTree()
+	case OpWarm:
+		s.setWarm(c.Warm)
 	}
 }
 
@@ -256,9 +270,24 @@ func (s *server) fence() {
 	}
 }
 
-// killTree kills every process below the guard, and keeps looking until
-// none is left.
+// killTree kills every process below the guard, warm interpreters
+// included, and keeps looking until none is left: the node is fenced, or
+// its sidecar gone.
 func (s *server) killTree() {
+	s.graceTimer.Stop()
+	s.killAllWarm()
+	if !s.children {
+		return
+	}
+	s.killingAll = true
+	s.killRun()
+	killAll(s.self)
+}
+
+// killRun kills the run's processes and everything below the guard but
+// the idle warm interpreters (and what is below them), and keeps looking
+// until none is left: a generation's stop.
+func (s *server) killRun() {
 	s.graceTimer.Stop()
 	if !s.children {
 		return
@@ -275,25 +304,39 @@ func (s *server) killTree() {
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		}
 	}
-	killAll(s.self)
+	for _, pid := range DescendantsExcept(s.self, s.isIdleWarm) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
 }
 
 // reap collects every child that exited, reports the exits of the
-// processes it started, and notes when no child is left.
+// processes it started, and notes when no child is left but idle warm
+// interpreters.
 func (s *server) reap() {
 	for {
 		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		// Stops and continues too: a warm interpreter that was frozen is
+		// killed.
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG|syscall.WUNTRACED|syscall.WCONTINUED, nil)
 		if errors.Is(err, syscall.EINTR) {
 			continue
 		}
 		if errors.Is(err, syscall.ECHILD) {
 			s.children = false
+			if s.warm.cg != nil && len(s.warm.byPid) == 0 {
+				s.warm.cg.remove() // a leaf that may have been killed is not reused
+				s.warm.cg = nil
+			}
 			break
 		}
 		if err != nil || pid == 0 {
 			break
 		}
+		if ws.Stopped() || ws.Continued() {
+			s.warmSignalled(pid)
+			continue
+		}
+		s.warmReaped(pid, ws)
 		if s.cur == nil {
 			continue
 		}
@@ -302,11 +345,16 @@ func (s *server) reap() {
 			s.reportExit(s.cur, p, ws)
 		}
 	}
+	if s.children && len(s.warm.idle) > 0 && (s.cur == nil || len(s.cur.procs) == 0) {
+		// Children are left, but maybe only idle warm interpreters, which
+		// no generation's end waits for.
+		s.children = len(DescendantsExcept(s.self, s.isIdleWarm)) > 0
+	}
 	if s.children {
 		return
 	}
 	if s.killing {
-		s.killing = false
+		s.killing, s.killingAll = false, false
 		s.sweep.Stop()
 	}
 	if s.cg != nil {

@@ -15,10 +15,14 @@ const maxLine = 64 << 10
 // partial line until its newline arrives. Lines from the writers sharing mu
 // never interleave.
 type lineWriter struct {
-	mu     *sync.Mutex
+	mu  *sync.Mutex
+	buf []byte
+
+	// where is held while out, prefix and file are read or changed: a warm
+	// interpreter's output changes place when it becomes a trainer.
+	where  sync.Mutex
 	out    io.Writer // nil: lines go to the file only
 	prefix []byte
-	buf    []byte
 	file   *logFile // lines go here too, without the prefix
 }
 
@@ -52,7 +56,16 @@ func (w *lineWriter) Flush() {
 	}
 }
 
+// set changes where the next lines go.
+func (w *lineWriter) set(out io.Writer, prefix string, file *logFile) {
+	w.where.Lock()
+	defer w.where.Unlock()
+	w.out, w.prefix, w.file = out, []byte(prefix), file
+}
+
 func (w *lineWriter) emit(line []byte) {
+	w.where.Lock()
+	defer w.where.Unlock()
 	if w.file != nil {
 		w.file.writeLine(line)
 	}

@@ -24,6 +24,10 @@ const (
 	// OpKill kills everything at once and refuses starts until the next
 	// deadline: the node has been fenced out.
 	OpKill Op = "kill"
+	// OpWarm sets the warm interpreters the guard keeps ready, one per
+	// local process slot (Warm); an empty list ends them. They are started
+	// in the background, only while the node is not fenced.
+	OpWarm Op = "warm"
 )
 
 // Command is one message from the sidecar to the guard, one JSON object per
@@ -42,6 +46,29 @@ type Command struct {
 	// Generation and Procs, with OpStart.
 	Generation int64  `json:"generation,omitempty"`
 	Procs      []Proc `json:"procs,omitempty"`
+	// Warm, with OpWarm: the template of each slot's warm interpreter.
+	Warm []Warm `json:"warm,omitempty"`
+}
+
+// Warm is the template of one local process slot's warm interpreter: the
+// command as OpStart will ask for it, and what to preload. A start of the
+// slot with the same Path, Argv and Dir uses the warm interpreter.
+type Warm struct {
+	// Slot is the local rank: the index of the process in OpStart's Procs.
+	Slot int `json:"slot"`
+	// Path, Argv and Dir are the command, as in Proc; Argv[0] must name a
+	// Python interpreter (ParsePython).
+	Path string   `json:"path,omitempty"`
+	Argv []string `json:"argv"`
+	Dir  string   `json:"dir,omitempty"`
+	// Env is the environment the interpreter starts with: the sidecar's
+	// base, without a generation's variables, which it is given when used.
+	Env []string `json:"env"`
+	// Prefix starts every line the interpreter writes before it is used,
+	// on the guard's stderr.
+	Prefix string `json:"prefix"`
+	// Preload are the modules it imports before it waits.
+	Preload []string `json:"preload"`
 }
 
 // Proc is one process to start: a local rank of the node.
@@ -92,6 +119,28 @@ func (c Command) Validate() error {
 			return fmt.Errorf("guard command %d: negative grace period", c.Seq)
 		}
 	case OpKill:
+	case OpWarm:
+		if len(c.Warm) > MaxProcs {
+			return fmt.Errorf("guard command %d: more than %d warm slots", c.Seq, MaxProcs)
+		}
+		seen := map[int]bool{}
+		for _, w := range c.Warm {
+			if w.Slot < 0 || w.Slot >= MaxProcs || seen[w.Slot] {
+				return fmt.Errorf("guard command %d: warm slot %d out of range or given twice", c.Seq, w.Slot)
+			}
+			seen[w.Slot] = true
+			if _, err := ParsePython(w.Argv); err != nil {
+				return fmt.Errorf("guard command %d: warm slot %d: %w", c.Seq, w.Slot, err)
+			}
+			if len(w.Preload) == 0 {
+				return fmt.Errorf("guard command %d: warm slot %d preloads nothing", c.Seq, w.Slot)
+			}
+			for _, m := range w.Preload {
+				if !ValidModule(m) {
+					return fmt.Errorf("guard command %d: warm slot %d: %q is not a module name", c.Seq, w.Slot, m)
+				}
+			}
+		}
 	default:
 		return fmt.Errorf("guard command %d: unknown op %q", c.Seq, c.Op)
 	}
@@ -118,6 +167,9 @@ const (
 	// EventFenced: the deadline passed and the guard killed everything on
 	// its own.
 	EventFenced Event = "fenced"
+	// EventWarm: a warm interpreter started for slot Rank; Pid is its
+	// process id.
+	EventWarm Event = "warm"
 )
 
 // Report is one message from the guard to the sidecar.
@@ -134,6 +186,9 @@ type Report struct {
 	Signal int    `json:"signal,omitempty"`
 	Error  string `json:"error,omitempty"`
 	Cgroup string `json:"cgroup,omitempty"`
+	// Warm, with EventStarted, is how many of the processes were warm
+	// interpreters.
+	Warm int `json:"warm,omitempty"`
 	// StdoutBytes and StderrBytes are how much the guard had written to its
 	// stdout and stderr when it sent an exit report.
 	StdoutBytes int64 `json:"stdout_bytes,omitempty"`
@@ -162,7 +217,7 @@ func DecodeReport(line []byte) (Report, error) {
 		return Report{}, fmt.Errorf("%w: %v", ErrInvalidMessage, err)
 	}
 	switch r.Event {
-	case EventReady, EventStarted, EventStartFailed, EventExit, EventClear, EventFenced:
+	case EventReady, EventStarted, EventStartFailed, EventExit, EventClear, EventFenced, EventWarm:
 	default:
 		return Report{}, fmt.Errorf("%w: unknown event %q", ErrInvalidMessage, r.Event)
 	}

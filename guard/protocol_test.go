@@ -33,16 +33,56 @@ func FuzzDecodeCommand(f *testing.F) {
 	fuzzDecoder(f, guard.DecodeCommand,
 		`{"seq":1,"op":"deadline","lease":7,"killAt":123456789}`,
 		`{"seq":2,"op":"start","lease":7,"generation":3,"procs":[{"rank":0,"path":"/bin/true","argv":["true"],"env":["A=B"],"prefix":"[rank 0] "}]}`,
-		`{"seq":3,"op":"stop","graceNanos":1000000000}`, `{"seq":4,"op":"kill"}`)
+		`{"seq":3,"op":"stop","graceNanos":1000000000}`, `{"seq":4,"op":"kill"}`,
+		`{"seq":5,"op":"warm","warm":[{"slot":0,"path":"/usr/bin/python3","argv":["python3","-u","train.py"],"env":["A=B"],"prefix":"[warm 0] ","preload":["torch","numpy.linalg"]}]}`)
 }
 
 func FuzzDecodeReport(f *testing.F) {
 	fuzzDecoder(f, guard.DecodeReport,
 		`{"event":"ready","seq":0,"pid":12,"cgroup":"/sys/fs/cgroup/x"}`, `{"event":"started","seq":2,"pids":[13,14]}`,
-		`{"event":"exit","seq":2,"pid":13,"rank":1,"code":137,"signal":9}`, `{"event":"fenced","seq":5,"lease":7}`)
+		`{"event":"exit","seq":2,"pid":13,"rank":1,"code":137,"signal":9}`, `{"event":"fenced","seq":5,"lease":7}`,
+		`{"event":"warm","seq":5,"rank":1,"pid":15}`, `{"event":"started","seq":6,"pids":[15],"warm":1}`)
 }
 
 func FuzzDecodeCommitRequest(f *testing.F) {
 	fuzzDecoder(f, guard.DecodeCommitRequest,
 		`{"op":"rename","generation":3,"src":"/ckpt/a.tmp","dst":"/ckpt/a"}`, `{"op":"check","generation":1}`)
+}
+
+func TestParsePython(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		argv []string
+		want guard.PythonCommand
+		err  bool
+	}{
+		{"script", []string{"python3", "train.py", "--lr", "1"}, guard.PythonCommand{Script: "train.py", Args: []string{"--lr", "1"}}, false},
+		{"options", []string{"/usr/bin/python3.11", "-u", "-X", "dev", "-Wignore", "-OO", "t.py"},
+			guard.PythonCommand{Options: []string{"-u", "-X", "dev", "-W", "ignore", "-OO"}, Script: "t.py", Args: []string{}}, false},
+		{"module", []string{"python", "-um", "torch.distributed.run", "x"}, guard.PythonCommand{Options: []string{"-u"}, Module: "torch.distributed.run", Args: []string{"x"}}, false},
+		{"code", []string{"python3", "-c", "print(1)", "a"}, guard.PythonCommand{Code: "print(1)", Args: []string{"a"}}, false},
+		{"not python", []string{"bash", "run.sh"}, guard.PythonCommand{}, true},
+		{"pythonw is not python", []string{"python3-config"}, guard.PythonCommand{}, true},
+		{"stdin", []string{"python3", "-"}, guard.PythonCommand{}, true},
+		{"interactive", []string{"python3", "-i", "t.py"}, guard.PythonCommand{}, true},
+		{"version", []string{"python3", "--version"}, guard.PythonCommand{}, true},
+		{"no script", []string{"python3", "-u"}, guard.PythonCommand{}, true},
+		{"missing -m argument", []string{"python3", "-m"}, guard.PythonCommand{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := guard.ParsePython(tc.argv)
+			if tc.err {
+				require.ErrorIs(t, err, guard.ErrNotPython)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestValidModule(t *testing.T) {
+	for name, ok := range map[string]bool{"torch": true, "numpy.linalg": true, "_x1": true, "": false, "a-b": false, "1a": false, "a..b": false, "a.": false, "os;rm": false} {
+		require.Equal(t, ok, guard.ValidModule(name), name)
+	}
 }

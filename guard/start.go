@@ -10,7 +10,8 @@ import (
 	"syscall"
 )
 
-// start forks a generation's processes.
+// start starts a generation's processes: each from its slot's warm
+// interpreter where one is idle and healthy, else forked cold.
 func (s *server) start(c Command) {
 	s.reap()
 	switch {
@@ -36,48 +37,90 @@ func (s *server) start(c Command) {
 		s.cg = cg
 	}
 	pids := make([]int, 0, len(c.Procs))
-	for _, p := range c.Procs {
-		pid, err := s.fork(r, p)
+	warm := 0
+	for slot, p := range c.Procs {
+		if p.Path == "" {
+			p.Path = p.Argv[0]
+		}
+		env := s.procEnv(p)
+		if w := s.useWarm(slot, p, env); w != nil {
+			warm++
+			s.retarget(w, p)
+			s.track(r, w.proc)
+			pids = append(pids, w.proc.pid)
+			continue
+		}
+		pr, err := s.fork(p, env)
 		if err != nil {
-			s.killTree()
+			s.killRun()
 			s.clearOwed = true
 			s.out.send(Report{Event: EventStartFailed, Seq: c.Seq, Error: err.Error(), Code: execFailureCode(err)})
 			return
 		}
-		pids = append(pids, pid)
+		s.track(r, pr)
+		pids = append(pids, pr.pid)
 	}
 	s.clearOwed = true
-	s.out.send(Report{Event: EventStarted, Seq: c.Seq, Pids: pids})
+	s.out.send(Report{Event: EventStarted, Seq: c.Seq, Pids: pids, Warm: warm})
 }
 
-// fork starts one process in its own process group, with its output
-// forwarded line by line.
-func (s *server) fork(r *run, p Proc) (int, error) {
+// track registers a process that was just started, cold or warm, as one of
+// the run's: the one place every trainer passes through.
+func (s *server) track(r *run, pr *proc) {
+	s.children = true
+	r.procs[pr.pid] = pr
+	r.groups = append(r.groups, pr.pid)
+}
+
+// procEnv is the environment of p's process: p's, with the guard's own
+// variables.
+func (s *server) procEnv(p Proc) []string {
+	return withEnv(p.Env, EnvFenceSocket+"="+s.socket, EnvCoordinator+"="+s.cfg.Executable, EnvGuardID+"="+s.cfg.Marker)
+}
+
+// fork starts p's process cold, with its output forwarded line by line.
+func (s *server) fork(p Proc, env []string) (*proc, error) {
+	p.Env = env
+	stdout, stderr, log := s.outputOf(p)
+	pr, _, _, err := s.spawn(p, s.cg, nil, stdout, stderr, log)
+	if err != nil {
+		if log != nil {
+			log.finish("not started: " + err.Error())
+		}
+		return nil, err
+	}
+	return pr, nil
+}
+
+// spawn forks and execs p in its own process group, in cgroup cg if not
+// nil, with extra descriptors from 3 on, and forwards its output line by
+// line with p's prefix to stdout and stderr (nil: not forwarded) and log
+// (nil: none), until the writers it returns are set elsewhere.
+func (s *server) spawn(p Proc, cg *cgroup, extra []uintptr, stdout, stderr io.Writer, log *logFile) (*proc, *lineWriter, *lineWriter, error) {
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		return 0, err
+		return nil, nil, nil, err
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		outR.Close()
 		outW.Close()
-		return 0, err
+		return nil, nil, nil, err
 	}
-	env := withEnv(p.Env, EnvFenceSocket+"="+s.socket, EnvCoordinator+"="+s.cfg.Executable, EnvGuardID+"="+s.cfg.Marker)
 	path := p.Argv[0]
 	if p.Path != "" {
 		path = p.Path
 	}
 	sys := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	attr := &syscall.ProcAttr{Dir: p.Dir, Env: env, Files: []uintptr{s.devnull.Fd(), outW.Fd(), errW.Fd()}, Sys: sys}
-	if s.cg != nil {
-		sys.UseCgroupFD, sys.CgroupFD = true, s.cg.fd()
+	files := append([]uintptr{s.devnull.Fd(), outW.Fd(), errW.Fd()}, extra...)
+	attr := &syscall.ProcAttr{Dir: p.Dir, Env: p.Env, Files: files, Sys: sys}
+	if cg != nil {
+		sys.UseCgroupFD, sys.CgroupFD = true, cg.fd()
 	}
 	pid, err := syscall.ForkExec(path, p.Argv, attr)
-	if err != nil && s.cg != nil && cgroupRefused(err) {
+	if err != nil && cg != nil && cgroupRefused(err) {
 		// clone3 into a cgroup is not possible here: go on without one.
-		s.cg.remove()
-		s.cg, s.cgRoot = nil, nil
+		s.dropCgroups()
 		sys.UseCgroupFD = false
 		pid, err = syscall.ForkExec(path, p.Argv, attr)
 	}
@@ -86,40 +129,65 @@ func (s *server) fork(r *run, p Proc) (int, error) {
 	if err != nil {
 		outR.Close()
 		errR.Close()
-		return 0, fmt.Errorf("start %s: %w", p.Argv[0], err)
+		return nil, nil, nil, fmt.Errorf("start %s: %w", p.Argv[0], err)
 	}
-	s.children = true
-	pr := &proc{rank: p.Rank, pid: pid, output: make(chan struct{})}
-	r.procs[pid] = pr
-	r.groups = append(r.groups, pid)
-	stdout, stderr := s.cfg.Stdout, s.cfg.Stderr
-	if p.Log != nil {
-		if pr.log, err = openLog(*p.Log); err != nil {
-			// The output is not lost: it goes to the terminal instead.
-			fmt.Fprintf(s.cfg.Stderr, "%sguard: log file: %v; this process's output goes here\n", p.Prefix, err)
-		} else if p.Quiet {
-			stdout, stderr = nil, nil
-		}
-	}
+	pr := &proc{rank: p.Rank, pid: pid, output: make(chan struct{}), log: log}
+	writers := [2]*lineWriter{}
 	var wg sync.WaitGroup
-	for _, f := range []struct {
-		r   *os.File
-		out io.Writer
-	}{{outR, stdout}, {errR, stderr}} {
+	for i, r := range []*os.File{outR, errR} {
+		w := newLineWriter(&s.outMu, []io.Writer{stdout, stderr}[i], p.Prefix, log)
+		writers[i] = w
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := newLineWriter(&s.outMu, f.out, p.Prefix, pr.log)
-			_, _ = io.Copy(w, f.r)
+			_, _ = io.Copy(w, r)
 			w.Flush()
-			f.r.Close()
+			r.Close()
 		}()
 	}
 	go func() {
 		wg.Wait()
 		close(pr.output)
 	}()
-	return pid, nil
+	return pr, writers[0], writers[1], nil
+}
+
+// outputOf is where p's output goes: the guard's stdout and stderr (nil
+// for none), and its log file (nil for none).
+func (s *server) outputOf(p Proc) (stdout, stderr io.Writer, log *logFile) {
+	stdout, stderr = s.cfg.Stdout, s.cfg.Stderr
+	if p.Log != nil {
+		var err error
+		if log, err = openLog(*p.Log); err != nil {
+			// The output is not lost: it goes to the terminal instead.
+			fmt.Fprintf(s.cfg.Stderr, "%sguard: log file: %v; this process's output goes here\n", p.Prefix, err)
+		} else if p.Quiet {
+			stdout, stderr = nil, nil
+		}
+	}
+	return stdout, stderr, log
+}
+
+// retarget makes a used warm interpreter the trainer of p: its output goes
+// where p's goes from now on.
+func (s *server) retarget(w *warmProc, p Proc) {
+	stdout, stderr, log := s.outputOf(p)
+	w.proc.rank, w.proc.log = p.Rank, log
+	w.out.set(stdout, p.Prefix, log)
+	w.err.set(stderr, p.Prefix, log)
+}
+
+// dropCgroups goes on without cgroups: clone3 into one is refused here.
+func (s *server) dropCgroups() {
+	if s.cg != nil {
+		s.cg.remove()
+		s.cg = nil
+	}
+	if s.warm.cg != nil {
+		s.warm.cg.remove()
+		s.warm.cg = nil
+	}
+	s.cgRoot = nil
 }
 
 // execFailureCode is the exit code a shell gives a command it cannot run:

@@ -121,6 +121,8 @@ func TestBadInputThroughTheBinary(t *testing.T) {
 		{[]string{"run", "--np", "0", "--", "true"}, 2, "need at least 1"},
 		{[]string{"run", "--np", "2", "--job", strings.Repeat("x_", 130), "--", "true"}, 2, "--job: invalid job id: longer than 253 characters"},
 		{[]string{"run", "--np", "2", "--"}, 2, "no training command"},
+		{[]string{"run", "--np", "2", "--preload", "torch,a-b", "--", "python3", "t.py"}, 2, `--preload: "a-b" is not a Python module name`},
+		{[]string{"sidecar", "--job", "j", "--preload", "1x", "--", "python3", "t.py"}, 2, `--preload: "1x" is not a Python module name`},
 		{[]string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--dial-timeout", "300ms", "--job", "j", "--", "true"}, 1, "unreachable"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -31,6 +31,9 @@ type guardProc struct {
 
 	writeMu sync.Mutex
 	seq     atomic.Int64
+	// warmSlots is how many warm interpreters the guard was asked to keep;
+	// guarded by the launcher's mutex.
+	warmSlots int
 
 	mu       sync.Mutex
 	pid      int
@@ -58,6 +61,7 @@ const outputWait = 2 * time.Second
 type guardHooks struct {
 	exit   func(guard.Report)
 	fenced func(lease int64)
+	warm   func(guard.Report)
 }
 
 // startGuard starts the guard and waits until it is ready.
@@ -157,6 +161,10 @@ func (g *guardProc) read(hooks guardHooks, waited <-chan error) {
 			g.mu.Unlock()
 		case guard.EventFenced:
 			hooks.fenced(rep.Lease)
+		case guard.EventWarm:
+			if hooks.warm != nil {
+				hooks.warm(rep)
+			}
 		}
 	}
 	g.conn.Close()

@@ -105,6 +105,11 @@ type Config struct {
 	// the guard ran (Reclaim). An error refuses the guard, which is closed
 	// unused.
 	OnGuard func(GuardInfo) error
+	// Preload, for a command whose program is a Python interpreter, has
+	// the guard keep one warm interpreter per process that has imported
+	// these modules, which the next start becomes instead of starting
+	// cold. For any other command it is logged once and ignored.
+	Preload []string
 	Logger  hclog.Logger
 }
 
@@ -146,7 +151,20 @@ func New(cfg Config) (*Launcher, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	return &Launcher{cfg: cfg, logger: cfg.Logger.Named("launcher")}, nil
+	for _, m := range cfg.Preload {
+		if !guard.ValidModule(m) {
+			return nil, fmt.Errorf("launcher: preload %q: not a Python module name", m)
+		}
+	}
+	l := &Launcher{cfg: cfg, logger: cfg.Logger.Named("launcher")}
+	if len(cfg.Preload) > 0 {
+		if _, err := guard.ParsePython(cfg.Command); err != nil {
+			l.logger.Warn("--preload does not apply: the training command is not a Python interpreter running a script, -m or -c; it starts cold",
+				"program", cfg.Command[0])
+			l.cfg.Preload = nil
+		}
+	}
+	return l, nil
 }
 
 // group is the processes of one Start.
@@ -179,6 +197,10 @@ func (l *Launcher) Start(p Procs, lease int64) (<-chan Exit, error) {
 	l.mu.Lock()
 	g, err := l.guardLocked()
 	if err != nil {
+		l.mu.Unlock()
+		return nil, err
+	}
+	if err := l.warmLocked(g, path, len(p.Env)); err != nil {
 		l.mu.Unlock()
 		return nil, err
 	}
@@ -229,8 +251,28 @@ func (l *Launcher) Start(p Procs, lease int64) (<-chan Exit, error) {
 	grp.pids, grp.remaining = rep.Pids, len(rep.Pids)
 	exit := grp.exit
 	grp.mu.Unlock()
-	l.logger.Debug("started", "generation", p.Generation, "processes", len(rep.Pids))
+	l.logger.Debug("started", "generation", p.Generation, "processes", len(rep.Pids), "warm", rep.Warm)
 	return exit, nil
+}
+
+// warmLocked tells guard g, once for each number of processes, to keep a
+// warm interpreter for each of them.
+func (l *Launcher) warmLocked(g *guardProc, path string, nproc int) error {
+	if len(l.cfg.Preload) == 0 || g.warmSlots == nproc {
+		return nil
+	}
+	cmd := guard.Command{Op: guard.OpWarm}
+	for local := range nproc {
+		cmd.Warm = append(cmd.Warm, guard.Warm{
+			Slot: local, Path: path, Argv: l.cfg.Command, Dir: l.cfg.Dir, Env: l.cfg.Env,
+			Prefix: fmt.Sprintf("[warm %d] ", local), Preload: l.cfg.Preload,
+		})
+	}
+	if _, err := g.send(cmd, nil); err != nil {
+		return err
+	}
+	g.warmSlots = nproc
+	return nil
 }
 
 // onExit records a process's exit; the first failure stops the others.
@@ -444,6 +486,8 @@ func (l *Launcher) guardLocked() (*guardProc, error) {
 	hooks := guardHooks{exit: l.onExit, fenced: func(lease int64) {
 		l.logger.Warn("the lease deadline passed: the guard killed the processes", "lease", fmt.Sprintf("%x", lease))
 		l.cfg.OnFenced(lease)
+	}, warm: func(rep guard.Report) {
+		l.logger.Debug("warm interpreter started", "slot", rep.Rank, "pid", rep.Pid)
 	}}
 	g, err := startGuard(l.cfg.Guard, l.cfg.Env, l.cfg.Stdout, l.cfg.Stderr, hooks)
 	if err != nil {

@@ -16,6 +16,11 @@ const (
 	// AnnotationGeneration on a job's endpoint ConfigMap is the generation
 	// it describes.
 	AnnotationGeneration = "elastic.generation"
+	// AnnotationPreload on a job of a kind that has no field for it
+	// (PaddleJob, MSJob) is ElasticJob's spec.preload: Python modules,
+	// comma-separated, that warm interpreters import ahead of each
+	// generation.
+	AnnotationPreload = "elastic.preload"
 )
 
 // Intranet modes: how a job's nodes reach each other (spec.intranet).

@@ -54,6 +54,12 @@ type ElasticJobSpec struct {
 	WithGloo *int `json:"withGloo,omitempty"`
 	// Priority ranks jobs for the autoscaler: higher keeps its nodes.
 	Priority int `json:"priority,omitempty"`
+	// Preload are Python modules that a warm interpreter per training
+	// process imports ahead of each generation, for a training command
+	// whose program is a Python interpreter: the sidecar's --preload
+	// (ELASTIC_PRELOAD). A PaddleJob or MSJob says it in the annotation
+	// AnnotationPreload.
+	Preload []string `json:"preload,omitempty"`
 }
 
 // RoleSpec is one role's pods.

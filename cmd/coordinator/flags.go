@@ -16,6 +16,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/pflag"
+
+	"github.com/elastictraining/coordinator/guard"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/status"
 
@@ -313,4 +315,24 @@ func newLogger(w io.Writer, name, level string) (hclog.Logger, error) {
 		return nil, usagef("--log-level %q: want trace, debug, info, warn or error", level)
 	}
 	return hclog.New(&hclog.LoggerOptions{Name: name, Level: l, Output: w}), nil
+}
+
+// preloadUsage is the help of --preload, on sidecar and run.
+const preloadUsage = "Python modules (comma-separated) that a warm interpreter per training process imports ahead of the next generation, " +
+	"which then starts in it without the interpreter's start and these imports; only for a command whose program is python, python3, python3.N"
+
+// parsePreload reads --preload's comma-separated list of Python modules.
+func parsePreload(list string, from origin) ([]string, error) {
+	var mods []string
+	for _, m := range strings.Split(list, ",") {
+		m = strings.TrimSpace(m)
+		if m == "" {
+			continue
+		}
+		if !guard.ValidModule(m) {
+			return nil, usagef("%s: %q is not a Python module name (want a dotted name like torch or numpy.linalg)", from, m)
+		}
+		mods = append(mods, m)
+	}
+	return mods, nil
 }

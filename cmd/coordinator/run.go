@@ -29,6 +29,7 @@ func newRunCommand(env lookupEnv) *cobra.Command {
 	var (
 		job                                jobOption
 		np, listen, dataDir, logLevel      string
+		preload                            string
 		successPolicy                      string
 		nproc, faultTolerance, maxRestarts int
 		ttl, grace                         time.Duration
@@ -105,6 +106,10 @@ signal kills them at once).`,
 			if err != nil {
 				return err
 			}
+			mods, err := parsePreload(preload, origin{flag: "preload"})
+			if err != nil {
+				return err
+			}
 			ranks := target.Max * nproc
 			sidecarArgs, note, err := runLogArgs(&logs, ranks)
 			if err != nil {
@@ -126,6 +131,9 @@ signal kills them at once).`,
 				sidecarArgs = append(sidecarArgs, fmt.Sprintf("--with-gloo=%d", withGloo))
 			}
 			sidecarArgs = append(sidecarArgs, checkpoint.args()...)
+			if len(mods) > 0 {
+				sidecarArgs = append(sidecarArgs, "--preload", strings.Join(mods, ","))
+			}
 			ctx, signals := signalContext(cmd.Context())
 			code, err := localrun.Run(ctx, localrun.Config{
 				Executable: exe, Job: id, Spec: spec, NProc: nproc, Command: args, DataDir: dataDir, ClientURL: listen,
@@ -162,6 +170,7 @@ signal kills them at once).`,
 	fs.IntVar(&withGloo, "with-gloo", 0, "PaddlePaddle's withGloo, 1 or 2: set PADDLE_WITH_GLOO and PADDLE_GLOO_RENDEZVOUS=3; --with-gloo alone is 1")
 	fs.Lookup("with-gloo").NoOptDefVal = "1"
 	fs.StringVar(&logLevel, "log-level", "warn", "log level of the coordinator and sidecars")
+	fs.StringVar(&preload, "preload", "", preloadUsage)
 	logs.register(fs, "")
 	checkpoint.register(fs, env, false)
 	return cmd

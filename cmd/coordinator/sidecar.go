@@ -60,6 +60,8 @@ type sidecarOptions struct {
 	stateDir       string
 	getenv         func(string) string
 	checkpoint     checkpointOptions
+	preload        string
+	preloadOrigin  origin
 	envErr         error // a variable that cannot be read
 }
 
@@ -151,6 +153,7 @@ it; --tee says whose output still reaches the terminal.`,
 			"empty: $XDG_RUNTIME_DIR/elastic-sidecar, or elastic-sidecar-UID in the temporary directory"+envNote("ELASTIC_STATE_DIR"))
 	fs.StringVar(&o.listenMetrics, "listen-metrics", "", "serve this node's Prometheus metrics on this address (host:port); none if empty")
 	o.checkpoint.register(fs, env, true)
+	o.preloadOrigin = envString(fs, &o.preload, "preload", env, "", preloadUsage, "ELASTIC_PRELOAD")
 	return cmd
 }
 
@@ -327,6 +330,9 @@ func (o *sidecarOptions) validate() (jobID string, node membership.Node, spec *m
 	if _, err := o.checkpoint.validate(); err != nil {
 		return "", node, nil, err
 	}
+	if _, err := parsePreload(o.preload, o.preloadOrigin); err != nil {
+		return "", node, nil, err
+	}
 	return jobID, node, spec, nil
 }
 
@@ -336,6 +342,7 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 		return err
 	}
 	logs, _ := o.logs.parse()
+	preload, _ := parsePreload(o.preload, o.preloadOrigin)
 	if logs != nil {
 		logs.Dir = filepath.Join(logs.Dir, node.ID)
 	}
@@ -389,7 +396,7 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 	var agent *sidecar.Agent
 	l, err := launcher.New(launcher.Config{
 		Command: command, Env: os.Environ(), Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(), Logger: logger,
-		Guard: []string{self, "guard", "--cgroup", o.cgroup}, Logs: logs,
+		Guard: []string{self, "guard", "--cgroup", o.cgroup}, Logs: logs, Preload: preload,
 		OnFenced: func(lease int64) { agent.LeaseFenced(lease) },
 		OnGuard:  keeper.Guard,
 	})

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -190,6 +191,9 @@ func sidecarEnv(j Job, sc Sidecar) []corev1.EnvVar {
 	}
 	if sc.Prefix != "" {
 		env = append(env, corev1.EnvVar{Name: "ELASTIC_PREFIX", Value: sc.Prefix})
+	}
+	if len(j.Preload) > 0 {
+		env = append(env, corev1.EnvVar{Name: "ELASTIC_PRELOAD", Value: strings.Join(j.Preload, ",")})
 	}
 	if sc.Auth {
 		env = append(env, corev1.EnvVar{Name: "ELASTIC_ETCD_USER", Value: etcdauth.JobUser(j.ID)},

@@ -3,6 +3,7 @@ package jobcontroller
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
+	"github.com/elastictraining/coordinator/guard"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -29,6 +31,10 @@ type Job struct {
 	Intranet string
 	// WithGloo is PaddlePaddle's 0, 1 (workers) or 2 (workers and servers).
 	WithGloo int
+	// Preload are the Python modules the sidecars keep warm interpreters
+	// of (ELASTIC_PRELOAD): ElasticJob's spec.preload, or the annotation
+	// jobv1.AnnotationPreload on the other kinds.
+	Preload []string
 }
 
 // hasRole reports whether the job has pods of the role.
@@ -94,7 +100,15 @@ func fromElasticJob(u *unstructured.Unstructured) (Job, error) {
 		spec.Heter = int(deref(s.Heter.Replicas, 1))
 		roles = append(roles, Role{Name: membership.RoleHeter, Replicas: spec.Heter, Template: s.Heter.Template})
 	}
-	return newJob(u, spec, roles, or(s.Intranet, jobv1.IntranetPodIP), deref(s.WithGloo, 0))
+	j, err := newJob(u, spec, roles, or(s.Intranet, jobv1.IntranetPodIP), deref(s.WithGloo, 0))
+	if err != nil || len(s.Preload) == 0 {
+		return j, err
+	}
+	if err := validPreload(s.Preload, "spec.preload"); err != nil {
+		return Job{}, err
+	}
+	j.Preload = s.Preload
+	return j, nil
 }
 
 // newJob completes a job read from resource u.
@@ -116,12 +130,32 @@ func newJob(u *unstructured.Unstructured, spec membership.Spec, roles []Role, in
 	default:
 		return Job{}, fmt.Errorf("spec.intranet %q: want PodIP, Service or Host", intranet)
 	}
+	if a := u.GetAnnotations()[jobv1.AnnotationPreload]; a != "" {
+		for _, m := range strings.Split(a, ",") {
+			if m = strings.TrimSpace(m); m != "" {
+				j.Preload = append(j.Preload, m)
+			}
+		}
+		if err := validPreload(j.Preload, "metadata.annotations["+jobv1.AnnotationPreload+"]"); err != nil {
+			return Job{}, err
+		}
+	}
 	spec.Owner = jobv1.Owner{Kind: j.Owner.Kind, Namespace: j.Namespace, Name: j.Owner.Name, UID: string(j.Owner.UID)}.String()
 	if err := spec.Validate(); err != nil {
 		return Job{}, fmt.Errorf("spec: %w", err)
 	}
 	j.Spec = spec
 	return j, nil
+}
+
+// validPreload checks the module names of field.
+func validPreload(mods []string, field string) error {
+	for _, m := range mods {
+		if !guard.ValidModule(m) {
+			return fmt.Errorf("%s: %q is not a Python module name", field, m)
+		}
+	}
+	return nil
 }
 
 // trainingContainer is the index of the container the sidecar wraps: the

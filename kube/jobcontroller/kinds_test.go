@@ -312,3 +312,46 @@ func FuzzJobDecoders(f *testing.F) {
 		}
 	})
 }
+
+// spec.preload, or the annotation on a kind without the field, reaches the
+// sidecar as ELASTIC_PRELOAD; a bad module name is refused.
+func TestPreloadReachesTheSidecar(t *testing.T) {
+	preloadOf := func(j Job) string {
+		t.Helper()
+		tmpl, err := inject(j, j.Roles[0], Sidecar{Image: "img"}, func(*corev1.Container) ([]string, error) { return []string{"python3", "t.py"}, nil })
+		require.NoError(t, err)
+		for _, v := range tmpl.Spec.Containers[0].Env {
+			if v.Name == "ELASTIC_PRELOAD" {
+				return v.Value
+			}
+		}
+		return ""
+	}
+	elastic := func(preload string) (Job, error) {
+		return fromElasticJob(fromYAML(t, `
+apiVersion: elastictraining.io/v1
+kind: ElasticJob
+metadata: {name: a}
+spec:
+  preload: `+preload+`
+  worker: {replicas: 2, template: {spec: {containers: [{name: t, image: t, command: [x]}]}}}
+`))
+	}
+	j, err := elastic("[torch, numpy.linalg]")
+	require.NoError(t, err)
+	assert.Equal(t, "torch,numpy.linalg", preloadOf(j))
+	j, err = elastic("[]")
+	require.NoError(t, err)
+	assert.Empty(t, preloadOf(j), "without preload, no variable")
+	_, err = elastic("[torch, a-b]")
+	require.ErrorContains(t, err, `spec.preload: "a-b" is not a Python module name`)
+
+	u := example(t, "paddlejob-resnet.yaml")
+	u.SetAnnotations(map[string]string{jobv1.AnnotationPreload: "paddle, numpy"})
+	j, err = fromPaddleJob(u)
+	require.NoError(t, err)
+	assert.Equal(t, "paddle,numpy", preloadOf(j))
+	u.SetAnnotations(map[string]string{jobv1.AnnotationPreload: "paddle;rm"})
+	_, err = fromPaddleJob(u)
+	require.ErrorContains(t, err, `metadata.annotations[elastic.preload]: "paddle;rm" is not a Python module name`)
+}

@@ -1,0 +1,151 @@
+# The bootstrap of a warm interpreter, run by the guard as
+#   PYTHON [the user's interpreter options] -c BOOTSTRAP MODULE...
+# It imports the modules, then waits on descriptor 3 for the guard's one "go"
+# message, and becomes the user's unchanged command. It starts no thread,
+# opens no socket and touches no device: all it holds when the command starts
+# is what the imports made, in a process that was exec'd, never forked.
+# Standard library only; Python 3.8 and later.
+import sys
+
+
+def _warm():
+    import importlib
+    import json
+    import os
+
+    # sys.argv: -c, sys.path[0] as the command will have it, the modules.
+    path0, modules = sys.argv[1], sys.argv[2:]
+    del sys.argv[1:]
+    safe_path = getattr(sys.flags, "safe_path", False) or sys.flags.isolated
+    if not safe_path and sys.path and sys.path[0] == "" and path0:
+        # Imported as the command would import them.
+        sys.path[0] = path0
+    for name in modules:
+        importlib.import_module(name)
+    if not safe_path and sys.path and sys.path[0] == path0:
+        sys.path[0] = ""  # set again for the command below
+    # The PYTHONPATH this interpreter started with: its entries in sys.path
+    # are replaced by the generation's.
+    started_pythonpath = os.environ.get("PYTHONPATH", "")
+    started_dir = os.getcwd()
+
+    chunks = []
+    while True:
+        chunk = os.read(3, 1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(3)
+    if not chunks:
+        # The guard closed the pipe without a message: not needed.
+        os._exit(0)
+    msg = json.loads(b"".join(chunks).decode("utf-8"))
+
+    # clear + update, not a new dict: os.environ's methods call putenv, so
+    # the C library and child processes see the generation's environment.
+    os.environ.clear()
+    os.environ.update(msg["env"])
+    os.chdir(msg["cwd"])
+
+    def entries(pythonpath, base):
+        return [os.path.join(base, p) for p in pythonpath.split(os.pathsep) if p]
+
+    old = entries(started_pythonpath, started_dir)
+    new = entries(msg["env"].get("PYTHONPATH", ""), msg["cwd"])
+    if old != new and not sys.flags.ignore_environment:
+        at = None
+        for p in old:
+            if p in sys.path:
+                i = sys.path.index(p)
+                at = i if at is None else min(at, i)
+                del sys.path[i]
+        if at is None:
+            at = 1 if sys.path and sys.path[0] == "" else 0
+        sys.path[at:at] = new
+
+    sys.argv[:] = msg["argv"]
+    if "script" in msg:
+        _run_script(msg["script"], safe_path)
+    elif "module" in msg:
+        if not safe_path and sys.path and sys.path[0] == "":
+            sys.path[0] = os.getcwd()
+        _run_module(msg["module"])
+    else:
+        _run_code(msg["code"])
+
+
+def _run_script(script, safe_path):
+    # As `python script.py` does: __main__ is the script's module for the
+    # rest of the process, __file__ is absolute, sys.argv[0] as given, and
+    # sys.path[0] the script's directory.
+    import io
+    import os
+    import types
+
+    path = os.path.abspath(script)
+    if not safe_path and sys.path and sys.path[0] == "":
+        sys.path[0] = os.path.dirname(path)
+    if not os.path.isfile(path):
+        # A directory or a zip file with a __main__.py.
+        import runpy
+
+        runpy.run_path(script, run_name="__main__")
+        return
+    with io.open_code(path) as f:
+        source = f.read()
+    code = compile(source, path, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__file__ = path
+    main.__cached__ = None
+    main.__builtins__ = __builtins__
+    sys.modules["__main__"] = main
+    exec(code, main.__dict__)
+
+
+def _run_module(name):
+    import runpy
+
+    as_main = getattr(runpy, "_run_module_as_main", None)
+    if as_main is not None:
+        as_main(name, True)  # what `python -m` itself calls
+    else:
+        runpy.run_module(name, run_name="__main__", alter_sys=True)
+
+
+def _run_code(source):
+    import types
+
+    main = types.ModuleType("__main__")
+    main.__builtins__ = __builtins__
+    sys.modules["__main__"] = main
+    exec(compile(source, "<string>", "exec", dont_inherit=True), main.__dict__)
+
+
+def _ours(frame):
+    g = frame.f_globals
+    return g is globals() or g.get("__name__") == "runpy"
+
+
+try:
+    _warm()
+except SystemExit:
+    raise
+except BaseException as e:
+    # Shown as a cold interpreter shows it: without this bootstrap's frames.
+    tb = e.__traceback__
+    while tb is not None and _ours(tb.tb_frame):
+        tb = tb.tb_next
+    # The hook prints the exception's own traceback, where it has one.
+    e.__traceback__ = tb
+    sys.excepthook(type(e), e, tb)
+    if isinstance(e, KeyboardInterrupt):
+        import atexit
+        import os
+        import signal
+
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    sys.exit(1)

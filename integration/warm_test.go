@@ -1,0 +1,92 @@
+package integration
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// warmMark is the module the warm test preloads: it notes who imported it,
+// and whether that was a warm interpreter (whose sys.argv[0] is -c while
+// it imports).
+const warmMark = `import os, sys
+IMPORTED_BY = os.getpid()
+WARM = sys.argv[0] == "-c"
+with open(os.path.join(os.environ["WARM_DIR"], "imports"), "a") as f:
+    f.write("%d %s\n" % (os.getpid(), "warm" if WARM else "cold"))
+`
+
+// warmScript prints what it sees; in generation 1 it waits to be killed.
+const warmScript = `import os, sys, time
+import mark
+gen, rank = os.environ["ELASTIC_GENERATION"], os.environ["RANK"]
+print("warmtest gen=%s rank=%s pid=%d preloaded_by=%d warm=%s name=%s argv=%s world=%s" % (
+    gen, rank, os.getpid(), mark.IMPORTED_BY, mark.WARM, __name__, ",".join(sys.argv), os.environ["WORLD_SIZE"]), flush=True)
+if gen == "1":
+    with open(os.path.join(os.environ["WARM_DIR"], "pid-" + rank), "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(600)
+`
+
+// With --preload, after a rank is killed the next generation runs in the
+// warm interpreters, which imported the module ahead of it.
+func TestPreloadedGenerationRunsWarm(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("python3"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "mark.py"), []byte(warmMark), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "w.py"), []byte(warmScript), 0o644))
+	r := startRunIn(t, dir, []string{"--np", "2", "--job", "warm", "--preload", "mark"}, []string{"python3", "w.py", "x"}, "WARM_DIR="+dir)
+
+	imports := func(kind string) (pids []int) {
+		data, _ := os.ReadFile(filepath.Join(dir, "imports"))
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			if pid, k, _ := strings.Cut(line, " "); k == kind {
+				n, _ := strconv.Atoi(pid)
+				pids = append(pids, n)
+			}
+		}
+		return pids
+	}
+	require.Eventually(t, func() bool { return len(imports("warm")) >= 2 }, time.Minute, 20*time.Millisecond,
+		"no warm interpreters:\n%s", r.out.String())
+	warm := imports("warm")
+	var victim int
+	require.Eventually(t, func() bool {
+		data, err := os.ReadFile(filepath.Join(dir, "pid-1"))
+		victim, _ = strconv.Atoi(string(data))
+		return err == nil && victim > 0
+	}, time.Minute, 10*time.Millisecond)
+	require.NoError(t, syscall.Kill(victim, syscall.SIGKILL))
+	assert.Equal(t, 0, r.wait(), "generation 2 exits 0")
+
+	out := r.out.String()
+	for rank := range 2 {
+		prefix := "[rank " + strconv.Itoa(rank) + "] warmtest gen=2 rank=" + strconv.Itoa(rank) + " pid="
+		var line string
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, prefix) {
+				line = l
+			}
+		}
+		require.NotEmpty(t, line, "rank %d in generation 2:\n%s", rank, out)
+		pid, _, _ := strings.Cut(strings.TrimPrefix(line, prefix), " ")
+		n, _ := strconv.Atoi(pid)
+		assert.Contains(t, warm, n, "rank %d ran in a warm interpreter", rank)
+		assert.Contains(t, line, "preloaded_by="+pid+" warm=True name=__main__ argv=w.py,x world=2")
+	}
+	assert.Len(t, imports("cold"), 2, "only generation 1 imported the module itself")
+}
