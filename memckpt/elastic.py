@@ -413,7 +413,19 @@ class _Saver:
             sock.close()
 
 
-_saver = _Saver()
+# The saver reads the process's environment (its socket, generation and
+# rank) when first used, not at import: a warm interpreter (--preload)
+# imports this module before its generation's environment exists.
+_saver = None
+_saver_lock = threading.Lock()
+
+
+def _the_saver():
+    global _saver
+    with _saver_lock:
+        if _saver is None:
+            _saver = _Saver()
+        return _saver
 
 
 def save(state, path=None):
@@ -422,22 +434,23 @@ def save(state, path=None):
     path, if given, is where the copy is also written on disk, at a slower
     interval. Raises the error of an earlier save, if one failed.
     """
-    _saver.save(state, path)
+    _the_saver().save(state, path)
 
 
 def flush():
     """Wait until the last save is stored; raise its error if it failed."""
-    _saver.flush()
+    _the_saver().flush()
 
 
 def load(path=None):
     """The newest complete copy among the sidecars' memory and the file at path, or None."""
-    _saver.flush()
+    saver = _the_saver()
+    saver.flush()
     meta, body = None, None
-    if _saver.socket_name:
-        meta, body = _saver.load_sidecar()
-    elif _saver.last is not None:
-        meta, body = _saver.last
+    if saver.socket_name:
+        meta, body = saver.load_sidecar()
+    elif saver.last is not None:
+        meta, body = saver.last
     if path:
         fmeta, offset = _read_file_meta(path)
         if fmeta is not None and (meta is None or _order(fmeta) > _order(meta)):
@@ -452,7 +465,7 @@ def load(path=None):
 @atexit.register
 def _flush_at_exit():
     # A script that ends right after its last save still stores it.
-    if _saver.thread is not None:
+    if _saver is not None and _saver.thread is not None:
         try:
             _saver.flush()
         except CheckpointError as e:
