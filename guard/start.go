@@ -13,6 +13,9 @@ import (
 // start forks a generation's processes.
 func (s *server) start(c Command) {
 	s.reap()
+	if s.children && s.cur != nil && s.cur.awaitWatchdogs() {
+		s.reap()
+	}
 	switch {
 	case s.children:
 		s.out.send(Report{Event: EventStartFailed, Seq: c.Seq, Error: "processes of the previous generation are still running"})
@@ -22,7 +25,7 @@ func (s *server) start(c Command) {
 		return
 	}
 	s.gen = c.Generation
-	r := &run{procs: map[int]*proc{}}
+	r := &run{procs: map[int]*proc{}, watchdogs: map[int]int{}}
 	s.cur = r
 	if s.cg != nil {
 		s.cg.remove()
@@ -88,10 +91,7 @@ func (s *server) fork(r *run, p Proc) (int, error) {
 		errR.Close()
 		return 0, fmt.Errorf("start %s: %w", p.Argv[0], err)
 	}
-	s.children = true
 	pr := &proc{rank: p.Rank, pid: pid, output: make(chan struct{})}
-	r.procs[pid] = pr
-	r.groups = append(r.groups, pid)
 	stdout, stderr := s.cfg.Stdout, s.cfg.Stderr
 	if p.Log != nil {
 		if pr.log, err = openLog(*p.Log); err != nil {
@@ -119,7 +119,22 @@ func (s *server) fork(r *run, p Proc) (int, error) {
 		wg.Wait()
 		close(pr.output)
 	}()
-	return pid, nil
+	return pid, s.track(r, pr)
+}
+
+// track makes a started process one of the run's: reported when it exits,
+// its process group killed with the run, and fenced by a watchdog of its
+// own, which holds the deadline where the process runs. Every process the
+// guard hands a generation to goes through here.
+func (s *server) track(r *run, pr *proc) error {
+	s.children = true
+	r.procs[pr.pid] = pr
+	r.groups = append(r.groups, pr.pid)
+	watchdog, err := s.startWatchdog(pr.pid, s.lease)
+	if watchdog != 0 {
+		r.watchdogs[pr.pid] = watchdog
+	}
+	return err
 }
 
 // execFailureCode is the exit code a shell gives a command it cannot run:
