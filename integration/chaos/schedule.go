@@ -43,7 +43,7 @@ type fault struct {
 
 func (f fault) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%7.2fs %-17s", f.At.Seconds(), f.Kind)
+	fmt.Fprintf(&b, "%7.2fs %-18s", f.At.Seconds(), f.Kind)
 	switch f.Kind {
 	case killTrainer:
 		fmt.Fprintf(&b, " node n%d", f.Node)
