@@ -59,8 +59,10 @@ type run struct {
 	groups  []int         // process group ids
 	reports sync.WaitGroup
 	// watchdogs are the fence watchdogs' pids, by the pid of the process
-	// each watches, until reaped.
+	// each watches, until reaped; unwatched are the processes tracked
+	// whose watchdog is still to start.
 	watchdogs map[int]int
+	unwatched []int
 }
 
 // server is the guard's state, owned by its loop.
@@ -183,6 +185,7 @@ func Run(cfg Config) int {
 			call.reply <- s.answer(call.req)
 		case <-quiet:
 		}
+		s.watchTracked()
 		s.reap()
 		if closing && !s.children {
 			return 0

@@ -119,22 +119,21 @@ func (s *server) fork(r *run, p Proc) (int, error) {
 		wg.Wait()
 		close(pr.output)
 	}()
-	return pid, s.track(r, pr)
+	s.track(r, pr)
+	return pid, nil
 }
 
 // track makes a started process one of the run's: reported when it exits,
 // its process group killed with the run, and fenced by a watchdog of its
 // own, which holds the deadline where the process runs. Every process the
-// guard hands a generation to goes through here.
-func (s *server) track(r *run, pr *proc) error {
+// guard hands a generation to goes through here. The watchdog starts at
+// the end of the loop's turn (watchTracked), once the command is answered,
+// so that starting it delays neither the other processes nor the report.
+func (s *server) track(r *run, pr *proc) {
 	s.children = true
 	r.procs[pr.pid] = pr
 	r.groups = append(r.groups, pr.pid)
-	watchdog, err := s.startWatchdog(pr.pid, s.lease)
-	if watchdog != 0 {
-		r.watchdogs[pr.pid] = watchdog
-	}
-	return err
+	r.unwatched = append(r.unwatched, pr.pid)
 }
 
 // execFailureCode is the exit code a shell gives a command it cannot run:

@@ -80,6 +80,36 @@ func (s *server) startWatchdog(pid int, lease int64) (int, error) {
 	return watchdog, nil
 }
 
+// watchTracked starts the watchdogs of the current run's processes that
+// have none yet. A process whose watchdog cannot start may not run: the
+// run is killed, and its processes' exits say so.
+func (s *server) watchTracked() {
+	r := s.cur
+	if r == nil || len(r.unwatched) == 0 {
+		return
+	}
+	pids := r.unwatched
+	r.unwatched = nil
+	if s.killing {
+		return // they are being killed
+	}
+	for _, pid := range pids {
+		if _, running := r.procs[pid]; !running {
+			continue
+		}
+		watchdog, err := s.startWatchdog(pid, s.lease)
+		if err != nil {
+			fmt.Fprintf(s.cfg.Stderr, "%s guard: %v; killed the generation's processes\n", time.Now().UTC().Format("2006-01-02T15:04:05.000Z"), err)
+			s.clearOwed = true
+			s.killTree()
+			return
+		}
+		if watchdog != 0 {
+			r.watchdogs[pid] = watchdog
+		}
+	}
+}
+
 // endWatchdog kills the watchdog of a process that was reaped: it would
 // exit on its own, but a start that follows at once must not find it.
 func (r *run) endWatchdog(pid int) {
