@@ -40,6 +40,9 @@ type Config struct {
 	Executable string
 	// Marker is given to the processes as ELASTIC_GUARD_ID.
 	Marker string
+	// Deadline is the sidecar's DeadlinePage, handed to the fence
+	// watchdog started beside each process; nil starts none.
+	Deadline *os.File
 }
 
 // proc is a started process that leads its process group.
@@ -55,6 +58,11 @@ type run struct {
 	procs   map[int]*proc // by pid, until reaped
 	groups  []int         // process group ids
 	reports sync.WaitGroup
+	// watchdogs are the fence watchdogs' pids, by the pid of the process
+	// each watches, until reaped; unwatched are the processes tracked
+	// whose watchdog is still to start.
+	watchdogs map[int]int
+	unwatched []int
 }
 
 // server is the guard's state, owned by its loop.
@@ -188,6 +196,7 @@ func Run(cfg Config) int {
 			call.reply <- s.answer(call.req)
 		case <-quiet:
 		}
+		s.watchTracked()
 		s.reap()
 		if s.closing && !s.children {
 			return 0
@@ -343,7 +352,9 @@ func (s *server) reap() {
 		if p, ok := s.cur.procs[pid]; ok {
 			delete(s.cur.procs, pid)
 			s.reportExit(s.cur, p, ws)
+			s.cur.endWatchdog(pid)
 		}
+		s.cur.reapedWatchdog(pid)
 	}
 	if s.children && len(s.warm.idle) > 0 && (s.cur == nil || len(s.cur.procs) == 0) {
 		// Children are left, but maybe only idle warm interpreters, which

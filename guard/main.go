@@ -15,15 +15,18 @@ import (
 const ControlFD = 3
 
 // Main is the guard process's main: `coordinator guard --marker M
-// [--cgroup auto|off]`, started by the launcher with its socket as
-// descriptor 3. It returns the exit code.
+// [--cgroup auto|off] [--deadline-fd N]`, started by the launcher with its
+// socket as descriptor 3 and, with --deadline-fd, its DeadlinePage as
+// descriptor N, which the guard hands to the fence watchdog of each
+// training process. It returns the exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("guard", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	marker := fs.String("marker", "", "marker set in the processes' environment")
 	cg := fs.String("cgroup", "auto", "auto: a cgroup v2 of its own where one is writable; off: none")
-	if err := fs.Parse(args); err != nil || *marker == "" || (*cg != "auto" && *cg != "off") {
-		fmt.Fprintln(stderr, "coordinator guard: started by the sidecar only: guard --marker M [--cgroup auto|off]")
+	deadlineFD := fs.Int("deadline-fd", 0, "descriptor of the sidecar's deadline page; 0: none, no fence watchdogs")
+	if err := fs.Parse(args); err != nil || *marker == "" || (*cg != "auto" && *cg != "off") || *deadlineFD < 0 || *deadlineFD == ControlFD {
+		fmt.Fprintln(stderr, "coordinator guard: started by the sidecar only: guard --marker M [--cgroup auto|off] [--deadline-fd N]")
 		return 2
 	}
 	// The training processes must not inherit the socket: the sidecar would
@@ -34,11 +37,23 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "coordinator guard: no control socket on descriptor "+strconv.Itoa(ControlFD))
 		return 2
 	}
+	var deadline *os.File
+	if *deadlineFD > 0 {
+		// Handed on to the watchdogs only, never to a training process.
+		syscall.CloseOnExec(*deadlineFD)
+		view, err := openDeadlineView(*deadlineFD)
+		if err != nil {
+			fmt.Fprintf(stderr, "coordinator guard: %v\n", err)
+			return 2
+		}
+		view.close()
+		deadline = os.NewFile(uintptr(*deadlineFD), "elastic-deadline")
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		exe = os.Args[0]
 	}
-	return Run(Config{Control: control, Stdout: stdout, Stderr: stderr, Cgroup: *cg == "auto", Executable: exe, Marker: *marker})
+	return Run(Config{Control: control, Stdout: stdout, Stderr: stderr, Cgroup: *cg == "auto", Executable: exe, Marker: *marker, Deadline: deadline})
 }
 
 // CommitMain is `coordinator commit [--check] [SRC DST]`: a shell script's

@@ -14,6 +14,9 @@ import (
 // interpreter where one is idle and healthy, else forked cold.
 func (s *server) start(c Command) {
 	s.reap()
+	if s.children && s.cur != nil && s.cur.awaitWatchdogs() {
+		s.reap()
+	}
 	switch {
 	case s.children:
 		s.out.send(Report{Event: EventStartFailed, Seq: c.Seq, Error: "processes of the previous generation are still running"})
@@ -23,7 +26,7 @@ func (s *server) start(c Command) {
 		return
 	}
 	s.gen = c.Generation
-	r := &run{procs: map[int]*proc{}}
+	r := &run{procs: map[int]*proc{}, watchdogs: map[int]int{}}
 	s.cur = r
 	if s.cg != nil {
 		s.cg.remove()
@@ -62,14 +65,6 @@ func (s *server) start(c Command) {
 	}
 	s.clearOwed = true
 	s.out.send(Report{Event: EventStarted, Seq: c.Seq, Pids: pids, Warm: warm})
-}
-
-// track registers a process that was just started, cold or warm, as one of
-// the run's: the one place every trainer passes through.
-func (s *server) track(r *run, pr *proc) {
-	s.children = true
-	r.procs[pr.pid] = pr
-	r.groups = append(r.groups, pr.pid)
 }
 
 // procEnv is the environment of p's process: p's, with the guard's own
@@ -188,6 +183,19 @@ func (s *server) dropCgroups() {
 		s.warm.cg = nil
 	}
 	s.cgRoot = nil
+}
+
+// track makes a started process one of the run's: reported when it exits,
+// its process group killed with the run, and fenced by a watchdog of its
+// own, which holds the deadline where the process runs. Every process the
+// guard hands a generation to goes through here. The watchdog starts at
+// the end of the loop's turn (watchTracked), once the command is answered,
+// so that starting it delays neither the other processes nor the report.
+func (s *server) track(r *run, pr *proc) {
+	s.children = true
+	r.procs[pr.pid] = pr
+	r.groups = append(r.groups, pr.pid)
+	r.unwatched = append(r.unwatched, pr.pid)
 }
 
 // execFailureCode is the exit code a shell gives a command it cannot run:

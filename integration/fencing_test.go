@@ -383,15 +383,22 @@ func TestAThawedNodeIsKilledAndCommitsNothing(t *testing.T) {
 	assert.NotEqual(t, "1", gen, "a checkpoint of generation 1 is the last word")
 }
 
-// The guard and `commit` run before the rest of the binary initialises:
-// client-go, gRPC and etcd's client would cost them most of their start.
+// The guard, its fence watchdogs and `commit` run before the rest of the
+// binary initialises: client-go, gRPC and etcd's client would cost them
+// most of their start.
 func TestTheGuardStartsBeforeTheHeavyPackagesInitialise(t *testing.T) {
 	code, _, stderr := cli(t, []string{"GODEBUG=inittrace=1", "ELASTIC_FENCE_SOCKET="}, "commit", "--check")
 	require.Equal(t, 0, code, stderr)
-	require.Contains(t, stderr, "init runtime", "GODEBUG=inittrace=1 traced nothing")
-	for _, heavy := range []string{"init k8s.io/client-go/", "init google.golang.org/grpc ", "init go.etcd.io/etcd/client/v3 ",
-		"init github.com/prometheus/client_golang/prometheus "} {
-		assert.NotContains(t, stderr, heavy)
+	// Without its descriptors the watchdog stops at its usage line, after
+	// initialisation.
+	code, _, watchErr := cli(t, []string{"GODEBUG=inittrace=1"}, "fence-watch")
+	require.Equal(t, 2, code, watchErr)
+	for _, trace := range []string{stderr, watchErr} {
+		require.Contains(t, trace, "init runtime", "GODEBUG=inittrace=1 traced nothing")
+		for _, heavy := range []string{"init k8s.io/client-go/", "init google.golang.org/grpc ", "init go.etcd.io/etcd/client/v3 ",
+			"init github.com/prometheus/client_golang/prometheus "} {
+			assert.NotContains(t, trace, heavy)
+		}
 	}
 }
 

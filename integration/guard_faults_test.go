@@ -78,6 +78,48 @@ func TestAFrozenGuardOnACutOffNodeIsFencedByTheSidecar(t *testing.T) {
 	nodes[1].proxy.Heal()
 }
 
+// A sidecar and its guard frozen together while the trainer runs on
+// (SIGSTOP of the supervisors only, as a debugger or a stuck runtime can
+// leave them): neither can kill, and the trainer's fence watchdog, which
+// runs where the trainer does, kills it by the deadline its sidecar last
+// renewed, before etcd expires the node's lease and the next generation
+// starts. Thawed, the node comes back.
+func TestAFrozenSidecarAndGuardDoNotKeepTheirTrainerAlive(t *testing.T) {
+	t.Parallel()
+	c := newJobCluster(t, "frozensupervisors")
+	c.serve()
+	var nodes []*clusterNode
+	for i := range 3 {
+		nodes = append(nodes, c.sidecar(fmt.Sprintf("n%d", i), nil, "--np", "2:3", "--ttl", "2s"))
+	}
+	c.running(1, 3)
+	c.waitStarts(1, 3)
+	victim := trainerOf(t, c, nodes[1])
+	g := guardOf(t, nodes[1])
+	expired := c.watchDelete(membership.DefaultKeys().Node(c.job, "n1"))
+	freezePid(t, nodes[1].proc.cmd.Process.Pid)
+	freezePid(t, g)
+	require.True(t, proctest.Alive(victim), "the trainer runs on below its frozen supervisors")
+	c.running(2, 2)
+	c.waitStarts(2, 2)
+	require.Eventually(t, func() bool { return !proctest.Alive(victim) }, 60*time.Second, 10*time.Millisecond,
+		"the trainer of the frozen sidecar and guard ran on")
+	at := <-expired
+	for _, b := range readBeats(t, c.log) {
+		if b.pid == victim && b.micros >= at.UnixMicro() {
+			t.Errorf("generation 1 trainer %d alive %s after etcd expired its node's lease", victim,
+				time.Duration(b.micros-at.UnixMicro())*time.Microsecond)
+			break
+		}
+	}
+	requireNoOverlap(t, c.log)
+
+	require.NoError(t, sigcont(g))
+	require.NoError(t, sigcont(nodes[1].proc.cmd.Process.Pid))
+	c.running(3, 3)
+	requireNoOverlap(t, c.log)
+}
+
 // A guard killed with SIGKILL: what its processes left must be found and
 // killed before the next generation starts, including a process that
 // started with a cleared environment (env -i, a sandbox, a daemon that

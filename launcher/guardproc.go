@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -64,8 +65,13 @@ type guardHooks struct {
 	warm   func(guard.Report)
 }
 
-// startGuard starts the guard and waits until it is ready.
-func startGuard(argv []string, env []string, stdout, stderr io.Writer, hooks guardHooks) (*guardProc, error) {
+// deadlineFD is the descriptor of the deadline page in the guard: the
+// second of exec.Cmd.ExtraFiles, after the control socket.
+const deadlineFD = guard.ControlFD + 1
+
+// startGuard starts the guard, with the deadline page when there is one,
+// and waits until it is ready.
+func startGuard(argv []string, env []string, stdout, stderr io.Writer, page *guard.DeadlinePage, hooks guardHooks) (*guardProc, error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("guard socket: %w", err)
@@ -82,7 +88,11 @@ func startGuard(argv []string, env []string, stdout, stderr io.Writer, hooks gua
 		conn: ours, marker: newMarker(), waiters: map[int64]chan guard.Report{},
 		cleared: make(chan struct{}), ready: make(chan struct{}), dead: make(chan struct{}),
 	}
-	cmd := exec.Command(argv[0], append(append([]string(nil), argv[1:]...), "--marker", g.marker)...)
+	args := append(append([]string(nil), argv[1:]...), "--marker", g.marker)
+	if page != nil {
+		args = append(args, "--deadline-fd", strconv.Itoa(deadlineFD))
+	}
+	cmd := exec.Command(argv[0], args...)
 	cmd.Env = env
 	var outW, errW *os.File
 	if g.stdout, outW, err = newOutputPipe(stdout); err == nil {
@@ -96,6 +106,9 @@ func startGuard(argv []string, env []string, stdout, stderr io.Writer, hooks gua
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.ExtraFiles = []*os.File{theirs}
+	if page != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, page.File())
+	}
 	g.cmd = cmd
 	err = cmd.Start()
 	theirs.Close()

@@ -124,6 +124,11 @@ type Launcher struct {
 	fenceAt time.Time
 	current *group
 	closed  bool
+	// page carries the deadline to the processes' fence watchdogs, past
+	// the guard; nil until the first guard starts, and where the kernel
+	// has no memfd (no watchdogs then: the guard alone fences).
+	page       *guard.DeadlinePage
+	pageFailed bool
 
 	// sweeping is held while a dead guard's leftovers are swept: no new
 	// guard starts (and so no generation) before they are gone, and the
@@ -327,20 +332,29 @@ func (l *Launcher) finishLocked(grp *group) {
 }
 
 // SetDeadline tells the guard the lease the processes run under and the
-// time by which they must be dead unless it is extended again.
+// time by which they must be dead unless it is extended again. The
+// processes' watchdogs learn it first, from the deadline page, so that a
+// guard that does not read its socket holds back no renewal.
 func (l *Launcher) SetDeadline(lease int64, at time.Time) error {
+	killAt := monoAt(at)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lease, l.fenceAt = lease, at
+	if l.page != nil {
+		l.page.Set(lease, killAt)
+	}
 	if l.guard == nil {
 		return nil // given to the guard when it starts
 	}
-	_, err := l.guard.send(deadlineCommand(lease, at), nil)
+	_, err := l.guard.send(deadlineCommand(lease, killAt), nil)
 	return err
 }
 
-func deadlineCommand(lease int64, at time.Time) guard.Command {
-	return guard.Command{Op: guard.OpDeadline, Lease: lease, KillAt: guard.MonoNow() + int64(time.Until(at))}
+// monoAt is at on the CLOCK_MONOTONIC clock of guard.MonoNow.
+func monoAt(at time.Time) int64 { return guard.MonoNow() + int64(time.Until(at)) }
+
+func deadlineCommand(lease, killAt int64) guard.Command {
+	return guard.Command{Op: guard.OpDeadline, Lease: lease, KillAt: killAt}
 }
 
 // Stop stops the running processes: SIGTERM to each process group, up to
@@ -379,6 +393,9 @@ func (l *Launcher) stopping(fence bool) *guardProc {
 	defer l.mu.Unlock()
 	if fence {
 		l.lease, l.fenceAt = 0, time.Time{}
+		if l.page != nil {
+			l.page.Fence()
+		}
 	}
 	if grp := l.current; grp != nil {
 		grp.mu.Lock()
@@ -438,6 +455,13 @@ func (l *Launcher) Close() {
 	l.mu.Lock()
 	g := l.guard
 	l.closed = true
+	if l.page != nil {
+		// Every process dies with the guard; the watchdogs keep their own
+		// mappings of the page, which says so.
+		l.page.Fence()
+		l.page.Close()
+		l.page = nil
+	}
 	l.mu.Unlock()
 	if g == nil {
 		return
@@ -489,7 +513,19 @@ func (l *Launcher) guardLocked() (*guardProc, error) {
 	}, warm: func(rep guard.Report) {
 		l.logger.Debug("warm interpreter started", "slot", rep.Rank, "pid", rep.Pid)
 	}}
-	g, err := startGuard(l.cfg.Guard, l.cfg.Env, l.cfg.Stdout, l.cfg.Stderr, hooks)
+	if l.page == nil && !l.pageFailed {
+		page, err := guard.NewDeadlinePage()
+		if err != nil {
+			l.pageFailed = true
+			l.logger.Warn("no fence watchdogs: the guard alone holds the deadline", "error", err)
+		} else {
+			l.page = page
+			if l.lease != 0 {
+				page.Set(l.lease, monoAt(l.fenceAt))
+			}
+		}
+	}
+	g, err := startGuard(l.cfg.Guard, l.cfg.Env, l.cfg.Stdout, l.cfg.Stderr, l.page, hooks)
 	if err != nil {
 		return nil, err
 	}
@@ -502,7 +538,7 @@ func (l *Launcher) guardLocked() (*guardProc, error) {
 		}
 	}
 	if l.lease != 0 {
-		if _, err := g.send(deadlineCommand(l.lease, l.fenceAt), nil); err != nil {
+		if _, err := g.send(deadlineCommand(l.lease, monoAt(l.fenceAt)), nil); err != nil {
 			g.close()
 			return nil, err
 		}

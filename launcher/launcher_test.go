@@ -25,11 +25,15 @@ import (
 	"github.com/elastictraining/coordinator/trainerenv"
 )
 
-// The test binary doubles as the guard (argument "guard") and as the
-// training process: LAUNCHER_TEST_CHILD says what the process does.
+// The test binary doubles as the guard (argument "guard"), its fence
+// watchdogs ("fence-watch") and the training process: LAUNCHER_TEST_CHILD
+// says what the process does.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "guard" {
 		os.Exit(guard.Main(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "fence-watch" {
+		os.Exit(guard.WatchMain(os.Args[2:], os.Stderr))
 	}
 	switch os.Getenv("LAUNCHER_TEST_CHILD") {
 	case "":
@@ -50,6 +54,13 @@ func TestMain(m *testing.M) {
 	case "sleep":
 		writePid("")
 		waitForSignal(0)
+	case "untilusr1":
+		// Exits 0 on SIGUSR1.
+		writePid("")
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGUSR1)
+		<-ch
+		os.Exit(0)
 	case "slowstop":
 		// Takes SLOWSTOP_MS to exit after SIGTERM, as a trainer saving a
 		// checkpoint does.
@@ -449,11 +460,9 @@ func TestAThawedTrainerCannotCommit(t *testing.T) {
 			host, pids := startHost(t, mode, "committer", 2*time.Second, "CKPT_DIR="+dir)
 			require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, "ckpt")); return err == nil },
 				10*time.Second, time.Millisecond, "the trainer never committed")
-			node := append([]int{host.Process.Pid}, guardOf(t, host.Process.Pid))
-			node = append(node, pids...)
-			for _, pid := range node {
-				require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
-			}
+			// Everything of the node: the trainer's fence watchdog too.
+			node := proctest.FreezeTree(host.Process.Pid)
+			require.Contains(t, node, watchdogOf(t, pids[0]))
 			frozenAt := time.Now()
 			time.Sleep(3 * time.Second)           // past the deadline, while nothing of the node runs
 			for i := len(node) - 1; i >= 0; i-- { // the trainer first, the guard last

@@ -27,6 +27,7 @@ func subcommands(env lookupEnv) []*cobra.Command {
 		newInstallCommand(),
 		newCommitCommand(env),
 		newGuardCommand(),
+		newFenceWatchCommand(),
 		newVersionCommand(),
 	}
 }

@@ -13,6 +13,7 @@ func subcommands(env lookupEnv) []*cobra.Command {
 		newSidecarCommand(env),
 		newCommitCommand(env),
 		newGuardCommand(),
+		newFenceWatchCommand(),
 		newVersionCommand(),
 	}
 }

@@ -6,8 +6,8 @@ import (
 	"github.com/elastictraining/coordinator/guard"
 )
 
-// newCommitCommand documents `commit` and `guard`; both normally run from
-// the fastpath package before cobra is reached.
+// newCommitCommand documents `commit`; it, `guard` and `fence-watch`
+// normally run from the fastpath package before cobra is reached.
 func newCommitCommand(env lookupEnv) *cobra.Command {
 	return &cobra.Command{
 		Use:   "commit SRC DST | commit --check",
@@ -38,6 +38,23 @@ func newGuardCommand() *cobra.Command {
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if code := guard.Main(args, cmd.OutOrStdout(), cmd.ErrOrStderr()); code != 0 {
+				return exitError{code: code}
+			}
+			return nil
+		},
+	}
+}
+
+// newFenceWatchCommand documents `fence-watch`, which the guard starts
+// beside each training process.
+func newFenceWatchCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:                "fence-watch",
+		Short:              "The fence watchdog of one training process (started by the process guard)",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if code := guard.WatchMain(args, cmd.ErrOrStderr()); code != 0 {
 				return exitError{code: code}
 			}
 			return nil

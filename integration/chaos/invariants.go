@@ -439,7 +439,7 @@ func cause(e membership.Event, injections []injection, cfg config) int {
 	case strings.Contains(e.Message, " lost"):
 		return last(func(in injection) bool {
 			switch in.Kind {
-			case partition, freezeNode, freezeSidecar, killSidecar:
+			case partition, freezeNode, freezeSidecar, freezeSupers, killSidecar:
 				return named(in.Node)
 			case quorumLoss, killEtcd:
 				return true
@@ -456,7 +456,7 @@ func cause(e membership.Event, injections []injection, cfg config) int {
 		}
 		return last(func(in injection) bool {
 			switch in.Kind {
-			case partition, freezeNode, freezeSidecar, killSidecar, killTrainer, slowStop, quorumLoss, killEtcd:
+			case partition, freezeNode, freezeSidecar, freezeSupers, killSidecar, killTrainer, slowStop, quorumLoss, killEtcd:
 				return true
 			}
 			return false

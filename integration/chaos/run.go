@@ -368,6 +368,28 @@ func (r *run) inject(ctx context.Context, f fault) {
 		time.Sleep(f.For)
 		_ = syscall.Kill(pid, syscall.SIGCONT)
 		return
+	case freezeSupers:
+		// The sidecar and its guard, not the trainers: only the trainers'
+		// fence watchdogs can kill them now.
+		pid := r.nodes[f.Node].sidecar.pid()
+		if pid <= 0 {
+			note("no sidecar running")
+			break
+		}
+		frozen := []int{pid}
+		for _, p := range guard.Descendants(pid) {
+			if guard.IsGuardProcess(p) {
+				frozen = append(frozen, p)
+			}
+		}
+		for _, p := range frozen {
+			_ = syscall.Kill(p, syscall.SIGSTOP)
+		}
+		note("froze sidecar and guard pids %v", frozen)
+		r.record(rec)
+		time.Sleep(f.For)
+		proctest.Thaw(frozen)
+		return
 	case partition:
 		for _, p := range r.nodes[f.Node].links {
 			p.Cut()

@@ -11,22 +11,23 @@ import (
 type kind string
 
 const (
-	killTrainer     kind = "kill-trainer"     // SIGKILL of a training process
-	killSidecar     kind = "kill-sidecar"     // SIGKILL of a sidecar, restarted after For
-	freezeNode      kind = "freeze-node"      // SIGSTOP of a sidecar and all below it for For (past the TTL)
-	freezeSidecar   kind = "freeze-sidecar"   // SIGSTOP of a sidecar alone for For
-	partition       kind = "partition"        // a node's links to etcd cut for For (past the TTL)
-	killCoordinator kind = "kill-coordinator" // SIGKILL of the coordinator leader, restarted after For
-	killEtcd        kind = "kill-etcd"        // SIGKILL of an etcd member, restarted after For
-	quorumLoss      kind = "quorum-loss"      // SIGKILL of two etcd members of three for For
-	moveEtcdLeader  kind = "move-etcd-leader" // etcd's lead handed to another member
-	scale           kind = "scale"            // `coordinator scale` to NP
-	scaleBurst      kind = "scale-burst"      // several scales Gap apart
-	slowStop        kind = "slow-stop"        // a node answers SIGTERM after longer than the stop timeout, and another's trainer is killed
+	killTrainer     kind = "kill-trainer"       // SIGKILL of a training process
+	killSidecar     kind = "kill-sidecar"       // SIGKILL of a sidecar, restarted after For
+	freezeNode      kind = "freeze-node"        // SIGSTOP of a sidecar and all below it for For (past the TTL)
+	freezeSidecar   kind = "freeze-sidecar"     // SIGSTOP of a sidecar alone for For
+	freezeSupers    kind = "freeze-supervisors" // SIGSTOP of a sidecar and its guard, not the trainers, for For (past the TTL)
+	partition       kind = "partition"          // a node's links to etcd cut for For (past the TTL)
+	killCoordinator kind = "kill-coordinator"   // SIGKILL of the coordinator leader, restarted after For
+	killEtcd        kind = "kill-etcd"          // SIGKILL of an etcd member, restarted after For
+	quorumLoss      kind = "quorum-loss"        // SIGKILL of two etcd members of three for For
+	moveEtcdLeader  kind = "move-etcd-leader"   // etcd's lead handed to another member
+	scale           kind = "scale"              // `coordinator scale` to NP
+	scaleBurst      kind = "scale-burst"        // several scales Gap apart
+	slowStop        kind = "slow-stop"          // a node answers SIGTERM after longer than the stop timeout, and another's trainer is killed
 )
 
 // kinds in the order the report lists them.
-var kinds = []kind{killTrainer, killSidecar, freezeNode, freezeSidecar, partition, killCoordinator,
+var kinds = []kind{killTrainer, killSidecar, freezeNode, freezeSidecar, freezeSupers, partition, killCoordinator,
 	killEtcd, quorumLoss, moveEtcdLeader, scale, scaleBurst, slowStop}
 
 // fault is one entry of a schedule: what happens, when, to whom.
@@ -42,13 +43,13 @@ type fault struct {
 
 func (f fault) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%7.2fs %-17s", f.At.Seconds(), f.Kind)
+	fmt.Fprintf(&b, "%7.2fs %-18s", f.At.Seconds(), f.Kind)
 	switch f.Kind {
 	case killTrainer:
 		fmt.Fprintf(&b, " node n%d", f.Node)
 	case killSidecar:
 		fmt.Fprintf(&b, " node n%d, back after %s", f.Node, f.For.Round(time.Millisecond))
-	case freezeNode, freezeSidecar, partition:
+	case freezeNode, freezeSidecar, freezeSupers, partition:
 		fmt.Fprintf(&b, " node n%d for %s", f.Node, f.For.Round(time.Millisecond))
 	case killCoordinator:
 		fmt.Fprintf(&b, " leader, back after %s", f.For.Round(time.Millisecond))
@@ -113,7 +114,7 @@ func schedule(p plan) []fault {
 		past := p.TTL + uniform(500*time.Millisecond, 3*time.Second) // past the TTL
 		ok := true
 		switch f.Kind {
-		case killTrainer, killSidecar, freezeNode, freezeSidecar, partition:
+		case killTrainer, killSidecar, freezeNode, freezeSidecar, freezeSupers, partition:
 			nodes := free(at, -1)
 			if len(nodes) == 0 {
 				ok = false
@@ -123,7 +124,7 @@ func schedule(p plan) []fault {
 			switch f.Kind {
 			case killSidecar:
 				f.For = uniform(200*time.Millisecond, 4*time.Second)
-			case freezeNode, partition:
+			case freezeNode, freezeSupers, partition:
 				f.For = past
 			case freezeSidecar:
 				f.For = uniform(500*time.Millisecond, 2*p.TTL)

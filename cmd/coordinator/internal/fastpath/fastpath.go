@@ -13,6 +13,8 @@ func init() {
 	switch os.Args[1] {
 	case "guard":
 		os.Exit(guard.Main(os.Args[2:], os.Stdout, os.Stderr))
+	case "fence-watch":
+		os.Exit(guard.WatchMain(os.Args[2:], os.Stderr))
 	case "commit":
 		os.Exit(guard.CommitMain(os.Args[2:], os.Getenv, os.Stderr))
 	}
