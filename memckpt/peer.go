@@ -145,31 +145,44 @@ func (s *Service) pushLoop() {
 			hangUp()
 		}
 		if conn == nil {
-			ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+			ctx, cancel := context.WithTimeout(s.ctx, time.Second)
 			var err error
 			conn, err = s.auth.dial(ctx, target)
 			cancel()
 			if err != nil {
-				s.logger.Warn("replica not pushed", "peer", target, "error", err)
-				conn, to.addr = nil, ""
+				s.logger.Warn("replica not pushed; trying the next node", "peer", target, "error", err)
+				conn = nil
+				if to.skip(target) {
+					s.stored()
+				}
 				continue
 			}
 			untrack = s.track(conn)
 			connAddr = target
 		}
 		if err := push(conn, c); err != nil {
-			s.logger.Warn("replica not pushed", "peer", target, "generation", c.Generation, "seq", c.Seq, "error", err)
+			s.logger.Warn("replica not pushed; trying the next node", "peer", target, "generation", c.Generation, "seq", c.Seq, "error", err)
 			hangUp()
-			to.addr = "" // read the target's record again: it may have moved
+			if to.skip(target) {
+				s.stored()
+			}
 			continue
 		}
 		pushed = c.Meta
 	}
 }
 
+// pushTimeout bounds a push of size bytes: a second, and a second more
+// for every 32 MiB. A peer that takes longer is frozen, cut off or
+// overloaded, and every save meanwhile would wait on it: the replica goes
+// to the next node instead.
+func pushTimeout(size int) time.Duration {
+	return time.Second + time.Duration(size/(32<<20))*time.Second
+}
+
 // push sends c and waits for the peer to hold it.
 func push(conn *tls.Conn, c *Copy) error {
-	_ = conn.SetDeadline(time.Now().Add(bodyTimeout))
+	_ = conn.SetDeadline(time.Now().Add(pushTimeout(len(c.Body))))
 	defer conn.SetDeadline(time.Time{})
 	if err := writeFrame(conn, OpPush, c.Meta, c.Body); err != nil {
 		return err
@@ -193,22 +206,37 @@ func (s *Service) replicaTarget(t *target) string {
 	if gen == t.generation && t.addr != "" {
 		return t.addr
 	}
-	t.generation, t.addr = gen, ""
+	if gen != t.generation {
+		t.generation, t.failed = gen, nil
+	}
+	t.addr = ""
 	self := -1
 	for i, m := range members {
 		if m.Node == s.cfg.NodeID {
 			self = i
 		}
 	}
+	var first string
 	for k := 1; k <= len(members); k++ {
 		m := members[(self+k+len(members))%len(members)]
 		if m.Node == s.cfg.NodeID {
 			continue
 		}
-		if addr := s.storeOf(s.ctx, m.Node); addr != "" {
+		addr := s.storeOf(s.ctx, m.Node)
+		if addr == "" {
+			continue
+		}
+		if first == "" {
+			first = addr
+		}
+		if !t.failed[addr] {
 			t.addr = addr
 			break
 		}
+	}
+	if t.addr == "" && first != "" {
+		// Every peer failed once: start the round again, at the next save.
+		t.failed, t.addr, t.lastOfRound = nil, first, true
 	}
 	return t.addr
 }
@@ -217,6 +245,25 @@ func (s *Service) replicaTarget(t *target) string {
 type target struct {
 	generation int64
 	addr       string
+	// failed are the peers a push to failed in this generation: they are
+	// passed over while another can take the replica.
+	failed map[string]bool
+	// lastOfRound: every other peer failed since this one was tried.
+	lastOfRound bool
+}
+
+// skip passes over addr until the next generation or until every peer
+// failed, and reports whether another peer is worth trying at once; after
+// a whole round failed the next save tries again, so that peers that are
+// all gone are not dialled in a loop.
+func (t *target) skip(addr string) bool {
+	if t.failed == nil {
+		t.failed = map[string]bool{}
+	}
+	t.failed[addr], t.addr = true, ""
+	again := !t.lastOfRound
+	t.lastOfRound = false
+	return again
 }
 
 // Load returns the newest copy of the job among this store's and the other
@@ -256,7 +303,10 @@ func (s *Service) Load(ctx context.Context) *Copy {
 // askPeers asks every other live sidecar of the job for the Meta of its
 // newest copy.
 func (s *Service) askPeers(ctx context.Context) map[string]Meta {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	// A head is one small frame: a peer that has not answered within a
+	// second is frozen or cut off, and the trainers of the next generation
+	// wait on this load.
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -291,7 +341,11 @@ func (s *Service) head(ctx context.Context, addr string) (*Meta, error) {
 		return nil, err
 	}
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	deadline := time.Now().Add(5 * time.Second)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = conn.SetDeadline(deadline)
 	if err := writeFrame(conn, OpHead, nil, nil); err != nil {
 		return nil, err
 	}

@@ -29,7 +29,16 @@ func main() {
 	flag.DurationVar(&cfg.TTL, "ttl", cfg.TTL, "the sidecars' lease TTL and the coordinators' session TTL")
 	flag.DurationVar(&cfg.StopTimeout, "stop-timeout", cfg.StopTimeout, "the coordinators' stop timeout")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep every run's directory, not only a failing one's")
+	flag.BoolVar(&cfg.Warm, "warm", false, "the warm path: python3 worker.py under --preload, saving every step to the sidecars' memory (-worker defaults to integration/chaos/worker.py)")
 	flag.Parse()
+	if cfg.Warm {
+		if !isFlagSet("worker") {
+			cfg.Worker = "integration/chaos/worker.py"
+		}
+		// Saved every step: a fault may cost the step in flight and the
+		// replica's lag behind it.
+		cfg.CkptEvery = 2
+	}
 	list, err := parseSeeds(*seeds)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "chaos: -seeds: %v\n", err)
@@ -143,4 +152,11 @@ func parseSeeds(s string) ([]uint64, error) {
 		}
 	}
 	return out, nil
+}
+
+// isFlagSet reports whether the command line set the flag.
+func isFlagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

@@ -12,8 +12,12 @@ import (
 func summarise(w io.Writer, cfg config, results []*result) {
 	fmt.Fprintf(w, "Chaos: %d seeds × %s of faults; real processes: 3 etcd members, %d coordinator replicas, %d sidecars (np %d at the start),\n",
 		len(results), cfg.Duration, cfg.Replicas, cfg.Nodes, cfg.NP)
-	fmt.Fprintf(w, "each sidecar behind proxies that can be cut; lease TTL %s, stop timeout %s, grace period %s; worker beat %s, checkpoint every %d steps.\n\n",
-		cfg.TTL, cfg.StopTimeout, cfg.GracePeriod, cfg.Beat, cfg.CkptEvery)
+	ckpt := fmt.Sprintf("checkpoint every %d steps", cfg.CkptEvery)
+	if cfg.Warm {
+		ckpt = fmt.Sprintf("warm path (--preload), a checkpoint in memory every step, %d steps lost allowed per fault", cfg.CkptEvery)
+	}
+	fmt.Fprintf(w, "each sidecar behind proxies that can be cut; lease TTL %s, stop timeout %s, grace period %s; worker beat %s, %s.\n\n",
+		cfg.TTL, cfg.StopTimeout, cfg.GracePeriod, cfg.Beat, ckpt)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "seed\tfaults\tgenerations\tgoodput\tlost progress\trestarts spent / trainers killed\tconverged after\tviolations\t")
 	injected := map[kind]int{}

@@ -33,9 +33,13 @@ const job = "chaos"
 // config is what a run is made of.
 type config struct {
 	plan
-	Binary      string
-	EtcdBinary  string // runs the etcd members; Binary if empty
-	Worker      string
+	Binary     string
+	EtcdBinary string // runs the etcd members; Binary if empty
+	Worker     string
+	// Warm runs the worker (worker.py) on the warm path with checkpoints
+	// in memory: under --preload, saving every step through package
+	// memckpt instead of committing a file every CkptEvery steps.
+	Warm        bool
 	Replicas    int           // coordinator replicas
 	Beat        time.Duration // the worker's heartbeat
 	CkptEvery   int           // steps between checkpoints
@@ -199,11 +203,12 @@ func (r *run) up(ctx context.Context) error {
 		}
 		env := []string{r.marker, "CHAOS_LOG=" + r.log, "CHAOS_CKPT=" + r.ckpt, "CHAOS_SLOW_DIR=" + r.slow, "CHAOS_NODE=" + n.id,
 			"CHAOS_BEAT=" + strconv.FormatFloat(r.cfg.Beat.Seconds(), 'f', -1, 64), "CHAOS_CKPT_EVERY=" + strconv.Itoa(r.cfg.CkptEvery)}
-		n.sidecar = supervise(n.id, r.cfg.Binary, filepath.Join(r.dir, n.id+".log"), env,
-			"sidecar", "--etcd-endpoints", strings.Join(via, ","), "--job", job, "--node-id", n.id,
+		args := []string{"sidecar", "--etcd-endpoints", strings.Join(via, ","), "--job", job, "--node-id", n.id,
 			"--host", "127.0.0.1", "--port", strconv.Itoa(ports[0]), "--master-port", strconv.Itoa(ports[1]),
 			"--np", strconv.Itoa(r.cfg.NP), "--ttl", r.cfg.TTL.String(), "--grace-period", r.cfg.GracePeriod.String(),
-			"--max-restarts", "100000", "--log-level", "info", "--", r.cfg.Worker)
+			"--max-restarts", "100000", "--log-level", "info"}
+		args = append(append(append(args, warmArgs(r.cfg)...), "--"), r.cfg.command()...)
+		n.sidecar = supervise(n.id, r.cfg.Binary, filepath.Join(r.dir, n.id+".log"), env, args...)
 		r.nodes = append(r.nodes, n)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
@@ -505,6 +510,24 @@ func (r *run) scale(np int) {
 	fmt.Fprintf(os.Stderr, "chaos: scale to %d never went through\n", np)
 }
 
+// warmArgs are the sidecar's flags of the warm path: the worker's own
+// module preloaded, so that every generation after the first starts in a
+// warm interpreter; memory checkpoints are on by default.
+func warmArgs(cfg config) []string {
+	if !cfg.Warm {
+		return nil
+	}
+	return []string{"--preload", "elastic"}
+}
+
+// command is the training command: worker.sh, or python3 worker.py.
+func (cfg config) command() []string {
+	if cfg.Warm {
+		return []string{"python3", cfg.Worker}
+	}
+	return []string{cfg.Worker}
+}
+
 // killTrainer sends SIGKILL to the training process below a node's sidecar.
 func (r *run) killTrainer(n *node) string {
 	root := n.sidecar.pid()
@@ -517,7 +540,30 @@ func (r *run) killTrainer(n *node) string {
 			return fmt.Sprintf("killed trainer pid %d", pid)
 		}
 	}
+	// A trainer in a warm interpreter has the interpreter's command line:
+	// the pid it logged when it started is the one.
+	if pid := r.loggedTrainer(n.id); pid != 0 && guard.IsDescendant(pid, root) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		return fmt.Sprintf("killed trainer pid %d", pid)
+	}
 	return "no trainer running"
+}
+
+// loggedTrainer is the pid of the last trainer the node's log line says
+// started, 0 if none.
+func (r *run) loggedTrainer(nodeID string) int {
+	data, err := os.ReadFile(r.log)
+	if err != nil {
+		return 0
+	}
+	pid := 0
+	for _, l := range bytes.Split(data, []byte("\n")) {
+		f := strings.Fields(string(l))
+		if len(f) == 9 && f[0] == "start" && f[8] == nodeID {
+			pid, _ = strconv.Atoi(f[4])
+		}
+	}
+	return pid
 }
 
 // isWorker reports whether pid runs worker.sh (the trainer, or a subshell
