@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/presence"
 	"github.com/elastictraining/coordinator/sidecar"
+	"github.com/elastictraining/coordinator/trainerenv"
 )
 
 type sidecarOptions struct {
@@ -394,8 +396,15 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 		return err
 	}
 	var agent *sidecar.Agent
+	env := os.Environ()
+	if ckptEnv.PythonPath != "" {
+		// A warm interpreter imports its preloads in this environment,
+		// before a generation's: the module elastic must be on its path.
+		env = append(slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, trainerenv.PythonPath+"=") }),
+			trainerenv.PythonPath+"="+ckptEnv.PythonPath)
+	}
 	l, err := launcher.New(launcher.Config{
-		Command: command, Env: os.Environ(), Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(), Logger: logger,
+		Command: command, Env: env, Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(), Logger: logger,
 		Guard: []string{self, "guard", "--cgroup", o.cgroup}, Logs: logs, Preload: preload,
 		OnFenced: func(lease int64) { agent.LeaseFenced(lease) },
 		OnGuard:  keeper.Guard,
