@@ -5,7 +5,7 @@ BENCHTIME ?= 20x
 FUZZTIME  ?= 30s
 BIN       := bin
 
-.PHONY: all build test tools lint bench bench-go bench-scale bench-footprint bench-restart bench-recovery bench-kube bench-fence bench-edl-sim bench-edl chaos fuzz clean kube-tools image push
+.PHONY: all build test tools lint bench bench-go bench-scale bench-footprint bench-restart bench-recovery bench-kube bench-fence bench-edl-sim bench-edl chaos chaos-warm fuzz clean kube-tools image push
 
 all: lint build test
 
@@ -163,6 +163,12 @@ CHAOS_SECONDS ?= 120
 chaos: build
 	@mkdir -p bench/results
 	$(GO) run ./integration/chaos -coordinator $(BIN)/coordinator -seeds $(CHAOS_SEEDS) -seconds $(CHAOS_SECONDS) -out bench/results/chaos.txt
+
+# The same on the warm path: python3 worker.py under --preload, a checkpoint
+# in the sidecars' memory every step.
+chaos-warm: build
+	@mkdir -p bench/results
+	$(GO) run ./integration/chaos -coordinator $(BIN)/coordinator -warm -seeds $(CHAOS_SEEDS) -seconds $(CHAOS_SECONDS) -out bench/results/chaos-warm.txt
 
 # The container image, built without a Docker engine or a base image: the
 # static binary on an empty root, user 65532 (internal/ociimage). The
