@@ -28,7 +28,7 @@ var bootstrap string
 // replacement starts: the replacement's imports (a second of CPU for torch)
 // must not compete for the CPU with the trainers that are restarting at
 // that moment, whose start is what the job waits for.
-const warmDelay = 2 * time.Second
+const warmDelay = time.Second
 
 // goPipeSize is the go pipe's capacity, asked of the kernel so that a large
 // environment fits in one non-blocking write; the unprivileged maximum

@@ -39,7 +39,7 @@ func main() {
 	aloneScenarios := flags.String("alone-scenarios", "kill-rank", "scenarios of the modes preload and memory (each feature alone)")
 	stateMB := flags.Int("state-mb", 50, "the larger state, in MiB, for -state-scenarios")
 	stateScenarios := flags.String("state-scenarios", "kill-rank", "scenarios measured again with the larger state; empty for none")
-	flags.IntVar(&cfg.settle, "settle", 40, "steps every rank takes after a recovery before the next fault")
+	flags.IntVar(&cfg.settle, "settle", 150, "steps every rank takes after a recovery before the next fault: 3 s at 20 ms, time for a used warm interpreter to be replaced (1 s later, then its imports), as faults hours apart would leave it")
 	flags.DurationVar(&cfg.phase, "phase", time.Second, "longest random wait before a fault: the disk checkpoint's interval, 50 steps")
 	flags.DurationVar(&cfg.timeout, "timeout", 90*time.Second, "longest wait for every rank to train again")
 	runArgs := flags.String("run-args", "", "more flags for coordinator run, space-separated (e.g. --checkpoint-memory ...)")
