@@ -2,8 +2,8 @@
 #   PYTHON [the user's interpreter options] -c BOOTSTRAP MODULE...
 # It imports the modules, then waits on descriptor 3 for the guard's one "go"
 # message, and becomes the user's unchanged command. It starts no thread,
-# opens no socket and touches no device: all it holds when the command starts
-# is what the imports made, in a process that was exec'd, never forked.
+# keeps no socket open and touches no device: all it holds when the command
+# starts is what the imports made, in a process that was exec'd, never forked.
 # Standard library only; Python 3.8 and later.
 import sys
 
@@ -63,6 +63,7 @@ def _warm():
             at = 1 if sys.path and sys.path[0] == "" else 0
         sys.path[at:at] = new
 
+    _await_store(msg["env"])
     sys.argv[:] = msg["argv"]
     if "script" in msg:
         _run_script(msg["script"], safe_path)
@@ -72,6 +73,31 @@ def _warm():
         _run_module(msg["module"])
     else:
         _run_code(msg["code"])
+
+
+def _await_store(env):
+    # Started warm, every rank of a torch.distributed job reaches
+    # init_process_group at once, and a rank whose first connection to rank
+    # 0's store (MASTER_ADDR:MASTER_PORT) is refused sleeps a whole second
+    # before it tries again (c10d's connect retry); started cold, the import
+    # of torch hid the race. So a rank other than 0, when torch.distributed
+    # was preloaded, first waits until the port accepts, looking every 5 ms,
+    # for at most the second torch would have slept.
+    if "torch.distributed" not in sys.modules:
+        return
+    addr, port, rank = env.get("MASTER_ADDR"), env.get("MASTER_PORT"), env.get("RANK")
+    if not addr or not port or rank in (None, "", "0"):
+        return
+    import socket
+    import time
+
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((addr, int(port)), timeout=0.1).close()
+            return
+        except (OSError, ValueError):
+            time.sleep(0.005)
 
 
 def _run_script(script, safe_path):
