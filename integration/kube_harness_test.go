@@ -330,7 +330,11 @@ func (c sidecarContainer) Stop() { _ = c.proc.cmd.Process.Signal(syscall.SIGTERM
 func startPodRunner(t *testing.T, kube kubernetes.Interface, ns, endpoint string, ttl time.Duration, toyEnv []string) *kubetest.PodRunner {
 	start := func(pod *corev1.Pod) (kubetest.Container, error) {
 		env := append([]string{"POD_NAME=" + pod.Name, "POD_NAMESPACE=" + pod.Namespace, "POD_UID=" + string(pod.UID),
-			"POD_IP=" + pod.Status.PodIP, "TOY_DIR=" + t.TempDir()}, toyEnv...)
+			"POD_IP=" + pod.Status.PodIP, "TOY_DIR=" + t.TempDir(),
+			// A container's /tmp is its own: two pods of one node id (a
+			// StatefulSet's replacement beside a frozen predecessor) never
+			// share the sidecar's state there, as they would on this host.
+			"ELASTIC_STATE_DIR=" + t.TempDir()}, toyEnv...)
 		if pod.Annotations["elastic.intranet"] == "Service" {
 			env = append(env, "ELASTIC_INTRANET=Service")
 		}

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -96,10 +98,18 @@ func (o *checkpointOptions) start(ctx context.Context, cli *clientv3.Client, key
 	if net.ParseIP(node.Host) != nil {
 		listen = net.JoinHostPort(node.Host, strconv.Itoa(o.port))
 	}
-	svc, err := memckpt.New(ctx, memckpt.Config{
+	cfg := memckpt.Config{
 		Job: job, NodeID: node.ID, Client: cli, Keys: keys, Copies: o.copies, Memory: memory, DiskInterval: o.diskInterval,
 		Listen: listen, Host: node.Host, Logger: logger,
-	})
+	}
+	svc, err := memckpt.New(ctx, cfg)
+	if errors.Is(err, syscall.EADDRNOTAVAIL) {
+		// The address others reach the node at is not one of its own
+		// (NAT, a proxy): serve on every interface; peers still prove the
+		// job's secret.
+		cfg.Listen = ":" + strconv.Itoa(o.port)
+		svc, err = memckpt.New(ctx, cfg)
+	}
 	if err != nil {
 		return nil, trainerenv.Checkpoint{}, err
 	}
