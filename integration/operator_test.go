@@ -258,7 +258,9 @@ func TestPaddlePaddlesWords(t *testing.T) {
 	code, stdout, _ = cli(t, nil, "jobs", "--elastic_server="+server)
 	require.Equal(t, 0, code)
 	assert.Regexp(t, `(?m)^XXXXXX \(xxxxxx-[0-9a-f]{6}\)\s+`, stdout)
-	second := background(t, append(paddle, "PADDLE_ELASTIC_NP="), "sidecar", "--elastic_server="+server, "--job_id=XXXXXX",
+	// A second node on this machine needs its own id: the default, the
+	// host name, is the first's.
+	second := background(t, append(paddle, "PADDLE_ELASTIC_NP=", "ELASTIC_NODE_ID=second"), "sidecar", "--elastic_server="+server, "--job_id=XXXXXX",
 		"--host", "127.0.0.1", "--port", freePort(t), "--master-port", freePort(t), "--nproc_per_node=1", "testdata/toytrainer.sh")
 	assert.Equal(t, 0, node.wait(t))
 	assert.Equal(t, 0, second.wait(t))
