@@ -192,6 +192,8 @@ func Run(cfg Config) int {
 			}
 		case <-s.warm.timer.C:
 			s.fillWarm()
+		case pid := <-s.warm.ready:
+			s.warmIsReady(pid)
 		case call := <-calls:
 			call.reply <- s.answer(call.req)
 		case <-quiet:
@@ -212,8 +214,12 @@ func (s *server) handle(c Command) {
 	case OpDeadline:
 		if c.Lease != s.lease {
 			// Processes of another lease have no say any more; the sidecar
-			// never gets here with any left, but if it did they go.
-			s.killTree()
+			// never gets here with any left, but if it did they go. Before
+			// the first lease only idle warm interpreters can run (no start
+			// without a lease), which hold no rank: they stay.
+			if s.lease != 0 || s.fenced {
+				s.killTree()
+			}
 			s.lease, s.fenced = c.Lease, false
 		}
 		if !s.fenced {

@@ -170,6 +170,12 @@ const (
 	// EventWarm: a warm interpreter started for slot Rank; Pid is its
 	// process id.
 	EventWarm Event = "warm"
+	// EventWarmReady: the warm interpreter Pid of slot Rank has imported
+	// its preloads and waits for its go message.
+	EventWarmReady Event = "warmReady"
+	// EventWarmLost: slot Rank has no warm interpreter and gets none (its
+	// interpreter failed to start or exited by itself): it starts cold.
+	EventWarmLost Event = "warmLost"
 )
 
 // Report is one message from the guard to the sidecar.
@@ -217,7 +223,7 @@ func DecodeReport(line []byte) (Report, error) {
 		return Report{}, fmt.Errorf("%w: %v", ErrInvalidMessage, err)
 	}
 	switch r.Event {
-	case EventReady, EventStarted, EventStartFailed, EventExit, EventClear, EventFenced, EventWarm:
+	case EventReady, EventStarted, EventStartFailed, EventExit, EventClear, EventFenced, EventWarm, EventWarmReady, EventWarmLost:
 	default:
 		return Report{}, fmt.Errorf("%w: unknown event %q", ErrInvalidMessage, r.Event)
 	}

@@ -53,14 +53,15 @@ type warmState struct {
 	disabled map[int]bool // slots whose interpreter exited by itself
 	timer    *time.Timer
 	armed    bool
-	cg       *cgroup // the leaf of the idle ones
+	cg       *cgroup  // the leaf of the idle ones
+	ready    chan int // pids whose interpreter said it is ready
 }
 
 func newWarmState() warmState {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	return warmState{tmpl: map[int]Warm{}, idle: map[int]*warmProc{}, byPid: map[int]*warmProc{},
-		killed: map[int]bool{}, disabled: map[int]bool{}, timer: t}
+		killed: map[int]bool{}, disabled: map[int]bool{}, timer: t, ready: make(chan int, 16)}
 }
 
 // setWarm takes OpWarm's templates: slots whose template changed lose
@@ -90,13 +91,28 @@ func (s *server) isIdleWarm(pid int) bool {
 }
 
 // armWarm schedules the start of the missing warm interpreters, unless the
-// node is fenced or nothing is missing.
+// node is fenced or nothing is missing. Before the node's first lease they
+// start at once: the sidecar waits for them before it registers, so that
+// the node's first generation starts warm while the job trains on without
+// it; later, after warmDelay.
 func (s *server) armWarm() {
-	if s.warm.armed || s.closing || s.killing || s.expired() || !s.warmMissing() {
+	if s.warm.armed || !s.mayWarm() || !s.warmMissing() {
 		return
 	}
 	s.warm.armed = true
-	s.warm.timer.Reset(warmDelay)
+	delay := warmDelay
+	if s.lease == 0 {
+		delay = 0
+	}
+	s.warm.timer.Reset(delay)
+}
+
+// mayWarm reports whether warm interpreters may run: not once the node is
+// fenced or its deadline passed, nor while the guard kills or closes. An
+// interpreter started before the first lease holds no rank, and a start
+// needs a lease.
+func (s *server) mayWarm() bool {
+	return !s.closing && !s.killing && !s.fenced && (s.lease == 0 || MonoNow() < s.killAt)
 }
 
 func (s *server) warmMissing() bool {
@@ -111,7 +127,7 @@ func (s *server) warmMissing() bool {
 // fillWarm starts the missing warm interpreters.
 func (s *server) fillWarm() {
 	s.warm.armed = false
-	if s.closing || s.killing || s.expired() {
+	if !s.mayWarm() {
 		return
 	}
 	for slot, t := range s.warm.tmpl {
@@ -122,6 +138,7 @@ func (s *server) fillWarm() {
 		if err != nil {
 			s.warm.disabled[slot] = true
 			fmt.Fprintf(s.cfg.Stderr, "%sguard: warm interpreter: %v; this slot starts cold\n", t.Prefix, err)
+			s.out.send(Report{Event: EventWarmLost, Seq: s.seq, Rank: slot})
 			continue
 		}
 		s.out.send(Report{Event: EventWarm, Seq: s.seq, Rank: slot, Pid: pid})
@@ -152,19 +169,29 @@ func (s *server) startWarm(t Warm) (int, error) {
 		syscall.Close(p[1])
 		return 0, fmt.Errorf("go pipe: %w", err)
 	}
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		syscall.Close(p[0])
+		syscall.Close(p[1])
+		return 0, fmt.Errorf("ready pipe: %w", err)
+	}
 	if s.warm.cg == nil && s.cgRoot != nil {
 		s.warm.cg, _ = s.cgRoot.newLeaf("warm-" + strconv.Itoa(s.cgRoot.runs))
 	}
-	// The read end becomes descriptor 3, the first after stdin, stdout and
-	// stderr, where the bootstrap reads its go message.
+	// The go pipe's read end becomes descriptor 3, the first after stdin,
+	// stdout and stderr, where the bootstrap reads its go message; the
+	// ready pipe's write end descriptor 4, where it says it has imported.
 	env := withEnv(t.Env, EnvFenceSocket+"="+s.socket, EnvCoordinator+"="+s.cfg.Executable, EnvGuardID+"="+s.cfg.Marker)
 	pr, outW, errW, err := s.spawn(Proc{Rank: t.Slot, Path: t.Path, Argv: argv, Env: env, Dir: t.Dir, Prefix: t.Prefix},
-		s.warm.cg, []uintptr{uintptr(p[0])}, s.cfg.Stderr, s.cfg.Stderr, nil)
+		s.warm.cg, []uintptr{uintptr(p[0]), readyW.Fd()}, s.cfg.Stderr, s.cfg.Stderr, nil)
 	syscall.Close(p[0])
+	readyW.Close()
 	if err != nil {
 		syscall.Close(p[1])
+		readyR.Close()
 		return 0, err
 	}
+	go s.awaitReady(pr.pid, readyR)
 	w := &warmProc{tmpl: t, proc: pr, out: outW, err: errW, goW: p[1]}
 	s.warm.idle[t.Slot] = w
 	s.warm.byPid[pr.pid] = w
@@ -219,6 +246,24 @@ func (s *server) warmReaped(pid int, ws syscall.WaitStatus) {
 		s.warm.disabled[w.tmpl.Slot] = true
 		fmt.Fprintf(s.cfg.Stderr, "%sguard: the warm interpreter exited before it was used (code %d); this slot starts cold\n",
 			w.tmpl.Prefix, ws.ExitStatus())
+		s.out.send(Report{Event: EventWarmLost, Seq: s.seq, Rank: w.tmpl.Slot})
+	}
+}
+
+// warmIsReady reports the warm interpreter pid ready, if it is still idle.
+func (s *server) warmIsReady(pid int) {
+	if w, ok := s.warm.byPid[pid]; ok && s.warm.idle[w.tmpl.Slot] == w {
+		s.out.send(Report{Event: EventWarmReady, Seq: s.seq, Rank: w.tmpl.Slot, Pid: pid})
+	}
+}
+
+// awaitReady tells the loop of pid's ready byte on r, if it comes; the
+// read ends when the interpreter writes it, closes its end or exits.
+func (s *server) awaitReady(pid int, r *os.File) {
+	defer r.Close()
+	var b [1]byte
+	if n, _ := r.Read(b[:]); n == 1 {
+		s.warm.ready <- pid
 	}
 }
 

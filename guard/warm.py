@@ -1,9 +1,10 @@
 # The bootstrap of a warm interpreter, run by the guard as
 #   PYTHON [the user's interpreter options] -c BOOTSTRAP MODULE...
-# It imports the modules, then waits on descriptor 3 for the guard's one "go"
-# message, and becomes the user's unchanged command. It starts no thread,
-# keeps no socket open and touches no device: all it holds when the command
-# starts is what the imports made, in a process that was exec'd, never forked.
+# It imports the modules, says so with a byte on descriptor 4, waits on
+# descriptor 3 for the guard's one "go" message, and becomes the user's
+# unchanged command. It starts no thread, keeps no socket open and touches no
+# device: all it holds when the command starts is what the imports made, in a
+# process that was exec'd, never forked.
 # Standard library only; Python 3.8 and later.
 import sys
 
@@ -22,6 +23,16 @@ def _warm():
         sys.path[0] = path0
     for name in modules:
         importlib.import_module(name)
+    # Descriptor 4: the guard learns that the imports are done (a sidecar
+    # that is joining waits for it before it registers the node).
+    try:
+        os.write(4, b"r")
+    except OSError:
+        pass
+    try:
+        os.close(4)
+    except OSError:
+        pass
     if not safe_path and sys.path and sys.path[0] == path0:
         sys.path[0] = ""  # set again for the command below
     # The PYTHONPATH this interpreter started with: its entries in sys.path

@@ -33,8 +33,11 @@ type guardProc struct {
 	writeMu sync.Mutex
 	seq     atomic.Int64
 	// warmSlots is how many warm interpreters the guard was asked to keep;
-	// guarded by the launcher's mutex.
-	warmSlots int
+	// warmSettled, by slot, whether its interpreter is ready (true) or the
+	// slot starts cold (false), absent while one imports. Both guarded by
+	// the launcher's mutex.
+	warmSlots   int
+	warmSettled map[int]bool
 
 	mu       sync.Mutex
 	pid      int
@@ -62,7 +65,7 @@ const outputWait = 2 * time.Second
 type guardHooks struct {
 	exit   func(guard.Report)
 	fenced func(lease int64)
-	warm   func(guard.Report)
+	warm   func(*guardProc, guard.Report)
 }
 
 // deadlineFD is the descriptor of the deadline page in the guard: the
@@ -174,9 +177,9 @@ func (g *guardProc) read(hooks guardHooks, waited <-chan error) {
 			g.mu.Unlock()
 		case guard.EventFenced:
 			hooks.fenced(rep.Lease)
-		case guard.EventWarm:
+		case guard.EventWarm, guard.EventWarmReady, guard.EventWarmLost:
 			if hooks.warm != nil {
-				hooks.warm(rep)
+				hooks.warm(g, rep)
 			}
 		}
 	}

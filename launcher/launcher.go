@@ -129,6 +129,9 @@ type Launcher struct {
 	// has no memfd (no watchdogs then: the guard alone fences).
 	page       *guard.DeadlinePage
 	pageFailed bool
+	// warmChanged is closed and replaced whenever a warm slot of the guard
+	// settles or starts over.
+	warmChanged chan struct{}
 
 	// sweeping is held while a dead guard's leftovers are swept: no new
 	// guard starts (and so no generation) before they are gone, and the
@@ -161,7 +164,7 @@ func New(cfg Config) (*Launcher, error) {
 			return nil, fmt.Errorf("launcher: preload %q: not a Python module name", m)
 		}
 	}
-	l := &Launcher{cfg: cfg, logger: cfg.Logger.Named("launcher")}
+	l := &Launcher{cfg: cfg, logger: cfg.Logger.Named("launcher"), warmChanged: make(chan struct{})}
 	if len(cfg.Preload) > 0 {
 		if _, err := guard.ParsePython(cfg.Command); err != nil {
 			l.logger.Warn("--preload does not apply: the training command is not a Python interpreter running a script, -m or -c; it starts cold",
@@ -278,6 +281,75 @@ func (l *Launcher) warmLocked(g *guardProc, path string, nproc int) error {
 	}
 	g.warmSlots = nproc
 	return nil
+}
+
+// Prewarm has the guard start a warm interpreter for each of nproc
+// processes now, and waits until each has imported its preloads or failed
+// to, or until ctx ends. It returns how many are ready. A sidecar calls it
+// before it registers its node, so that the node's first generation starts
+// warm; without preloads it does nothing.
+func (l *Launcher) Prewarm(ctx context.Context, nproc int) (int, error) {
+	if len(l.cfg.Preload) == 0 || nproc < 1 {
+		return 0, nil
+	}
+	path, err := LookPath(l.cfg.Command[0])
+	if err != nil {
+		return 0, err
+	}
+	l.mu.Lock()
+	g, err := l.guardLocked()
+	if err == nil {
+		err = l.warmLocked(g, path, nproc)
+	}
+	l.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	for {
+		l.mu.Lock()
+		ready, settled := 0, 0
+		for slot := range nproc {
+			if ok, done := g.warmSettled[slot]; done {
+				settled++
+				if ok {
+					ready++
+				}
+			}
+		}
+		changed := l.warmChanged
+		l.mu.Unlock()
+		if settled == nproc {
+			return ready, nil
+		}
+		select {
+		case <-changed:
+		case <-g.dead:
+			return ready, errors.New("launcher: the process guard exited")
+		case <-ctx.Done():
+			return ready, ctx.Err()
+		}
+	}
+}
+
+// onWarm records what guard g reports of a warm interpreter.
+func (l *Launcher) onWarm(g *guardProc, rep guard.Report) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if g.warmSettled == nil {
+		g.warmSettled = map[int]bool{}
+	}
+	switch rep.Event {
+	case guard.EventWarm:
+		l.logger.Debug("warm interpreter started", "slot", rep.Rank, "pid", rep.Pid)
+		delete(g.warmSettled, rep.Rank)
+	case guard.EventWarmReady:
+		l.logger.Debug("warm interpreter ready", "slot", rep.Rank, "pid", rep.Pid)
+		g.warmSettled[rep.Rank] = true
+	case guard.EventWarmLost:
+		g.warmSettled[rep.Rank] = false
+	}
+	close(l.warmChanged)
+	l.warmChanged = make(chan struct{})
 }
 
 // onExit records a process's exit; the first failure stops the others.
@@ -510,9 +582,7 @@ func (l *Launcher) guardLocked() (*guardProc, error) {
 	hooks := guardHooks{exit: l.onExit, fenced: func(lease int64) {
 		l.logger.Warn("the lease deadline passed: the guard killed the processes", "lease", fmt.Sprintf("%x", lease))
 		l.cfg.OnFenced(lease)
-	}, warm: func(rep guard.Report) {
-		l.logger.Debug("warm interpreter started", "slot", rep.Rank, "pid", rep.Pid)
-	}}
+	}, warm: l.onWarm}
 	if l.page == nil && !l.pageFailed {
 		page, err := guard.NewDeadlinePage()
 		if err != nil {

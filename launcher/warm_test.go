@@ -68,6 +68,15 @@ type warmJob struct {
 
 func newWarmJob(t *testing.T, cgroup string) *warmJob {
 	t.Helper()
+	j := newUnleasedWarmJob(t, cgroup, "warmmark")
+	require.NoError(t, j.l.SetDeadline(lease, time.Now().Add(time.Hour)))
+	return j
+}
+
+// newUnleasedWarmJob is a launcher of trainScript preloading modules, with
+// no deadline yet, as a sidecar's before it registers.
+func newUnleasedWarmJob(t *testing.T, cgroup string, modules ...string) *warmJob {
+	t.Helper()
 	py := pythonForTests(t)
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "warmmark.py"), []byte(preloadModule), 0o644))
@@ -76,10 +85,9 @@ func newWarmJob(t *testing.T, cgroup string) *warmJob {
 	l, err := launcher.New(launcher.Config{
 		Command: []string{filepath.Base(py), "-u", "train.py", "a1"}, Dir: dir,
 		Env:    append(os.Environ(), "WARM_DIR="+dir, "KEEP=base", "PATH="+filepath.Dir(py)+":"+os.Getenv("PATH")),
-		Stdout: out, Stderr: out, Guard: guardCommand(cgroup), Preload: []string{"warmmark"},
+		Stdout: out, Stderr: out, Guard: guardCommand(cgroup), Preload: modules,
 	})
 	require.NoError(t, err)
-	require.NoError(t, l.SetDeadline(lease, time.Now().Add(time.Hour)))
 	t.Cleanup(l.Close)
 	return &warmJob{l: l, out: out, dir: dir}
 }
@@ -172,6 +180,36 @@ func TestAWarmInterpreterBecomesTheScript(t *testing.T) {
 			assert.Len(t, j.imports()["warm"], 2, "each warm interpreter imported the module once")
 		})
 	}
+}
+
+// Prewarm, before the node's first lease, returns once every warm
+// interpreter has imported its preloads; they outlive the first deadline,
+// and the first generation runs on them.
+func TestPrewarmMakesTheFirstGenerationWarm(t *testing.T) {
+	j := newUnleasedWarmJob(t, "auto", "warmmark")
+	ready, err := j.l.Prewarm(t.Context(), 2)
+	require.NoError(t, err)
+	assert.Equal(t, 2, ready)
+	warm := j.imports()["warm"]
+	require.Len(t, warm, 2, "both imported the preload when Prewarm returned")
+
+	require.NoError(t, j.l.SetDeadline(lease, time.Now().Add(time.Hour)))
+	assert.Equal(t, 0, wait(t, j.run(t, 1)).Code)
+	for rank := range 2 {
+		pid, _ := strconv.Atoi(j.printed(t, rank, 1)["pid"])
+		assert.Contains(t, warm, pid, "rank %d ran in a warm interpreter", rank)
+	}
+	assert.Empty(t, j.imports()["cold"], "the first generation started warm")
+}
+
+// A preload that cannot be imported ends Prewarm at once, with nothing
+// ready: the node joins and starts cold.
+func TestPrewarmOfAPreloadThatFailsReturnsAtOnce(t *testing.T) {
+	j := newUnleasedWarmJob(t, "auto", "warmmark", "no_such_module_here")
+	ready, err := j.l.Prewarm(t.Context(), 2)
+	require.NoError(t, err)
+	assert.Equal(t, 0, ready)
+	assert.Contains(t, j.out.String(), "ModuleNotFoundError")
 }
 
 // Exit codes, SystemExit and an uncaught exception's traceback pass

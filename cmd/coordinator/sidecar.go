@@ -413,6 +413,9 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 		return usageError{err}
 	}
 	defer l.Close()
+	if len(preload) > 0 {
+		prewarm(ctx, l, node.NProc, logger)
+	}
 	var workload sidecar.Workload = &sidecar.Processes{Launcher: l, Gloo: o.gloo, Checkpoint: ckptEnv}
 	var beforeLeave func(context.Context)
 	if ckpt != nil {
@@ -446,6 +449,27 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 		return nil
 	default:
 		return exitError{code: res.ExitCode, msg: fmt.Sprintf("job %s failed: %s", o.job.displayName(jobID), res.Message)}
+	}
+}
+
+// prewarmWait bounds how long a sidecar with preloads waits for its warm
+// interpreters before it registers its node anyway.
+const prewarmWait = time.Minute
+
+// prewarm waits for the node's warm interpreters before the node joins: a
+// job that grows to take it in pauses for its warm start, not for a cold
+// one, and trains on meanwhile.
+func prewarm(ctx context.Context, l *launcher.Launcher, nproc int, logger hclog.Logger) {
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, prewarmWait)
+	defer cancel()
+	ready, err := l.Prewarm(wctx, nproc)
+	switch {
+	case ctx.Err() != nil:
+	case err != nil:
+		logger.Warn("joining before every warm interpreter is ready", "ready", ready, "slots", nproc, "error", err)
+	default:
+		logger.Info("warm interpreters ready", "ready", ready, "slots", nproc, "after", time.Since(start).Round(time.Millisecond))
 	}
 }
 
