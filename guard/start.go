@@ -48,7 +48,6 @@ func (s *server) start(c Command) {
 		env := s.procEnv(p)
 		if w := s.useWarm(slot, p, env); w != nil {
 			warm++
-			s.retarget(w, p)
 			s.track(r, w.proc)
 			pids = append(pids, w.proc.pid)
 			continue

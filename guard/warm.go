@@ -277,8 +277,9 @@ func (s *server) warmSignalled(pid int) {
 }
 
 // useWarm makes the idle warm interpreter of slot, if there is a healthy
-// one for p's command, the process of p: it is moved into the run's leaf
-// and sent its go message. It returns nil to start cold.
+// one for p's command, the process of p: it is moved into the run's leaf,
+// its output retargeted, and sent its go message. It returns nil to start
+// cold.
 func (s *server) useWarm(slot int, p Proc, env []string) *warmProc {
 	w := s.warm.idle[slot]
 	if w == nil {
@@ -301,9 +302,13 @@ func (s *server) useWarm(slot int, p Proc, env []string) *warmProc {
 			return nil
 		}
 	}
+	// Its output is the trainer's before the script can print anything.
+	s.retarget(w, p)
 	n, err := syscall.Write(w.goW, msg)
 	s.closeGo(w)
 	if err != nil || n != len(msg) {
+		w.out.set(s.cfg.Stderr, w.tmpl.Prefix, nil)
+		w.err.set(s.cfg.Stderr, w.tmpl.Prefix, nil)
 		s.killWarm(w) // a full pipe: it is not reading
 		return nil
 	}

@@ -36,8 +36,10 @@ if gen == "1":
     time.sleep(600)
 `
 
-// With --preload, after a rank is killed the next generation runs in the
-// warm interpreters, which imported the module ahead of it.
+// With --preload, the first generation runs in warm interpreters the
+// sidecars waited for before they registered; after a rank is killed the
+// next generation runs in their replacements, which imported the module
+// ahead of it.
 func TestPreloadedGenerationRunsWarm(t *testing.T) {
 	t.Parallel()
 	if _, err := exec.LookPath("python3"); err != nil {
@@ -61,15 +63,17 @@ func TestPreloadedGenerationRunsWarm(t *testing.T) {
 		}
 		return pids
 	}
-	require.Eventually(t, func() bool { return len(imports("warm")) >= 2 }, time.Minute, 20*time.Millisecond,
-		"no warm interpreters:\n%s", r.out.String())
-	warm := imports("warm")
 	var victim int
 	require.Eventually(t, func() bool {
 		data, err := os.ReadFile(filepath.Join(dir, "pid-1"))
 		victim, _ = strconv.Atoi(string(data))
 		return err == nil && victim > 0
 	}, time.Minute, 10*time.Millisecond)
+	first := imports("warm")
+	require.Len(t, first, 2, "generation 1 started in the interpreters warmed before the nodes joined")
+	require.Eventually(t, func() bool { return len(imports("warm")) >= 4 }, time.Minute, 20*time.Millisecond,
+		"the used warm interpreters were not replaced:\n%s", r.out.String())
+	warm := imports("warm")[2:]
 	require.NoError(t, syscall.Kill(victim, syscall.SIGKILL))
 	assert.Equal(t, 0, r.wait(), "generation 2 exits 0")
 
@@ -88,5 +92,8 @@ func TestPreloadedGenerationRunsWarm(t *testing.T) {
 		assert.Contains(t, warm, n, "rank %d ran in a warm interpreter", rank)
 		assert.Contains(t, line, "preloaded_by="+pid+" warm=True name=__main__ argv=w.py,x world=2")
 	}
-	assert.Len(t, imports("cold"), 2, "only generation 1 imported the module itself")
+	assert.Empty(t, imports("cold"), "no trainer imported the module itself")
+	for rank := range 2 {
+		assert.Contains(t, out, "[rank "+strconv.Itoa(rank)+"] warmtest gen=1 rank="+strconv.Itoa(rank)+" pid=")
+	}
 }
