@@ -14,8 +14,9 @@
     elastic.flush()
 
 save() copies the state's tensors (torch tensors, numpy arrays) into a buffer
-at once, so the caller may step the optimizer as soon as it returns, and sends
-them to the node's sidecar in a background thread. The sidecar keeps the copy
+at once, and takes its dicts, lists and tuples apart, so the caller may step
+the optimizer or change the state as soon as it returns; the rest (pickling,
+sending to the node's sidecar) happens in a background thread. The sidecar keeps the copy
 in its memory (it outlives this process), pushes it to another node's sidecar
 (it outlives this node) and writes it to `path` at a slower interval. A save
 made while an earlier one is still on its way replaces any that waits: the
@@ -32,6 +33,7 @@ library only; torch and numpy are used when they are there.
 """
 
 import atexit
+import collections
 import ctypes
 import io
 import json
@@ -97,6 +99,7 @@ class _Pickler(pickle.Pickler):
     def __init__(self, f, arrays):
         super().__init__(f, protocol=pickle.HIGHEST_PROTOCOL)
         self.arrays = arrays  # [(kind, obj, offset, nbytes)]
+        self.refs = []  # each array's reference: the buffer's layout
         self.total = 0
 
     def persistent_id(self, obj):
@@ -111,15 +114,23 @@ class _Pickler(pickle.Pickler):
         else:
             return None
         self.arrays.append((ref[0], obj, self.total, n))
+        self.refs.append(ref)
         self.total += _aligned(n)
         return ref
 
 
 class _Buffer:
-    """Memory the tensors are copied into, reused from save to save."""
+    """Memory the tensors are copied into, reused from save to save.
+
+    It keeps the views of its last layout: a training loop saves the same
+    tensors save after save, and making a view costs more than copying a
+    small tensor.
+    """
 
     def __init__(self, size):
         self.size = size
+        self.refs = None
+        self.views = None
         if torch is not None:
             self.tensor = torch.empty(max(size, 1), dtype=torch.uint8)
             self.address = self.tensor.data_ptr()
@@ -132,23 +143,52 @@ class _Buffer:
         return memoryview((ctypes.c_char * max(n, 1)).from_address(self.address)).cast("B")[:n]
 
 
-def _copy_in(arrays, buf):
-    for kind, obj, off, n in arrays:
-        if n == 0:
+def _view(buf, kind, obj, off, n):
+    if n == 0:
+        return None
+    if kind == "torch":
+        return buf.tensor[off:off + n].view(obj.dtype).view(obj.shape)
+    return numpy.frombuffer(buf.view(off + n), dtype=obj.dtype, count=obj.size, offset=off).reshape(obj.shape)
+
+
+def _copy_in(arrays, refs, buf):
+    if buf.refs != refs:
+        buf.views = [_view(buf, kind, obj, off, n) for kind, obj, off, n in arrays]
+        buf.refs = refs
+    if torch is not None:
+        with torch.no_grad():
+            _copy_views(arrays, buf.views)
+    else:
+        _copy_views(arrays, buf.views)
+
+
+def _copy_views(arrays, views):
+    for (kind, obj, _, _), dst in zip(arrays, views):
+        if dst is None:
             continue
         if kind == "torch":
-            dst = buf.tensor[off:off + n].view(obj.dtype).view(obj.shape)
-            dst.copy_(obj.detach())
+            dst.copy_(obj)
         else:
-            dst = numpy.frombuffer(buf.view(off + n), dtype=obj.dtype, count=obj.size, offset=off)
-            dst.reshape(obj.shape)[...] = obj
+            dst[...] = obj
 
 
 class _Snapshot:
-    """One save: its skeleton, its tensors' bytes in a buffer, and where it goes."""
+    """One save: its skeleton, its tensors' bytes in a buffer, and where it goes.
 
-    def __init__(self, prefix, buf, total, seq, path):
-        self.prefix, self.buf, self.total, self.seq, self.path = prefix, buf, total, seq, path
+    The skeleton is pickled when first needed, in the sending thread, where
+    the state was taken apart into copies the caller cannot change.
+    """
+
+    def __init__(self, prefix, buf, total, seq, path, skeleton=None):
+        self._prefix, self.buf, self.total, self.seq, self.path = prefix, buf, total, seq, path
+        self.skeleton = skeleton
+
+    @property
+    def prefix(self):
+        if self._prefix is None:
+            self._prefix, _ = _prefix_of(self.skeleton, _RefPickler)
+            self.skeleton = None
+        return self._prefix
 
     @property
     def size(self):
@@ -158,21 +198,120 @@ class _Snapshot:
         return [self.prefix, self.buf.view(self.total)]
 
 
-def _capture(state, buf, seq, path):
-    """The synchronous part of save: pickle the skeleton, copy the tensors."""
-    arrays = []
+def _prefix_of(skeleton, pickler, *args):
+    """The payload's head: magic, length, the pickled skeleton, padding."""
     f = io.BytesIO()
     f.write(b"\0" * _PAYLOAD.size)
-    p = _Pickler(f, arrays)
-    p.dump(state)
+    p = pickler(f, *args)
+    p.dump(skeleton)
     skel_len = f.tell() - _PAYLOAD.size
     f.write(b"\0" * (_aligned(f.tell()) - f.tell()))
     prefix = bytearray(f.getbuffer())
     _PAYLOAD.pack_into(prefix, 0, _PAYLOAD_MAGIC, skel_len)
-    if buf is None or buf.size < p.total:
-        buf = _Buffer(p.total)
-    _copy_in(arrays, buf)
-    return _Snapshot(bytes(prefix), buf, p.total, seq, path)
+    return bytes(prefix), p
+
+
+# What the fast capture keeps as it is: immutable.
+_ATOMS = frozenset([int, float, bool, str, bytes, complex, type(None)])
+
+
+class _Ref:
+    """A tensor's place in the skeleton: its reference in the payload."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, ref):
+        self.ref = ref
+
+
+class _RefPickler(pickle.Pickler):
+    """Pickles a skeleton the walker made: each _Ref becomes its reference."""
+
+    def __init__(self, f):
+        super().__init__(f, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def persistent_id(self, obj):
+        return obj.ref if type(obj) is _Ref else None
+
+
+class _Slow(Exception):
+    """The state holds something the walker does not take apart."""
+
+
+class _Walker:
+    """Takes a state of dicts, lists, tuples, tensors and immutable values
+    apart: a skeleton of fresh containers, tensors replaced by _Ref, which the
+    caller cannot change any more, and the arrays to copy. Cheaper than
+    pickling, which can then happen in the background.
+    """
+
+    def __init__(self):
+        self.arrays = []
+        self.refs = []
+        self.total = 0
+        self.memo = {}  # id -> (its skeleton, the object, kept alive)
+
+    def array(self, kind, obj, dtype, shape, n):
+        ref = (kind, dtype, shape, self.total, n)
+        self.arrays.append((kind, obj, self.total, n))
+        self.refs.append(ref)
+        self.total += _aligned(n)
+        return _Ref(ref)
+
+    def walk(self, obj):
+        t = type(obj)
+        if t in _ATOMS:
+            return obj
+        seen = self.memo.get(id(obj))
+        if seen is not None:
+            return seen[0]
+        if t is dict or t is collections.OrderedDict:
+            out = t()
+            self.memo[id(obj)] = (out, obj)
+            for k, v in obj.items():
+                if type(k) not in _ATOMS:
+                    raise _Slow
+                out[k] = self.walk(v)
+            # An OrderedDict's attributes: a state_dict's _metadata.
+            for k, v in getattr(obj, "__dict__", {}).items():
+                setattr(out, k, self.walk(v))
+            return out
+        if t is list:
+            out = []
+            self.memo[id(obj)] = (out, obj)
+            for v in obj:
+                out.append(self.walk(v))
+            return out
+        if t is tuple:
+            out = tuple([self.walk(v) for v in obj])
+        elif torch is not None and isinstance(obj, torch.Tensor):
+            if obj.layout != torch.strided or obj.is_quantized:
+                raise _Slow
+            out = self.array("torch", obj, str(obj.dtype).rsplit(".", 1)[-1], tuple(obj.shape),
+                             obj.numel() * obj.element_size())
+        elif numpy is not None and t is numpy.ndarray and not obj.dtype.hasobject:
+            out = self.array("numpy", obj, obj.dtype.str, tuple(obj.shape), obj.nbytes)
+        else:
+            raise _Slow
+        self.memo[id(obj)] = (out, obj)
+        return out
+
+
+def _capture(state, buf, seq, path):
+    """The synchronous part of save: take the state apart, copy the tensors.
+
+    A state of dicts, lists, tuples, tensors and immutable values is taken
+    apart by the walker and pickled later; any other is pickled now.
+    """
+    w = _Walker()
+    try:
+        skeleton, prefix = w.walk(state), None
+    except (_Slow, RecursionError):
+        skeleton, (prefix, w) = None, _prefix_of(state, _Pickler, [])
+    if buf is None or buf.size < w.total:
+        buf = _Buffer(w.total)
+    _copy_in(w.arrays, w.refs, buf)
+    return _Snapshot(prefix, buf, w.total, seq, path, skeleton)
 
 
 def _decode(body):

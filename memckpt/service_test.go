@@ -273,3 +273,58 @@ func TestDiskWritesTheNewestOwnCopyWhileTheLeaseIsHeld(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "first", string(c.Body), "a node without its lease writes nothing")
 }
+
+// A save takes the state as it is when save returns, however it is taken
+// apart: the fast path (dicts, lists, tuples, tensors, immutable values,
+// pickled later in the background) keeps shared objects shared, cycles and
+// a state_dict's _metadata; anything else (a namedtuple, a sparse tensor)
+// is pickled at once. Standalone, with the file alone.
+func TestASaveIsTheStateAsItWasWhenSaveReturned(t *testing.T) {
+	requirePython(t)
+	cmd := exec.Command(python, "-c", `
+import collections, os, sys, tempfile
+import torch, numpy
+import elastic
+m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+o = torch.optim.Adam(m.parameters())
+m(torch.randn(5, 4)).sum().backward()
+o.step()
+shared = [1, 2]
+state = {"model": m.state_dict(), "optim": o.state_dict(), "np": numpy.arange(6).reshape(2, 3),
+         "t": (1, "a", None, 2.5), "s": shared, "s2": shared, "step": 7}
+path = os.path.join(tempfile.mkdtemp(), "ckpt")
+elastic.save(state, path)
+state["step"] = 8
+state["s"].append(3)
+state["model"]["0.weight"].add_(1)
+elastic.flush()
+got = elastic.load(path)
+assert got["step"] == 7 and got["s"] == [1, 2], got
+assert torch.equal(got["model"]["0.weight"] + 1, m.state_dict()["0.weight"])
+assert got["s"] is got["s2"]
+assert hasattr(got["model"], "_metadata")
+again = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+again.load_state_dict(got["model"])
+torch.optim.Adam(again.parameters()).load_state_dict(got["optim"])
+assert (got["np"] == numpy.arange(6).reshape(2, 3)).all() and got["t"] == (1, "a", None, 2.5)
+
+P = collections.namedtuple("P", "a b")
+elastic.save({"p": P(torch.ones(2), 3), "sparse": torch.eye(2).to_sparse()}, path)
+elastic.flush()
+got = elastic.load(path)
+assert type(got["p"]).__name__ == "P" and torch.equal(got["p"].a, torch.ones(2))
+assert torch.equal(got["sparse"].to_dense(), torch.eye(2))
+
+cycle = {"x": torch.zeros(1)}
+cycle["self"] = cycle
+elastic.save(cycle, path)
+elastic.flush()
+got = elastic.load(path)
+assert got["self"] is got
+print("ok")
+`)
+	cmd.Env = append(os.Environ(), "PYTHONPATH=.")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Equal(t, "ok", strings.TrimSpace(string(out)))
+}
