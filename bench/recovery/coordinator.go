@@ -206,7 +206,7 @@ func measureCoordinator(cfg *config, np int, m mode, stateMB int, scenarios []st
 			break
 		}
 	}
-	res.steps = j.steady
+	res.steps, res.transient = j.steady, j.transient
 	return res
 }
 

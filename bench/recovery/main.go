@@ -21,6 +21,7 @@ type config struct {
 	script      string
 	runs        int
 	settle      int
+	steadyAfter time.Duration
 	timeout     time.Duration
 	phase       time.Duration
 	runArgs     []string
@@ -39,7 +40,8 @@ func main() {
 	aloneScenarios := flags.String("alone-scenarios", "kill-rank", "scenarios of the modes preload and memory (each feature alone)")
 	stateMB := flags.Int("state-mb", 50, "the larger state, in MiB, for -state-scenarios")
 	stateScenarios := flags.String("state-scenarios", "kill-rank", "scenarios measured again with the larger state; empty for none")
-	flags.IntVar(&cfg.settle, "settle", 150, "steps every rank takes after a recovery before the next fault: 3 s at 20 ms, time for a used warm interpreter to be replaced (1 s later, then its imports), as faults hours apart would leave it")
+	flags.IntVar(&cfg.settle, "settle", 250, "steps every rank takes after a recovery before the next fault: 5 s at 20 ms, time for a used warm interpreter to be replaced (1 s later, then its imports) and for steady steps after that, as faults hours apart would leave it")
+	flags.DurationVar(&cfg.steadyAfter, "steady-after", 3*time.Second, "how long after a recovery the steps count as steady (the step time): past a used warm interpreter's replacement, 1 s later, and its imports")
 	flags.DurationVar(&cfg.phase, "phase", time.Second, "longest random wait before a fault: the disk checkpoint's interval, 50 steps")
 	flags.DurationVar(&cfg.timeout, "timeout", 90*time.Second, "longest wait for every rank to train again")
 	runArgs := flags.String("run-args", "", "more flags for coordinator run, space-separated (e.g. --checkpoint-memory ...)")
@@ -89,7 +91,7 @@ func main() {
 		command: "go run ./bench/recovery " + strings.Join(os.Args[1:], " "),
 		torch:   torchVersion,
 		load:    loadAverage(),
-		missing: map[string]string{},
+		missing: map[string]string{}, steadyAfter: cfg.steadyAfter,
 	}
 	var available []mode
 	for _, m := range wanted {

@@ -25,6 +25,8 @@ type result struct {
 	stateMB int
 	rows    []row
 	steps   []time.Duration
+	// transient is the step times between a recovery and the steady window.
+	transient []time.Duration
 }
 
 // fail notes err on the rows from the one at index from on: the job could
@@ -47,6 +49,8 @@ type report struct {
 	missing map[string]string
 	results []result
 	took    time.Duration
+	// steadyAfter is where the steady step times start after a recovery.
+	steadyAfter time.Duration
 }
 
 var scenarioNames = map[string]string{
@@ -176,7 +180,18 @@ func (r *report) writeSteps(w io.Writer, np int) {
 	if len(parts) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "step time, steady (median of every rank's step intervals between faults): %s\n", strings.Join(parts, ", "))
+	fmt.Fprintf(w, "step time, steady (median of every rank's step intervals from %s after a recovery to the next fault): %s\n",
+		r.steadyAfter, strings.Join(parts, ", "))
+	var transient []string
+	for _, res := range r.results {
+		if res.np == np && res.stateMB == 0 && len(res.transient) > 0 {
+			transient = append(transient, fmt.Sprintf("%s %.1fms", res.mode, float64(stats.Median(res.transient))/float64(time.Millisecond)))
+		}
+	}
+	if len(transient) > 0 {
+		fmt.Fprintf(w, "step time, right after a recovery (median, %s to %s after it; a used warm interpreter is replaced then): %s\n",
+			warmup, r.steadyAfter, strings.Join(transient, ", "))
+	}
 	base := medians["cold"]
 	for _, mode := range []string{"warm", "memory"} {
 		if m, ok := medians[mode]; ok && base > 0 {

@@ -6,12 +6,13 @@ import (
 	"time"
 )
 
-// warmup is how long after a recovery the steps count as steady.
+// warmup is how long after a recovery the new processes' first steps are
+// left out of every step time.
 const warmup = 200 * time.Millisecond
 
 func newSession(cfg *config, logDir string) session {
 	return session{logs: newLogs(logDir), runs: cfg.runs, settle: cfg.settle, timeout: cfg.timeout,
-		phase: cfg.phase, rand: rand.New(rand.NewPCG(1, 2))}
+		steadyAfter: cfg.steadyAfter, phase: cfg.phase, rand: rand.New(rand.NewPCG(1, 2))}
 }
 
 // session is one job under measurement: its trainers' logs, and the step
@@ -21,10 +22,15 @@ type session struct {
 	runs    int
 	settle  int
 	timeout time.Duration
-	// from is where the steady window starts: a few steps into the last
-	// recovery, past the first steps' warm-up; it runs to the next fault.
-	from   time.Time
-	steady []time.Duration
+	// from is where the steady window starts, steadyAfter past the last
+	// recovery; it runs to the next fault. The steps between the recovery
+	// (past its warm-up) and from are the transient ones: a used warm
+	// interpreter's replacement imports then.
+	steadyAfter time.Duration
+	recovered   time.Time
+	from        time.Time
+	steady      []time.Duration
+	transient   []time.Duration
 	// phase is the longest random wait before a fault, so that faults
 	// fall anywhere in a checkpoint interval, not always as long after
 	// the last recovery.
@@ -48,6 +54,9 @@ func (s *session) measure(fault func(i int) (time.Time, int, error)) ([]outcome,
 			return out, err
 		}
 		s.steady = append(s.steady, intervals(s.logs.list(), s.from, at)...)
+		if !s.recovered.IsZero() {
+			s.transient = append(s.transient, intervals(s.logs.list(), s.recovered.Add(warmup), earliest(s.from, at))...)
+		}
 		o, err := s.wait(at, world)
 		if err != nil {
 			return out, err
@@ -69,9 +78,16 @@ func (s *session) wait(fault time.Time, world int) (outcome, error) {
 		procs := s.logs.list()
 		o, ok := recovery(procs, fault, world)
 		if ok && settled(procs, o.Recovered, world, s.settle) {
-			s.from = o.Recovered.Add(warmup)
+			s.recovered, s.from = o.Recovered, o.Recovered.Add(max(s.steadyAfter, warmup))
 			return o, nil
 		}
 	}
 	return outcome{}, fmt.Errorf("%d ranks not all training again within %s", world, s.timeout)
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }

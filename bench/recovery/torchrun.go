@@ -191,6 +191,6 @@ func measureTorchrun(cfg *config, np, stateMB int, scenarios []string) result {
 			break
 		}
 	}
-	res.steps = j.steady
+	res.steps, res.transient = j.steady, j.transient
 	return res
 }
