@@ -206,14 +206,19 @@ func analyse(r *run, end time.Time, converged time.Duration, final membership.St
 
 	// Checkpoints never go back, and a generation loses at most one
 	// checkpoint interval of progress per fault since the last commit.
+	// Steps a process takes after its SIGTERM (a slow stop) are not
+	// progress: its generation is over, and nothing it saves is stored.
 	var lastCommit line
 	best := 0
 	resumed := map[int64]bool{}
+	stopping := map[int]bool{}
 	for _, l := range lines {
 		if l.rank != 0 {
 			continue
 		}
 		switch l.kind {
+		case "term":
+			stopping[l.pid] = true
 		case "commit":
 			// A copy in memory is stored on its node and replicated after:
 			// a node lost may take the last steps with it, so on the warm
@@ -246,7 +251,7 @@ func analyse(r *run, end time.Time, converged time.Duration, final membership.St
 					l.gen, l.step, lost, best, hits, allowed, l)
 			}
 		}
-		if l.kind == "alive" || l.kind == "commit" {
+		if l.kind == "commit" || l.kind == "alive" && !stopping[l.pid] {
 			best = max(best, l.step)
 		}
 	}

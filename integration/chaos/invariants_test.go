@@ -81,6 +81,14 @@ func TestTheChecksCatchEachBrokenPromise(t *testing.T) {
 	}
 }
 
+// A process slow to stop steps on after its SIGTERM, and its saves are
+// refused: the next generation resuming from its last commit lost nothing.
+func TestStepsAfterATermAreNotProgress(t *testing.T) {
+	res := checked(t, append(append([]string{}, clean...), "alive 1 0 100 160 30 2 n0"), nil, 0, nil)
+	assert.Empty(t, res.violations)
+	assert.Equal(t, 1, res.lostSteps, "step 2 was reached before the term, step 1 committed")
+}
+
 // A frozen node's process may beat once as it is thawed, before the guard's
 // overdue timer kills it; a second beat, or one without a thaw, is a
 // violation.
