@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -200,7 +202,10 @@ func push(conn *tls.Conn, c *Copy) error {
 // replicaTarget is the address of the node after this one in the rank
 // order of the generation it runs (the first, if it is the last), or of
 // the plan's first other node if this one is not a member; "" if none has
-// an address. It is read from the node's record once a generation.
+// an address. It is read from the node's record once a generation. When
+// every member failed once (frozen, cut off) or none serves, a live node
+// of the job outside the generation, a standby, takes the replica: the
+// newest copy must not wait in one node's memory for a peer to come back.
 func (s *Service) replicaTarget(t *target) string {
 	gen, members := s.node.Members()
 	if gen == t.generation && t.addr != "" {
@@ -234,11 +239,38 @@ func (s *Service) replicaTarget(t *target) string {
 			break
 		}
 	}
+	if t.addr == "" {
+		for _, addr := range s.standbys(members) {
+			if first == "" {
+				first = addr
+			}
+			if !t.failed[addr] {
+				t.addr = addr
+				break
+			}
+		}
+	}
 	if t.addr == "" && first != "" {
 		// Every peer failed once: start the round again, at the next save.
 		t.failed, t.addr, t.lastOfRound = nil, first, true
 	}
 	return t.addr
+}
+
+// standbys are the addresses of the job's live nodes that serve
+// checkpoints and are neither this node nor a member, in node id order.
+func (s *Service) standbys(members []membership.Member) []string {
+	stores := s.liveStores(s.ctx)
+	delete(stores, s.cfg.NodeID)
+	for _, m := range members {
+		delete(stores, m.Node)
+	}
+	ids := slices.Sorted(maps.Keys(stores))
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = stores[id]
+	}
+	return out
 }
 
 // target is where the replicas of a generation go.

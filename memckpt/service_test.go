@@ -328,3 +328,31 @@ print("ok")
 	require.NoError(t, err, "%s", out)
 	assert.Equal(t, "ok", strings.TrimSpace(string(out)))
 }
+
+// When the generation's other member cannot take the replica (frozen, cut
+// off, gone), a live node of the job outside the generation holds it: the
+// newest copy does not wait in one node's memory for that member.
+func TestAStandbyTakesTheReplicaWhenNoMemberCan(t *testing.T) {
+	requirePython(t)
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	na := &testNode{members: members("a", "b")}
+	na.gen.Store(1)
+	a := startService(t, cli, "job", "a", na, 64<<20)
+	b := startService(t, cli, "job", "b", &testNode{members: members("a", "b")}, 64<<20)
+	standby := startService(t, cli, "job", "c", &testNode{}, 64<<20)
+	b.Close() // its record stays, as a frozen sidecar's does
+
+	out := trainer(t, a, 1, `
+import elastic
+for step in range(3):
+    elastic.save({"step": step})
+elastic.flush()
+print("saved")
+`)
+	assert.Equal(t, "saved", out)
+	require.Eventually(t, func() bool {
+		c := standby.store.newest("a")
+		return c != nil && c.Seq == 3
+	}, 10*time.Second, 5*time.Millisecond, "the newest save never reached the standby")
+}
