@@ -202,6 +202,21 @@ func TestPrewarmMakesTheFirstGenerationWarm(t *testing.T) {
 	assert.Empty(t, j.imports()["cold"], "the first generation started warm")
 }
 
+// Interpreters warmed before the first lease are fenced with it: its
+// deadline passing kills them.
+func TestPrewarmedInterpretersDieWithTheFirstLease(t *testing.T) {
+	j := newUnleasedWarmJob(t, "auto", "warmmark")
+	ready, err := j.l.Prewarm(t.Context(), 2)
+	require.NoError(t, err)
+	require.Equal(t, 2, ready)
+	warm := j.imports()["warm"]
+	require.NoError(t, j.l.SetDeadline(lease, time.Now().Add(300*time.Millisecond)))
+	for _, pid := range warm {
+		require.Eventually(t, func() bool { return !proctest.Alive(pid) }, 10*time.Second, 5*time.Millisecond,
+			"the warm interpreter %d outlived the deadline", pid)
+	}
+}
+
 // A preload that cannot be imported ends Prewarm at once, with nothing
 // ready: the node joins and starts cold.
 func TestPrewarmOfAPreloadThatFailsReturnsAtOnce(t *testing.T) {
