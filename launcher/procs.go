@@ -17,11 +17,13 @@ type Procs struct {
 	// WorldSize is the number of processes of the role.
 	WorldSize int
 	// Env holds the variables of each process, by local rank, set over
-	// Config.Env: one process is started per entry.
+	// Config.Env: one process is started per entry. An entry NAME without
+	// '=' takes NAME out of Config.Env.
 	Env [][]string
 }
 
-// mergeEnv returns base with every variable of over set to over's value.
+// mergeEnv returns base with every variable of over set to over's value,
+// and without those over names alone.
 func mergeEnv(base, over []string) []string {
 	seen := make(map[string]bool, len(over))
 	out := make([]string, 0, len(base)+len(over))
@@ -35,5 +37,10 @@ func mergeEnv(base, over []string) []string {
 			out = append(out, kv)
 		}
 	}
-	return append(out, over...)
+	for _, kv := range over {
+		if strings.Contains(kv, "=") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }

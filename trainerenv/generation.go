@@ -28,15 +28,45 @@ func Of(job string, p membership.Plan) Generation {
 type Node struct {
 	Generation
 	Member membership.Member
+	Options
+}
+
+// Options are what a node's sidecar adds to the generation: how it runs its
+// processes.
+type Options struct {
 	// Gloo is PaddlePaddle's gloo level (withGloo: 0 none, 1 workers, 2
 	// workers and servers), with rendezvous over HTTP; the store of a job
 	// with parameter servers is Endpoints.Gloo, which the first server
 	// starts (a collective job's first worker starts its own at its
-	// endpoint).
+	// endpoint). Below 0: Paddle's launcher's default, 1 in a job with
+	// parameter servers (launch/controllers/ps.py), 0 in a collective one.
 	Gloo int
 	// Checkpoint is where the node's sidecar keeps checkpoints in memory;
 	// empty where it keeps none.
 	Checkpoint Checkpoint
+	// Framework is whose contract the processes get.
+	Framework Framework
+	// Launcher is the framework's launcher the command is, run once per
+	// node, or NoLauncher.
+	Launcher Launcher
+	// Devices are the node's accelerators as its processes see them
+	// (CUDA's indices: 0 is the first visible), empty on a CPU node.
+	Devices []string
+	// Inherited, if set, says whether the processes' inherited
+	// environment has a variable: a framework's default does not replace
+	// the user's.
+	Inherited func(name string) bool
+}
+
+// gloo is the node's gloo level in view v, its default resolved.
+func (n *Node) gloo(v view) int {
+	if n.Gloo >= 0 {
+		return n.Gloo
+	}
+	if hasServers(v) && n.Framework != PyTorch && n.Framework != MindSpore {
+		return 1
+	}
+	return 0
 }
 
 // Checkpoint says where a node's processes find the sidecar's checkpoint
@@ -49,9 +79,25 @@ type Checkpoint struct {
 	PythonPath string
 }
 
-// Node is member m's place in g, whose sidecar runs with gloo level gloo.
+// Node is member m's place in g, whose sidecar runs with gloo level gloo
+// and no other option.
 func (g Generation) Node(m membership.Member, gloo int) Node {
-	return Node{Generation: g, Member: m, Gloo: gloo}
+	return Node{Generation: g, Member: m, Options: Options{Gloo: gloo}}
+}
+
+// NodeWith is member m's place in g, whose sidecar runs with options o.
+func (g Generation) NodeWith(m membership.Member, o Options) Node {
+	return Node{Generation: g, Member: m, Options: o}
+}
+
+// Processes is how many processes the sidecar starts for the node: one
+// per port, or one, which starts the others, where the command is a
+// framework's launcher.
+func (n Node) Processes() int {
+	if n.Launcher != NoLauncher {
+		return 1
+	}
+	return len(n.Member.Ports)
 }
 
 // WorldSize is the number of processes of the node's role. Ranks of
@@ -61,11 +107,17 @@ func (n Node) WorldSize() int { return n.Endpoints.Processes[n.Member.Role] }
 
 // Env returns the environment of the process of local rank local, as
 // NAME=value sorted: every variable of the table that a process is given.
+// A variable to take out of the inherited environment is NAME alone.
 func (n Node) Env(local int) []string {
 	out := make([]string, 0, len(table))
-	n.Generation.each(inProcess, view{role: n.Member.Role, node: &n, local: local}, func(name, value string) {
-		out = append(out, name+"="+value)
-	})
+	n.Generation.each(inProcess, families(n.Framework, n.Launcher), view{role: n.Member.Role, node: &n, local: local},
+		func(name, value string, removed bool) {
+			if removed {
+				out = append(out, name)
+			} else {
+				out = append(out, name+"="+value)
+			}
+		})
 	sort.Strings(out)
 	return out
 }
@@ -75,6 +127,10 @@ func (n Node) Env(local int) []string {
 // <job>-elastic.
 func (g Generation) Shared() map[string]string {
 	out := map[string]string{}
-	g.each(inConfigMap, view{role: membership.RoleWorker}, func(name, value string) { out[name] = value })
+	g.each(inConfigMap, allFrameworks, view{role: membership.RoleWorker}, func(name, value string, removed bool) {
+		if !removed {
+			out[name] = value
+		}
+	})
 	return out
 }

@@ -27,6 +27,12 @@ type envCase struct {
 	plan membership.Plan
 	// checkpoint is the sidecar's checkpoint store, if it keeps one.
 	checkpoint trainerenv.Checkpoint
+	// framework, launcher and devices are the sidecar's other options.
+	framework trainerenv.Framework
+	launcher  trainerenv.Launcher
+	devices   []string
+	// inherited are variables the processes inherit.
+	inherited []string
 }
 
 func envCases() []envCase {
@@ -68,6 +74,40 @@ func envCases() []envCase {
 					m("w0", membership.RoleWorker, 0, 0, "10.0.0.1", 7000),
 					m("w1", membership.RoleWorker, 1, 1, "10.0.0.2", 7000),
 				}}},
+		// Each framework's contract alone, on nodes with GPUs.
+		{name: "framework-pytorch", job: "tj", framework: trainerenv.PyTorch, devices: []string{"0", "1"},
+			inherited: []string{"OMP_NUM_THREADS"}, plan: membership.Plan{Generation: 2, Phase: membership.PhaseRun, WorldSize: 4,
+				Master: "10.0.0.1:29500", Members: []membership.Member{
+					m("w0", membership.RoleWorker, 0, 0, "10.0.0.1", 7000, 7001),
+					m("w1", membership.RoleWorker, 1, 2, "10.0.0.2", 7000, 7001),
+				}}},
+		{name: "framework-paddle-gpu", job: "pj", framework: trainerenv.Paddle, gloo: -1, devices: []string{"0", "1", "2", "3"},
+			plan: membership.Plan{Generation: 3, Phase: membership.PhaseRun, WorldSize: 3,
+				Master: "10.0.0.1:29500", Members: []membership.Member{
+					// One process takes every device; two take one each.
+					m("w0", membership.RoleWorker, 0, 0, "10.0.0.1", 7000),
+					m("w1", membership.RoleWorker, 1, 1, "10.0.0.2", 7000, 7001),
+				}}},
+		{name: "framework-paddle-ps", job: "wd", framework: trainerenv.Paddle, gloo: -1, plan: membership.Plan{Generation: 1, Phase: membership.PhaseRun,
+			WorldSize: 2, Master: "10.0.0.1:29500", Gloo: "10.0.2.1:29500", Members: []membership.Member{
+				m("w0", membership.RoleWorker, 0, 0, "10.0.0.1", 7000),
+				m("w1", membership.RoleWorker, 1, 1, "10.0.0.2", 7000),
+				m("p0", membership.RolePS, 0, 0, "10.0.2.1", 7000),
+			}}},
+		{name: "framework-mindspore", job: "ms", framework: trainerenv.MindSpore, devices: []string{"0", "1"},
+			inherited: []string{"MS_TOPO_TIMEOUT"}, plan: membership.Plan{Generation: 2, Phase: membership.PhaseRun, WorldSize: 4,
+				Master: "10.1.0.1:29500", Members: []membership.Member{
+					m("s0", membership.RoleScheduler, 0, 0, "10.1.0.9", 8118),
+					m("w0", membership.RoleWorker, 0, 0, "10.1.0.1", 7000, 7001),
+					m("w1", membership.RoleWorker, 1, 2, "10.1.0.2", 7000, 7001),
+				}}},
+		// paddle.distributed.launch as the command: one launcher a node.
+		{name: "paddle-launch", job: "resnet", framework: trainerenv.Paddle, launcher: trainerenv.PaddleLaunch, devices: []string{"0", "1"},
+			plan: membership.Plan{Generation: 2, Phase: membership.PhaseRun, WorldSize: 4,
+				Master: "10.0.0.1:29500", Members: []membership.Member{
+					m("w0", membership.RoleWorker, 0, 0, "10.0.0.1", 36000, 36001),
+					m("w1", membership.RoleWorker, 1, 2, "10.0.0.2", 36000, 36001),
+				}}},
 		// IPv6: the ConfigMap's PADDLE_MASTER has no brackets, a process's has.
 		{name: "ipv6", job: "v6", plan: membership.Plan{Generation: 3, Phase: membership.PhaseRun, WorldSize: 2,
 			Master: "[fd00::1]:29500", Members: []membership.Member{
@@ -75,6 +115,12 @@ func envCases() []envCase {
 				m("w1", membership.RoleWorker, 1, 1, "fd00::2", 7000),
 			}}},
 	}
+}
+
+// options are the sidecar's options of tc.
+func (tc envCase) options() trainerenv.Options {
+	return trainerenv.Options{Gloo: tc.gloo, Checkpoint: tc.checkpoint, Framework: tc.framework, Launcher: tc.launcher,
+		Devices: tc.devices, Inherited: func(name string) bool { return slices.Contains(tc.inherited, name) }}
 }
 
 // TestGolden pins the environment of every process of representative
@@ -89,10 +135,12 @@ func TestGolden(t *testing.T) {
 			g := trainerenv.Of(tc.job, tc.plan)
 			var b strings.Builder
 			fmt.Fprintf(&b, "# job %s, generation %d, gloo %d\n", tc.job, tc.plan.Generation, tc.gloo)
+			if tc.framework != "" || tc.launcher != "" || tc.devices != nil || tc.inherited != nil {
+				fmt.Fprintf(&b, "# framework %s, launcher %q, devices %q, inherited %q\n", tc.framework, tc.launcher, tc.devices, tc.inherited)
+			}
 			for _, member := range tc.plan.Members {
-				node := g.Node(member, tc.gloo)
-				node.Checkpoint = tc.checkpoint
-				for local := range member.Ports {
+				node := g.NodeWith(member, tc.options())
+				for local := range node.Processes() {
 					fmt.Fprintf(&b, "\n== process: node %s, %s rank %d, local rank %d\n", member.Node, member.Role, member.Rank, local)
 					for _, kv := range node.Env(local) {
 						fmt.Fprintln(&b, kv)

@@ -11,6 +11,9 @@ const (
 	ElasticNodeRank     = "ELASTIC_NODE_RANK"
 	ElasticNNodes       = "ELASTIC_NNODES"
 	ElasticRole         = "ELASTIC_ROLE"
+	// ElasticFramework is the framework whose contract the process got:
+	// auto, pytorch, paddle or mindspore.
+	ElasticFramework = "ELASTIC_FRAMEWORK"
 	// ElasticCheckpointSocket names the sidecar's checkpoint store
 	// (package memckpt), an abstract unix socket written with a leading '@'.
 	ElasticCheckpointSocket = "ELASTIC_CHECKPOINT_SOCKET"
@@ -36,6 +39,12 @@ const (
 	TorchelasticRunID        = "TORCHELASTIC_RUN_ID"
 	TorchelasticRestartCount = "TORCHELASTIC_RESTART_COUNT"
 	TorchelasticMaxRestarts  = "TORCHELASTIC_MAX_RESTARTS"
+	// TorchelasticUseAgentStore says whether rank 0 connects to a store
+	// its agent hosts (torch/distributed/rendezvous.py): here it hosts it.
+	TorchelasticUseAgentStore   = "TORCHELASTIC_USE_AGENT_STORE"
+	NCCLAsyncErrorHandling      = "NCCL_ASYNC_ERROR_HANDLING"
+	TorchNCCLAsyncErrorHandling = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+	OMPNumThreads               = "OMP_NUM_THREADS"
 )
 
 // PaddlePaddle: paddle.distributed.launch's, fleetrun's and
@@ -64,10 +73,35 @@ const (
 	PaddleWithGloo                  = "PADDLE_WITH_GLOO"
 	PaddleGlooRendezvous            = "PADDLE_GLOO_RENDEZVOUS"
 	PaddleGlooHTTPEndpoint          = "PADDLE_GLOO_HTTP_ENDPOINT"
+	PaddleRole                      = "PADDLE_ROLE"
+	PaddleDistriBackend             = "PADDLE_DISTRI_BACKEND"
+	FlagsSelectedGPUs               = "FLAGS_selected_gpus"
+)
+
+// PaddlePaddle's launcher's own inputs, for paddle.distributed.launch run
+// per node, and the variables taken from it.
+const (
+	PaddleRank                       = "PADDLE_RANK"
+	PaddleNProcPerNode               = "PADDLE_NPROC_PER_NODE"
+	PaddleJobID                      = "PADDLE_JOB_ID"
+	FlagsFixedPort                   = "FLAGS_FIXED_PORT"
+	PaddleElasticServer              = "PADDLE_ELASTIC_SERVER"
+	PaddleElasticJobID               = "PADDLE_ELASTIC_JOB_ID"
+	PaddleElasticNP                  = "PADDLE_ELASTIC_NP"
+	PaddleElasticTimeout             = "PADDLE_ELASTIC_TIMEOUT"
+	PaddleElasticFaultToleranceLevel = "PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL"
+	PaddleElasticLevel               = "PADDLE_ELASTIC_LEVEL"
+	PaddleIPs                        = "PADDLE_IPS"
+	DistributedTrainerEndpoints      = "DISTRIBUTED_TRAINER_ENDPOINTS"
 )
 
 // MindSpore: msrun's, and parameter-server mode's MS_SERVER_NUM.
 const (
+	RankID        = "RANK_ID"
+	RankSize      = "RANK_SIZE"
+	DeviceID      = "DEVICE_ID"
+	MSTopoTimeout = "MS_TOPO_TIMEOUT"
+
 	MSSchedHost = "MS_SCHED_HOST"
 	MSSchedPort = "MS_SCHED_PORT"
 	MSWorkerNum = "MS_WORKER_NUM"

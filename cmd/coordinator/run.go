@@ -23,6 +23,7 @@ import (
 	"github.com/elastictraining/coordinator/launcher"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/presence"
+	"github.com/elastictraining/coordinator/trainerenv"
 )
 
 func newRunCommand(env lookupEnv) *cobra.Command {
@@ -32,6 +33,9 @@ func newRunCommand(env lookupEnv) *cobra.Command {
 		preload                            string
 		successPolicy                      string
 		nproc, faultTolerance, maxRestarts int
+		ps, schedulers                     int
+		framework, devices                 string
+		frameworkFrom, devicesFrom         origin
 		ttl, grace                         time.Duration
 		withGloo                           int
 		logs                               logOptions
@@ -72,6 +76,36 @@ signal kills them at once).`,
 			if faultToleranceErr != nil {
 				return faultToleranceErr
 			}
+			fw, err := trainerenv.ParseFramework(framework)
+			if err != nil {
+				return usageError{fmt.Errorf("%s: %w", frameworkFrom, err)}
+			}
+			nodeDevs, err := nodeDevices(devices, devicesFrom, env, filepath.Glob)
+			if err != nil {
+				return err
+			}
+			if nodeDevs, err = runDeviceLabels(nodeDevs, env); err != nil {
+				return err
+			}
+			// The command may be a framework's launcher: the sidecars run
+			// it once per node, or it cannot run under them.
+			lc, err := trainerenv.LaunchCommandOf(args)
+			if err != nil {
+				return usageError{err}
+			}
+			if n := lc.NProcPerNode; n > 0 {
+				if cmd.Flags().Changed("nproc-per-node") && nproc != n {
+					return usagef("--nproc-per-node %d, but the launcher's --nproc_per_node is %d: give one", nproc, n)
+				}
+				nproc = n
+			}
+			if lc.Launcher == trainerenv.PaddleLaunch && (ps > 0 || schedulers > 0) {
+				return usagef("python -m paddle.distributed.launch runs a collective job under the sidecars: " +
+					"for --ps or --schedulers give the training script itself")
+			}
+			if fw == trainerenv.MindSpore && !cmd.Flags().Changed("schedulers") {
+				schedulers = 1 // msrun starts one; so does run
+			}
 			if np == "" {
 				return usagef("--np is required")
 			}
@@ -98,6 +132,7 @@ signal kills them at once).`,
 			}
 			spec := membership.DefaultSpec(target)
 			spec.FaultTolerance, spec.MaxRestarts = faultTolerance, maxRestarts
+			spec.PS, spec.Schedulers = ps, schedulers
 			spec.SuccessPolicy, spec.Name = membership.SuccessPolicy(successPolicy), job.specName(id)
 			if err := spec.Validate(); err != nil {
 				return usageError{specFlagError(err, npOrigin)}
@@ -131,12 +166,13 @@ signal kills them at once).`,
 				sidecarArgs = append(sidecarArgs, fmt.Sprintf("--with-gloo=%d", withGloo))
 			}
 			sidecarArgs = append(sidecarArgs, checkpoint.args()...)
+			sidecarArgs = append(sidecarArgs, "--framework", fw.String())
 			if len(mods) > 0 {
 				sidecarArgs = append(sidecarArgs, "--preload", strings.Join(mods, ","))
 			}
 			ctx, signals := signalContext(cmd.Context())
 			code, err := localrun.Run(ctx, localrun.Config{
-				Executable: exe, Job: id, Spec: spec, NProc: nproc, Command: args, DataDir: dataDir, ClientURL: listen,
+				Executable: exe, Job: id, Spec: spec, NProc: nproc, Command: args, Devices: nodeDevs, DataDir: dataDir, ClientURL: listen,
 				TTL: ttl, Grace: grace, SidecarArgs: sidecarArgs, SidecarLogLevel: logLevel, Env: os.Environ(),
 				Out: cmd.OutOrStdout(), Err: cmd.ErrOrStderr(), Logger: logger, LogNote: note, KillNow: signals.again,
 			})
@@ -158,6 +194,10 @@ signal kills them at once).`,
 	npOrigin = envString(fs, &np, "np", env, "", "nodes to run, N or MIN:MAX", "ELASTIC_NP", "PADDLE_ELASTIC_NP")
 	job.register(fs, env, "default", jobVariables...)
 	fs.IntVar(&nproc, "nproc-per-node", 1, "training processes per node")
+	fs.IntVar(&ps, "ps", 0, "parameter-server nodes to run besides the workers (PaddlePaddle, MindSpore), one process each")
+	fs.IntVar(&schedulers, "schedulers", 0, "scheduler nodes to run (MindSpore), 0 or 1; 1 by default with --framework mindspore")
+	frameworkFrom = envString(fs, &framework, "framework", env, "auto", frameworkUsage, "ELASTIC_FRAMEWORK")
+	devicesFrom = envString(fs, &devices, "devices", env, "auto", devicesUsage+"; run shares them out among its nodes' processes as one node", "ELASTIC_DEVICES")
 	fs.StringVar(&listen, "listen-client-urls", "", "URL the embedded etcd serves on; a free localhost port if empty")
 	fs.StringVar(&dataDir, "data-dir", "", "keep etcd's data here; a temporary directory if empty")
 	faultTolerance, faultToleranceErr = envInt(env, membership.FaultToleranceRestart, "PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL")

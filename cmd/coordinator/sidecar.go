@@ -64,12 +64,21 @@ type sidecarOptions struct {
 	checkpoint     checkpointOptions
 	preload        string
 	preloadOrigin  origin
+	framework      string
+	frameworkFrom  origin
+	devices        string
+	devicesFrom    origin
+	env            lookupEnv
+	nprocSet       bool  // --nproc-per-node was given
 	envErr         error // a variable that cannot be read
+	// Set by validate from the flags and the command.
+	opts   trainerenv.Options
+	launch trainerenv.LaunchCommand
 }
 
 func newSidecarCommand(env lookupEnv) *cobra.Command {
 	o := &sidecarOptions{pod: fromEnv(env, "", "POD_NAME"), podUID: fromEnv(env, "", "POD_UID"), namespace: fromEnv(env, "", "POD_NAMESPACE"),
-		getenv: func(name string) string { return fromEnv(env, "", name) }}
+		getenv: func(name string) string { return fromEnv(env, "", name) }, env: env}
 	cmd := &cobra.Command{
 		Use:   "sidecar --etcd-endpoints URLS --job ID [flags] -- CMD [ARGS...]",
 		Short: "Register this node and run the training command as the job's generations ask",
@@ -103,6 +112,7 @@ it; --tee says whose output still reaches the terminal.`,
 			if len(args) == 0 || cmd.ArgsLenAtDash() > 0 {
 				return usagef("no training command: put it after --, as in: coordinator sidecar --job ID -- python train.py")
 			}
+			o.nprocSet = cmd.Flags().Changed("nproc-per-node")
 			return o.run(cmd, args)
 		},
 	}
@@ -138,7 +148,8 @@ it; --tee says whose output still reaches the terminal.`,
 	fs.IntVar(&o.schedulers, "schedulers", 0, "scheduler nodes of the job (MindSpore), 0 or 1; 1 for a node of --role scheduler")
 	fs.StringVar(&o.successPolicy, "success-policy", string(membership.SuccessAllWorkers), "AllWorkers or Rank0")
 	fs.StringVar(&o.cleanPodPolicy, "clean-pod-policy", string(membership.CleanPodNever), "Always, Never, OnFailure or OnCompletion (for the Kubernetes bridge)")
-	fs.IntVar(&o.gloo, "with-gloo", 0, "PaddlePaddle's withGloo: 1 (workers) or 2 (workers and servers) sets PADDLE_WITH_GLOO and PADDLE_GLOO_RENDEZVOUS=3, and in a job with parameter servers PADDLE_GLOO_HTTP_ENDPOINT, the first server's store; --with-gloo alone is 1")
+	fs.IntVar(&o.gloo, "with-gloo", -1, "PaddlePaddle's withGloo: 1 (workers) or 2 (workers and servers) sets PADDLE_WITH_GLOO and PADDLE_GLOO_RENDEZVOUS=3, and in a job with parameter servers PADDLE_GLOO_HTTP_ENDPOINT, the first server's store; --with-gloo alone is 1; "+
+		"-1: Paddle's launcher's default, 1 in a job with parameter servers, 0 otherwise")
 	fs.Lookup("with-gloo").NoOptDefVal = "1"
 	waitTimeout, waitErr := envSeconds(env, "PADDLE_ELASTIC_TIMEOUT")
 	o.envErr = errors.Join(ttlErr, ftErr, waitErr)
@@ -156,8 +167,15 @@ it; --tee says whose output still reaches the terminal.`,
 	fs.StringVar(&o.listenMetrics, "listen-metrics", "", "serve this node's Prometheus metrics on this address (host:port); none if empty")
 	o.checkpoint.register(fs, env, true)
 	o.preloadOrigin = envString(fs, &o.preload, "preload", env, "", preloadUsage, "ELASTIC_PRELOAD")
+	o.frameworkFrom = envString(fs, &o.framework, "framework", env, "auto", frameworkUsage, "ELASTIC_FRAMEWORK")
+	o.devicesFrom = envString(fs, &o.devices, "devices", env, "auto", devicesUsage, "ELASTIC_DEVICES")
 	return cmd
 }
+
+// frameworkUsage is the help of --framework, for run and sidecar.
+const frameworkUsage = "whose launcher's variables the processes get, exactly: pytorch (torchrun's), paddle " +
+	"(paddle.distributed.launch's) or mindspore (msrun's); auto: every framework's, torchrun's meaning where names meet, " +
+	"and paddle where the command is python -m paddle.distributed.launch"
 
 // envInt reads a whole number from a variable, or def if unset.
 func envInt(env lookupEnv, def int, name string) (int, error) {
@@ -296,11 +314,14 @@ func specFlagError(err error, np origin) error {
 
 // validate checks every flag that needs no etcd, so that a bad one is one
 // line at start.
-func (o *sidecarOptions) validate() (jobID string, node membership.Node, spec *membership.Spec, err error) {
+func (o *sidecarOptions) validate(command []string) (jobID string, node membership.Node, spec *membership.Spec, err error) {
 	if o.envErr != nil {
 		return "", node, nil, o.envErr
 	}
 	if jobID, err = o.job.id(); err != nil {
+		return "", node, nil, err
+	}
+	if err := o.processOptions(command); err != nil {
 		return "", node, nil, err
 	}
 	if node, err = o.node(); err != nil {
@@ -316,7 +337,7 @@ func (o *sidecarOptions) validate() (jobID string, node membership.Node, spec *m
 		return "", node, nil, usagef("--fence-margin %s: want 0 or a duration below half the TTL %s", o.fenceMargin, o.ttl)
 	case o.cgroup != "auto" && o.cgroup != "off":
 		return "", node, nil, usagef("--cgroup %q: want auto or off", o.cgroup)
-	case o.gloo < 0 || o.gloo > 2:
+	case o.gloo < -1 || o.gloo > 2:
 		return "", node, nil, usagef("--with-gloo %d: want 0, 1 or 2", o.gloo)
 	case o.grace < 0:
 		return "", node, nil, usagef("--grace-period %s: must not be negative", o.grace)
@@ -339,7 +360,7 @@ func (o *sidecarOptions) validate() (jobID string, node membership.Node, spec *m
 }
 
 func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
-	jobID, node, spec, err := o.validate()
+	jobID, node, spec, err := o.validate(command)
 	if err != nil {
 		return err
 	}
@@ -416,7 +437,16 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 	if len(preload) > 0 {
 		prewarm(ctx, l, node.NProc, logger)
 	}
-	var workload sidecar.Workload = &sidecar.Processes{Launcher: l, Gloo: o.gloo, Checkpoint: ckptEnv}
+	opts := o.opts
+	opts.Checkpoint = ckptEnv
+	opts.Inherited = func(name string) bool {
+		return slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, name+"=") })
+	}
+	if opts.Launcher != trainerenv.NoLauncher {
+		logger.Info("the command is a framework's launcher; it runs once per node and starts the node's processes",
+			"launcher", opts.Launcher, "processes", node.NProc)
+	}
+	var workload sidecar.Workload = &sidecar.Processes{Launcher: l, Options: opts}
 	var beforeLeave func(context.Context)
 	if ckpt != nil {
 		defer ckpt.Close()
@@ -450,6 +480,46 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 	default:
 		return exitError{code: res.ExitCode, msg: fmt.Sprintf("job %s failed: %s", o.job.displayName(jobID), res.Message)}
 	}
+}
+
+// processOptions reads what decides the processes' environment: the
+// framework, the node's devices, and the command, which may be a
+// framework's launcher; its --nproc_per_node is the node's when the
+// sidecar's is not given.
+func (o *sidecarOptions) processOptions(command []string) error {
+	fw, err := trainerenv.ParseFramework(o.framework)
+	if err != nil {
+		return usageError{fmt.Errorf("%s: %w", o.frameworkFrom, err)}
+	}
+	devices, err := nodeDevices(o.devices, o.devicesFrom, o.env, filepath.Glob)
+	if err != nil {
+		return err
+	}
+	lc, err := trainerenv.LaunchCommandOf(command)
+	if err != nil {
+		return usageError{err}
+	}
+	if lc.Launcher == trainerenv.PaddleLaunch {
+		switch {
+		case fw == trainerenv.AnyFramework:
+			fw = trainerenv.Paddle
+		case fw != trainerenv.Paddle:
+			return usagef("%s %s: the command is PaddlePaddle's launcher", o.frameworkFrom, fw)
+		}
+		if o.role != string(membership.RoleWorker) {
+			return usagef("python -m paddle.distributed.launch runs a collective job's workers under the sidecar; "+
+				"for a %s node give the training script itself", o.role)
+		}
+		if n := lc.NProcPerNode; n > 0 {
+			if o.nprocSet && o.nproc != n {
+				return usagef("--nproc-per-node %d, but the launcher's --nproc_per_node is %d: give one", o.nproc, n)
+			}
+			o.nproc = n
+		}
+	}
+	o.launch = lc
+	o.opts = trainerenv.Options{Gloo: o.gloo, Framework: fw, Launcher: lc.Launcher, Devices: devices}
+	return nil
 }
 
 // prewarmWait bounds how long a sidecar with preloads waits for its warm

@@ -30,6 +30,11 @@ type Config struct {
 	Spec    membership.Spec
 	NProc   int
 	Command []string
+	// Devices are the machine's GPUs as CUDA_VISIBLE_DEVICES names them,
+	// none if empty. Each worker node sees its own share as if it were a
+	// machine of its own: worker node i the devices of its processes,
+	// i*NProc onwards, modulo their number.
+	Devices []string
 	// DataDir keeps etcd's data; a temporary directory, removed at the end,
 	// if empty.
 	DataDir string
@@ -174,6 +179,10 @@ func (r *runner) run(ctx context.Context) (int, error) {
 	}()
 
 	progress := newProgress(r.cfg.Out, r.client, r.cfg.Job)
+	if err := r.startOtherRoles(); err != nil {
+		r.stopAll(r.cfg.Grace + 5*time.Second)
+		return 1, err
+	}
 	want := r.cfg.Spec.Workers().Max
 	r.scaleTo(ctx, want)
 	for {

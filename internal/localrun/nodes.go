@@ -6,8 +6,10 @@ import (
 	"math/rand/v2"
 	"net"
 	"os/exec"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 // node is one local node: a sidecar process with its own ports.
 type node struct {
 	index      int
+	role       membership.Role
 	id         string
 	masterPort int
 	port       int // first endpoint port
@@ -47,12 +50,15 @@ func (n *node) kill() {
 func (r *runner) scaleTo(ctx context.Context, want int) {
 	var live []*node
 	for _, n := range r.nodes {
-		if !n.stopping {
+		if !n.stopping && n.role == membership.RoleWorker {
 			live = append(live, n)
 		}
 	}
 	// A crashed node waiting to start again counts; it is the first to go.
 	for index, n := range r.pending {
+		if n.role != membership.RoleWorker {
+			continue
+		}
 		if len(live)+1 > want {
 			delete(r.pending, index)
 			continue
@@ -97,17 +103,60 @@ func (r *runner) scaleTo(ctx context.Context, want int) {
 	}
 }
 
+// Node indexes of the roles other than workers', which scale alone: the
+// parameter servers' from psIndex, the scheduler's schedulerIndex.
+const (
+	psIndex        = 1 << 20
+	schedulerIndex = 1 << 21
+)
+
+// roleOf is the role of node index and its number within the role.
+func roleOf(index int) (membership.Role, int) {
+	switch {
+	case index >= schedulerIndex:
+		return membership.RoleScheduler, index - schedulerIndex
+	case index >= psIndex:
+		return membership.RolePS, index - psIndex
+	}
+	return membership.RoleWorker, index
+}
+
+// startOtherRoles starts the job's parameter servers and scheduler, whose
+// numbers the spec fixes.
+func (r *runner) startOtherRoles() error {
+	for i := range r.cfg.Spec.PS {
+		if _, err := r.start(psIndex+i, nil); err != nil {
+			return err
+		}
+	}
+	for i := range r.cfg.Spec.Schedulers {
+		if _, err := r.start(schedulerIndex+i, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // start runs the sidecar of node index; a restarted node keeps its ports.
 func (r *runner) start(index int, old *node) (*node, error) {
-	n := &node{index: index, id: fmt.Sprintf("%s-%d", r.cfg.Job, index)}
+	role, i := roleOf(index)
+	n := &node{index: index, role: role, id: fmt.Sprintf("%s-%d", r.cfg.Job, i)}
+	if role != membership.RoleWorker {
+		n.id = fmt.Sprintf("%s-%s-%d", r.cfg.Job, role, i)
+	}
+	// A parameter server or a scheduler is one process.
+	nproc := 1
+	if role == membership.RoleWorker {
+		nproc = r.cfg.NProc
+	}
 	if old != nil {
 		n.masterPort, n.port, n.crashes = old.masterPort, old.port, old.crashes
 	} else {
-		base, err := freePorts(r.cfg.NProc+1, r.ports)
+		base, err := freePorts(nproc+1, r.ports)
 		if err != nil {
 			return nil, err
 		}
-		for p := base; p <= base+r.cfg.NProc; p++ {
+		for p := base; p <= base+nproc; p++ {
 			r.ports[p] = true
 		}
 		n.masterPort, n.port = base, base+1
@@ -115,12 +164,19 @@ func (r *runner) start(index int, old *node) (*node, error) {
 	args := []string{"sidecar",
 		"--etcd-endpoints", r.endpoint, "--job", r.cfg.Job, "--node-id", n.id, "--host", "127.0.0.1",
 		"--port", strconv.Itoa(n.port), "--master-port", strconv.Itoa(n.masterPort),
-		"--nproc-per-node", strconv.Itoa(r.cfg.NProc), "--ttl", r.cfg.TTL.String(), "--grace-period", r.cfg.Grace.String(),
-		"--log-level", r.cfg.SidecarLogLevel, "--state-dir", r.stateDir,
+		"--nproc-per-node", strconv.Itoa(nproc), "--ttl", r.cfg.TTL.String(), "--grace-period", r.cfg.Grace.String(),
+		"--log-level", r.cfg.SidecarLogLevel, "--state-dir", r.stateDir, "--role", string(role),
+	}
+	env := r.cfg.Env
+	if devices := r.devicesOf(n, nproc); len(devices) > 0 {
+		args = append(args, "--devices", "auto")
+		env = append(slices.Clip(env), "CUDA_VISIBLE_DEVICES="+strings.Join(devices, ","))
+	} else {
+		args = append(args, "--devices", "none")
 	}
 	args = append(append(append(args, r.cfg.SidecarArgs...), "--"), r.cfg.Command...)
 	n.cmd = exec.Command(r.cfg.Executable, args...)
-	n.cmd.Env = r.cfg.Env
+	n.cmd.Env = env
 	n.cmd.Stdout, n.cmd.Stderr = r.cfg.Out, r.cfg.Err
 	// A sidecar leaves (and stops its trainers) when `run` dies.
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
@@ -136,6 +192,24 @@ func (r *runner) start(index int, old *node) (*node, error) {
 		r.exited <- n
 	}()
 	return n, nil
+}
+
+// devicesOf is node n's share of the machine's devices: worker node i's
+// processes i*nproc onwards, modulo their number, each device once; none
+// for the other roles.
+func (r *runner) devicesOf(n *node, nproc int) []string {
+	d := r.cfg.Devices
+	if len(d) == 0 || n.role != membership.RoleWorker {
+		return nil
+	}
+	var out []string
+	for l := range nproc {
+		dev := d[(n.index*nproc+l)%len(d)]
+		if !slices.Contains(out, dev) {
+			out = append(out, dev)
+		}
+	}
+	return out
 }
 
 // nodeExited handles a sidecar that ended: gone for good if it was asked to
