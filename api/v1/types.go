@@ -60,6 +60,10 @@ type ElasticJobSpec struct {
 	// (ELASTIC_PRELOAD). A PaddleJob or MSJob says it in the annotation
 	// AnnotationPreload.
 	Preload []string `json:"preload,omitempty"`
+	// Framework is whose launcher's variables the training processes
+	// get, exactly: pytorch, paddle or mindspore; auto (the default)
+	// gives every framework's. A PaddleJob is paddle, an MSJob mindspore.
+	Framework string `json:"framework,omitempty"`
 }
 
 // RoleSpec is one role's pods.

@@ -94,6 +94,8 @@ func ElasticJob() *apiextensionsv1.CustomResourceDefinition {
 		"intranet":       stringEnum("how nodes reach each other: the pod's IP, a headless Service per pod, or the host network", "PodIP", "Service", "Host"),
 		"withGloo":       intEnum("PaddlePaddle's gloo: 0 off, 1 workers, 2 workers and servers", 0, 1, 2),
 		"priority":       {Type: "integer", Description: "for the autoscaler: a job of higher priority keeps its nodes"},
+		"framework": stringEnum("whose launcher's variables the training processes get, exactly (torchrun's, paddle.distributed.launch's, msrun's); auto: every framework's",
+			"auto", "pytorch", "paddle", "mindspore"),
 		"preload": {Type: "array", MaxItems: ptr(int64(64)),
 			Description: "Python modules a warm interpreter per training process imports ahead of each generation (the sidecar's --preload); for a command whose program is python",
 			Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{

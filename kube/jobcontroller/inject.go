@@ -15,6 +15,7 @@ import (
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/etcdauth"
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/trainerenv"
 )
 
 // Sidecar is what the controller injects into every pod of a job.
@@ -147,7 +148,14 @@ func inject(j Job, r Role, sc Sidecar, command commandOf) (corev1.PodTemplateSpe
 	// A StatefulSet restarts whatever exits: the sidecar holds once the
 	// job has ended, until its pod goes.
 	wrapped := []string{binary, "sidecar", "--role=" + string(r.Name), "--hold-when-done"}
-	if j.WithGloo >= 1 && j.hasRole(membership.RolePS) {
+	if j.Framework != trainerenv.AnyFramework {
+		wrapped = append(wrapped, "--framework="+string(j.Framework))
+	}
+	if n, ok := gpus(c); ok {
+		// The device plugin shows the container its GPUs as 0..n-1.
+		wrapped = append(wrapped, fmt.Sprintf("--devices=%d", n))
+	}
+	if j.hasRole(membership.RolePS) {
 		// As paddle-operator does: every pod of a job with parameter
 		// servers is told the level, the first server to start the store.
 		wrapped = append(wrapped, fmt.Sprintf("--with-gloo=%d", j.WithGloo))
@@ -167,6 +175,23 @@ func inject(j Job, r Role, sc Sidecar, command commandOf) (corev1.PodTemplateSpe
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: tlsVolume, MountPath: tlsDir, ReadOnly: true})
 	}
 	return t, nil
+}
+
+// gpuResources are the extended resources that are GPUs, whose device
+// plugins show a container its devices as CUDA's 0..n-1.
+var gpuResources = []corev1.ResourceName{"nvidia.com/gpu", "amd.com/gpu"}
+
+// gpus is the number of GPUs container c asks for, and whether it asks.
+func gpus(c *corev1.Container) (int64, bool) {
+	for _, name := range gpuResources {
+		if q, ok := c.Resources.Limits[name]; ok {
+			return q.Value(), true
+		}
+		if q, ok := c.Resources.Requests[name]; ok {
+			return q.Value(), true
+		}
+	}
+	return 0, false
 }
 
 // sidecarEnv are the variables of the sidecar: the job, etcd, and the pod

@@ -13,6 +13,7 @@ import (
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/guard"
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/trainerenv"
 )
 
 // Job is a training job as a resource of any of the kinds served describes
@@ -35,6 +36,9 @@ type Job struct {
 	// of (ELASTIC_PRELOAD): ElasticJob's spec.preload, or the annotation
 	// jobv1.AnnotationPreload on the other kinds.
 	Preload []string
+	// Framework is the sidecars' --framework: the kind's (a PaddleJob's
+	// paddle, an MSJob's mindspore) or an ElasticJob's spec.framework.
+	Framework trainerenv.Framework
 }
 
 // hasRole reports whether the job has pods of the role.
@@ -101,8 +105,14 @@ func fromElasticJob(u *unstructured.Unstructured) (Job, error) {
 		roles = append(roles, Role{Name: membership.RoleHeter, Replicas: spec.Heter, Template: s.Heter.Template})
 	}
 	j, err := newJob(u, spec, roles, or(s.Intranet, jobv1.IntranetPodIP), deref(s.WithGloo, 0))
-	if err != nil || len(s.Preload) == 0 {
+	if err != nil {
 		return j, err
+	}
+	if j.Framework, err = trainerenv.ParseFramework(s.Framework); err != nil {
+		return Job{}, fmt.Errorf("spec.%w", err)
+	}
+	if len(s.Preload) == 0 {
+		return j, nil
 	}
 	if err := validPreload(s.Preload, "spec.preload"); err != nil {
 		return Job{}, err

@@ -12,6 +12,7 @@ import (
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/trainerenv"
 )
 
 // Kind is a kind of resource whose jobs the controller runs (api/v1's
@@ -105,7 +106,9 @@ func fromPaddleJob(u *unstructured.Unstructured) (Job, error) {
 		spec.Heter = s.Heter.Replicas
 		roles = append(roles, Role{Name: membership.RoleHeter, Replicas: s.Heter.Replicas, Template: s.Heter.Template})
 	}
-	return newJob(u, spec, roles, or(s.Intranet, jobv1.IntranetPodIP), deref(s.WithGloo, 1))
+	j, err := newJob(u, spec, roles, or(s.Intranet, jobv1.IntranetPodIP), deref(s.WithGloo, 1))
+	j.Framework = trainerenv.Paddle
+	return j, err
 }
 
 // paddleJobStatus renders a report as paddle-operator's status: its phase
@@ -226,7 +229,9 @@ func fromMSJob(u *unstructured.Unstructured) (Job, error) {
 			return Job{}, fmt.Errorf("spec.msReplicaSpecs.%s: want Scheduler, PS or Worker", name)
 		}
 	}
-	return newJob(u, spec, roles, jobv1.IntranetPodIP, 0)
+	j, err := newJob(u, spec, roles, jobv1.IntranetPodIP, 0)
+	j.Framework = trainerenv.MindSpore
+	return j, err
 }
 
 // msPort is the scheduler's port: the training container's port named

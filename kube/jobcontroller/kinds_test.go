@@ -197,12 +197,13 @@ func TestTheSidecarIsInjected(t *testing.T) {
 	image := func(c *corev1.Container) ([]string, error) { return []string{"python", "train.py"}, nil }
 
 	// As paddle-operator: every role of a job with parameter servers is
-	// told the level; a job without them, nothing.
+	// told the level, 0 too (Paddle's launcher's default there is 1); a
+	// job without them, nothing.
 	for _, tc := range []struct {
 		withGloo int
 		role     int
 		flag     string
-	}{{1, 0, "--with-gloo=1"}, {1, 1, "--with-gloo=1"}, {2, 1, "--with-gloo=2"}, {0, 0, ""}} {
+	}{{1, 0, "--with-gloo=1"}, {1, 1, "--with-gloo=1"}, {2, 1, "--with-gloo=2"}, {0, 0, "--with-gloo=0"}} {
 		j.WithGloo = tc.withGloo
 		tmpl, err := inject(j, j.Roles[tc.role], sc, image)
 		require.NoError(t, err)
@@ -220,6 +221,13 @@ func TestTheSidecarIsInjected(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, slices.ContainsFunc(tmpl.Spec.Containers[0].Command, func(a string) bool { return strings.HasPrefix(a, "--with-gloo") }),
 		"no parameter servers: no gloo store to name")
+	assert.Contains(t, tmpl.Spec.Containers[0].Command, "--devices=1", "the resnet example asks for nvidia.com/gpu: 1")
+	assert.Contains(t, tmpl.Spec.Containers[0].Command, "--framework=paddle")
+	ms, err := fromMSJob(example(t, "msjob-widedeep-dataparallel.yaml"))
+	require.NoError(t, err)
+	tmpl, err = inject(ms, ms.Roles[0], sc, image)
+	require.NoError(t, err)
+	assert.Contains(t, tmpl.Spec.Containers[0].Command, "--framework=mindspore")
 	j.WithGloo = 1
 	j.Roles[0].Template.Spec.RestartPolicy = corev1.RestartPolicyNever // valid in paddle-operator's bare pods
 	sts, err := statefulSet(j, j.Roles[0], sc, image)
@@ -230,7 +238,7 @@ func TestTheSidecarIsInjected(t *testing.T) {
 	pod := sts.Spec.Template.Spec
 	assert.Equal(t, "img:v1", pod.InitContainers[0].Image)
 	c := pod.Containers[0]
-	assert.Equal(t, []string{"/elastic/coordinator", "sidecar", "--role=worker", "--hold-when-done", "--with-gloo=1", "--", "python", "train.py"}, c.Command)
+	assert.Equal(t, []string{"/elastic/coordinator", "sidecar", "--role=worker", "--hold-when-done", "--framework=paddle", "--with-gloo=1", "--", "python", "train.py"}, c.Command)
 	assert.Nil(t, c.Args)
 	assert.Equal(t, corev1.RestartPolicyAlways, pod.RestartPolicy, "the only policy a StatefulSet takes; the sidecar answers exits")
 	env := map[string]string{}
