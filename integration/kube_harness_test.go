@@ -393,6 +393,16 @@ func startInjectedPodRunner(t *testing.T, kube kubernetes.Interface, ns, checkpo
 			if dash < 0 {
 				return nil, errors.New("the injected command has no -- before the training command")
 			}
+			if training := args[dash+1:]; slices.Contains(training, "paddle.distributed.launch") && training[0] == "python" {
+				// PaddlePaddle's launcher stays the command, as its stand-in,
+				// which starts the toy trainer in place of the image's script.
+				// The pods' IPs are not this machine's: the stand-in reaches
+				// its master on the loopback, at a port of the test's own.
+				args = append(append(slices.Clone(args[:dash]), "--master-port="+freePort(t), "--"), append([]string{standInPython}, training[1:]...)...)
+				env = append(env, "PYTHONPATH="+filepath.Join(repoRoot, "testdata", "frameworks", "python"), "STANDIN_LOOPBACK=1",
+					"STANDIN_TRAINER="+filepath.Join(repoRoot, "testdata", "frameworks", "toy_trainer.py"))
+				return sidecarContainer{proc: background(t, env, args...)}, nil
+			}
 			args = append(args[:dash+1], "/bin/sh", "-c",
 				`mkdir -p "$TOY_DIR" && env >"$TOY_DIR/.env-$POD_NAME" && mv "$TOY_DIR/.env-$POD_NAME" "$TOY_DIR/env-$POD_NAME-$ELASTIC_GENERATION" && exec "$0"`, toyTrainer)
 			return sidecarContainer{proc: background(t, env, args...)}, nil

@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +66,32 @@ func (e *kubeEnv) podEnv(job, pod string) map[string]string {
 	return env
 }
 
+// podEnvAt is the environment a pod's trainer was started with in the
+// first generation from gen on that it wrote down.
+func (e *kubeEnv) podEnvAt(job, pod string, gen int) map[string]string {
+	e.t.Helper()
+	var file string
+	require.Eventually(e.t, func() bool {
+		files, _ := filepath.Glob(filepath.Join(e.toyDir, job, "env-"+pod+"-*"))
+		best := 0
+		for _, f := range files {
+			if g, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(f), "env-"+pod+"-")); err == nil && g >= gen && (best == 0 || g < best) {
+				best, file = g, f
+			}
+		}
+		return best > 0
+	}, 60*time.Second, 20*time.Millisecond, "pod %s never started a trainer of generation %d or later", pod, gen)
+	data, err := os.ReadFile(file)
+	require.NoError(e.t, err)
+	env := map[string]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			env[k] = v
+		}
+	}
+	return env
+}
+
 func podIP(t *testing.T, c *kubetest.Cluster, ns, pod string) string {
 	p, err := c.Client.CoreV1().Pods(ns).Get(t.Context(), pod, metav1.GetOptions{})
 	require.NoError(t, err)
@@ -102,10 +129,12 @@ func TestTheSeedsPaddleJobsAndMSJobRunUnchanged(t *testing.T) {
 	}
 	sts, err := e.c.Client.AppsV1().StatefulSets(e.ns).Get(t.Context(), "wide-and-deep-worker", metav1.GetOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, []string{"/elastic/coordinator", "sidecar", "--role=worker", "--hold-when-done", "--with-gloo=1", "--", "python", "train.py"},
+	assert.Equal(t, []string{"/elastic/coordinator", "sidecar", "--role=worker", "--hold-when-done", "--framework=paddle", "--with-gloo=1", "--", "python", "train.py"},
 		sts.Spec.Template.Spec.Containers[0].Command, "the image's entrypoint and command, wrapped")
 	worker := e.podEnv("wide-and-deep", "wide-and-deep-worker-0")
 	assert.Equal(t, "TRAINER", worker["TRAINING_ROLE"])
+	assert.Equal(t, "TRAINER", worker["PADDLE_ROLE"], "ps.py gives PADDLE_ROLE too")
+	assert.NotContains(t, worker, "RANK", "a PaddleJob gets Paddle's variables alone")
 	assert.Equal(t, "2", worker["PADDLE_TRAINERS_NUM"])
 	assert.Len(t, strings.Split(worker["PADDLE_PSERVERS_IP_PORT_LIST"], ","), 2)
 	assert.Contains(t, worker["PADDLE_PSERVERS_IP_PORT_LIST"], podIP(t, e.c, e.ns, "wide-and-deep-ps-0")+":")
@@ -124,13 +153,20 @@ func TestTheSeedsPaddleJobsAndMSJobRunUnchanged(t *testing.T) {
 		}
 	}
 	assert.True(t, strings.HasPrefix(store, first+":"), "the store is the first server's (PADDLE_PSERVER_ID 0, at %s): %s", first, store)
+	// Collective, `python -m paddle.distributed.launch train_fleet.py`:
+	// the launcher (its stand-in) runs once per pod inside the
+	// generation, and gives its process the generation's ranks.
 	resnet := e.podEnv("resnet", "resnet-worker-1")
 	assert.Equal(t, "2", resnet["PADDLE_TRAINERS_NUM"])
+	assert.Equal(t, "1", resnet["PADDLE_TRAINER_ID"])
 	assert.Len(t, strings.Split(resnet["PADDLE_TRAINER_ENDPOINTS"], ","), 2)
+	assert.Equal(t, "1", resnet["PADDLE_RANK"], "the launcher was told its node's rank")
+	assert.Equal(t, "2", resnet["PADDLE_NNODES"])
 	rsts, err := e.c.Client.AppsV1().StatefulSets(e.ns).Get(t.Context(), "resnet-worker", metav1.GetOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, []string{"/elastic/coordinator", "sidecar", "--role=worker", "--hold-when-done", "--", "python", "-m", "paddle.distributed.launch", "train_fleet.py"},
-		rsts.Spec.Template.Spec.Containers[0].Command, "collective: paddle-operator sets no gloo variables")
+	assert.Equal(t, []string{"/elastic/coordinator", "sidecar", "--role=worker", "--hold-when-done", "--framework=paddle", "--devices=1",
+		"--", "python", "-m", "paddle.distributed.launch", "train_fleet.py"},
+		rsts.Spec.Template.Spec.Containers[0].Command, "collective: paddle-operator sets no gloo variables; one GPU asked for")
 	assert.Empty(t, resnet["PADDLE_WITH_GLOO"])
 
 	// MSJob: a scheduler, four workers; MindSpore's variables point at the
@@ -149,16 +185,41 @@ func TestTheSeedsPaddleJobsAndMSJobRunUnchanged(t *testing.T) {
 		return false
 	}, 90*time.Second, 50*time.Millisecond, "MSJob never Running\ncoordinator:\n%s", e.bridge.out)
 	sched := podIP(t, e.c, e.ns, "ms-widedeep-dataparallel-scheduler-0")
-	for i := range 4 {
-		env := e.podEnv("ms-widedeep-dataparallel", fmt.Sprintf("ms-widedeep-dataparallel-worker-%d", i))
-		assert.Equal(t, "MS_WORKER", env["MS_ROLE"])
-		assert.Equal(t, sched, env["MS_SCHED_HOST"], "MS_SCHED_HOST is the scheduler pod")
-		assert.Equal(t, "2222", env["MS_SCHED_PORT"], "ms-operator's default port")
-		assert.Equal(t, "4", env["MS_WORKER_NUM"])
-		assert.Equal(t, "0", env["MS_SERVER_NUM"])
+	msWorkers := func(gen int) {
+		t.Helper()
+		ids := map[string]bool{}
+		for i := range 4 {
+			env := e.podEnvAt("ms-widedeep-dataparallel", fmt.Sprintf("ms-widedeep-dataparallel-worker-%d", i), gen)
+			assert.Equal(t, "MS_WORKER", env["MS_ROLE"])
+			assert.Equal(t, sched, env["MS_SCHED_HOST"], "MS_SCHED_HOST is the scheduler pod")
+			assert.Equal(t, "2222", env["MS_SCHED_PORT"], "ms-operator's default port")
+			assert.Equal(t, "4", env["MS_WORKER_NUM"])
+			assert.Equal(t, "0", env["MS_SERVER_NUM"])
+			assert.Equal(t, env["RANK_ID"], env["MS_NODE_ID"], "MindSpore's rank is the job's")
+			assert.Equal(t, "4", env["RANK_SIZE"])
+			assert.Equal(t, "0", env["DEVICE_ID"])
+			assert.NotContains(t, env, "RANK", "msrun gives no RANK")
+			ids[env["MS_NODE_ID"]] = true
+		}
+		assert.Equal(t, map[string]bool{"0": true, "1": true, "2": true, "3": true}, ids, "numeric node ids, one a rank")
 	}
-	assert.Equal(t, "MS_SCHED", e.podEnv("ms-widedeep-dataparallel", "ms-widedeep-dataparallel-scheduler-0")["MS_ROLE"])
+	msWorkers(1)
+	schedEnv := e.podEnv("ms-widedeep-dataparallel", "ms-widedeep-dataparallel-scheduler-0")
+	assert.Equal(t, "MS_SCHED", schedEnv["MS_ROLE"])
+	assert.NotContains(t, schedEnv, "MS_NODE_ID")
 	assert.Equal(t, 5, kubetest.RunningPods(t.Context(), e.c.Client, e.ns, "elastic.job=ms-widedeep-dataparallel"))
+
+	// Generation 2, after a worker pod's loss: the same contract.
+	e.kubectl("", "delete", "pod", "ms-widedeep-dataparallel-worker-2", "--wait=false")
+	msWorkers(2)
+	// And after a scale: resnet at 3 workers.
+	e.kubectl("", "scale", "paddlejob/resnet", "--replicas=3")
+	for i := range 3 {
+		env := e.podEnvAt("resnet", fmt.Sprintf("resnet-worker-%d", i), 2)
+		assert.Equal(t, "3", env["PADDLE_TRAINERS_NUM"])
+		assert.Equal(t, strconv.Itoa(i), env["PADDLE_TRAINER_ID"])
+		assert.Equal(t, "3", env["PADDLE_NNODES"])
+	}
 
 }
 

@@ -15,6 +15,11 @@
 #                 (default ${TMPDIR:-/tmp}/toytrainer-$ELASTIC_JOB_ID)
 #   TOY_FAIL_AT   if set, rank 0 exits with code 3 when it reaches this step
 set -u
+# torchrun's names, or the project's own where the job's framework gives
+# no torchrun variables (--framework paddle or mindspore).
+RANK=${RANK:-${ELASTIC_RANK:-0}}
+WORLD_SIZE=${WORLD_SIZE:-${ELASTIC_WORLD_SIZE:-1}}
+MASTER_ADDR=${MASTER_ADDR:-none} MASTER_PORT=${MASTER_PORT:-none}
 steps=${TOY_STEPS:-20}
 interval=${TOY_INTERVAL:-0.5}
 dir=${TOY_DIR:-${TMPDIR:-/tmp}/toytrainer-${ELASTIC_JOB_ID:-job}}

@@ -9,8 +9,15 @@ const (
 	ElasticGeneration   = "ELASTIC_GENERATION"
 	ElasticRestartCount = "ELASTIC_RESTART_COUNT"
 	ElasticNodeRank     = "ELASTIC_NODE_RANK"
-	ElasticNNodes       = "ELASTIC_NNODES"
-	ElasticRole         = "ELASTIC_ROLE"
+	// ElasticRank, ElasticLocalRank and ElasticWorldSize are the process's
+	// rank in its role, on its node, and the role's processes: what
+	// torchrun calls RANK, LOCAL_RANK and WORLD_SIZE, under every
+	// framework.
+	ElasticRank      = "ELASTIC_RANK"
+	ElasticLocalRank = "ELASTIC_LOCAL_RANK"
+	ElasticWorldSize = "ELASTIC_WORLD_SIZE"
+	ElasticNNodes    = "ELASTIC_NNODES"
+	ElasticRole      = "ELASTIC_ROLE"
 	// ElasticFramework is the framework whose contract the process got:
 	// auto, pytorch, paddle or mindspore.
 	ElasticFramework = "ELASTIC_FRAMEWORK"

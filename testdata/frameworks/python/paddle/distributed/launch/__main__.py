@@ -16,7 +16,9 @@ launcher does and fails where it would misbehave. Sources (PaddlePaddle
     process's variables; context/node.py: FLAGS_FIXED_PORT.
   - launch/context/device.py: CUDA_VISIBLE_DEVICES are the node's GPUs.
 The training script is run as it is, or $STANDIN_TRAINER in its place
-where it is not found (the images' scripts are not on this machine)."""
+where it is not found (the images' scripts are not on this machine).
+STANDIN_LOOPBACK=1 reaches every address on the loopback, for pods whose
+IPs are not this machine's."""
 
 import argparse
 import json
@@ -91,13 +93,18 @@ class KV(BaseHTTPRequestHandler):
         pass
 
 
+def reach(host):
+    return "127.0.0.1" if env.get("STANDIN_LOOPBACK") == "1" else host
+
+
 def ready(host, port):
+    host = reach(host)
     with socket.socket() as s:
         return s.connect_ex((host, port)) == 0
 
 
 def http(method, host, port, path, body=None):
-    c = socket.create_connection((host, port), timeout=5)
+    c = socket.create_connection((reach(host), port), timeout=5)
     data = (body or "").encode()
     c.sendall(("%s %s HTTP/1.0\r\nContent-Length: %d\r\n\r\n" % (method, path, len(data))).encode() + data)
     out = b""
