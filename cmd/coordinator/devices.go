@@ -58,7 +58,11 @@ func nodeDevices(value string, origin origin, env lookupEnv, glob func(string) (
 	return out, nil
 }
 
+// indices are "0".."n-1", nil for none.
 func indices(n int) []string {
+	if n == 0 {
+		return nil
+	}
 	out := make([]string, n)
 	for i := range out {
 		out[i] = strconv.Itoa(i)
