@@ -122,7 +122,7 @@ signal kills them at once).`,
 				return usagef("--nproc-per-node %d: want 1..%d", nproc, membership.MaxNProc)
 			case ttl < presence.MinTTL:
 				return usagef("--ttl %s: at least %s", ttl, presence.MinTTL)
-			case withGloo < 0 || withGloo > 2:
+			case withGloo < -1 || withGloo > 2:
 				return usagef("--with-gloo %d: want 0, 1 or 2", withGloo)
 			case grace < 0:
 				return usagef("--grace-period %s: must not be negative", grace)
@@ -162,7 +162,7 @@ signal kills them at once).`,
 				return fmt.Errorf("find this program to start sidecars: %w", err)
 			}
 			exe = sidecarBinary(exe)
-			if withGloo > 0 {
+			if withGloo >= 0 {
 				sidecarArgs = append(sidecarArgs, fmt.Sprintf("--with-gloo=%d", withGloo))
 			}
 			sidecarArgs = append(sidecarArgs, checkpoint.args()...)
@@ -207,7 +207,8 @@ signal kills them at once).`,
 	fs.StringVar(&successPolicy, "success-policy", string(membership.SuccessAllWorkers), "AllWorkers or Rank0")
 	fs.DurationVar(&ttl, "ttl", presence.DefaultTTL, "sidecars' lease TTL")
 	fs.DurationVar(&grace, "grace-period", launcher.DefaultGrace, "time between SIGTERM and SIGKILL when stopping training processes")
-	fs.IntVar(&withGloo, "with-gloo", 0, "PaddlePaddle's withGloo, 1 or 2: set PADDLE_WITH_GLOO and PADDLE_GLOO_RENDEZVOUS=3; --with-gloo alone is 1")
+	fs.IntVar(&withGloo, "with-gloo", -1, "PaddlePaddle's withGloo, 0, 1 or 2: set PADDLE_WITH_GLOO and PADDLE_GLOO_RENDEZVOUS=3; --with-gloo alone is 1; "+
+		"-1: Paddle's launcher's default, 1 with --ps, 0 otherwise")
 	fs.Lookup("with-gloo").NoOptDefVal = "1"
 	fs.StringVar(&logLevel, "log-level", "warn", "log level of the coordinator and sidecars")
 	fs.StringVar(&preload, "preload", "", preloadUsage)
