@@ -83,6 +83,11 @@ func planStatus(v view, p membership.Plan, phase membership.JobPhase, ready int,
 	}
 	if p.Phase == membership.PhaseRun {
 		s.Members, s.WorldSize = len(p.Members), p.WorldSize
+		for _, m := range p.Members {
+			if m.Role == membership.RoleWorker {
+				s.Workers++
+			}
+		}
 	}
 	return s
 }

@@ -18,6 +18,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/elastictraining/coordinator/trainerenv"
 )
 
 // The framework stand-ins (testdata/frameworks) read the variables as
@@ -116,8 +118,9 @@ func TestAMindSporeJobUnderRun(t *testing.T) {
 	sched2, _ := check(2, 2)
 	assert.NotEqual(t, sched1.Pid, sched2.Pid, "a fresh scheduler for the new generation")
 
-	code, _, stderr := cli(t, nil, "scale", "--etcd-endpoints", r.endpoint, "--job", "ms", "--np", "3", "--wait")
+	code, stdout, stderr := cli(t, nil, "scale", "--etcd-endpoints", r.endpoint, "--job", "ms", "--np", "3", "--wait", "--timeout", "60s")
 	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "job ms runs at np 3: generation 3, 3 worker nodes", "np counts workers, not the scheduler")
 	sched3, _ := check(3, 3)
 	assert.NotEqual(t, sched2.Pid, sched3.Pid)
 
@@ -277,4 +280,101 @@ func TestTheStandInsFailAsTheFrameworksDo(t *testing.T) {
 		}
 	}
 	assert.Contains(t, failed, "get_rank() is 2 but RANK_ID is 10: MindSpore's rank is not the job's")
+}
+
+// envDumper is a trainer that writes its environment down once per
+// generation, under its role and rank, and then waits.
+var envDumper = []string{"/bin/sh", "-c",
+	`f="$STANDIN_DIR/env-$ELASTIC_ROLE-$ELASTIC_RANK-gen$ELASTIC_GENERATION"; { env; echo "DUMPER_PID=$$"; } >"$f.tmp" && mv "$f.tmp" "$f" && exec sleep 600`}
+
+// TestEveryRoleIsGivenTheTable runs jobs of every role on `run`, with and
+// without a framework, and checks every process's environment at
+// generation 1, after a killed process (2) and after a scale (3) against
+// package trainerenv's table, computed from the generation's plan in etcd.
+func TestEveryRoleIsGivenTheTable(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		framework trainerenv.Framework
+		args      []string
+		nodes     int // of every role, at generation 1
+	}{
+		{name: "paddle-ps", framework: trainerenv.AnyFramework, args: []string{"--np", "2", "--ps", "1"}, nodes: 3},
+		{name: "paddle", framework: trainerenv.Paddle, args: []string{"--np", "2", "--ps", "1", "--framework", "paddle"}, nodes: 3},
+		{name: "mindspore", framework: trainerenv.MindSpore, args: []string{"--np", "2", "--framework", "mindspore"}, nodes: 3},
+		{name: "pytorch", framework: trainerenv.PyTorch, args: []string{"--np", "2", "--nproc-per-node", "2", "--framework", "pytorch"}, nodes: 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			r := startRun(t, append([]string{"--job", tc.name, "--devices", "none"}, tc.args...), envDumper, "STANDIN_DIR="+dir)
+			check := func(gen, processes int) map[string]map[string]string {
+				t.Helper()
+				var got map[string]map[string]string
+				require.Eventually(t, func() bool {
+					got = dumpedEnvs(dir, gen)
+					return len(got) == processes
+				}, 60*time.Second, 20*time.Millisecond, "generation %d never had %d processes:\n%s", gen, processes, r.out)
+				plan, err := r.client.Plan(t.Context(), tc.name)
+				require.NoError(t, err)
+				require.EqualValues(t, gen, plan.Generation)
+				g := trainerenv.Of(tc.name, plan)
+				for _, m := range plan.Members {
+					node := g.NodeWith(m, trainerenv.Options{Gloo: -1, Framework: tc.framework,
+						Inherited: func(name string) bool { _, ok := os.LookupEnv(name); return ok }})
+					for local := range node.Processes() {
+						key := fmt.Sprintf("%s-%d", m.Role, m.GlobalRank+local)
+						env, ok := got[key]
+						require.True(t, ok, "no process %s in generation %d", key, gen)
+						for _, kv := range node.Env(local) {
+							name, value, set := strings.Cut(kv, "=")
+							switch {
+							case name == trainerenv.PythonPath || name == trainerenv.ElasticCheckpointSocket:
+							case !set:
+								assert.NotContains(t, env, name, "%s, generation %d", key, gen)
+							default:
+								assert.Equal(t, value, env[name], "%s of %s, generation %d", name, key, gen)
+							}
+						}
+					}
+				}
+				return got
+			}
+			first := check(1, tc.nodes)
+			pid, err := strconv.Atoi(first["worker-1"]["DUMPER_PID"])
+			require.NoError(t, err)
+			require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+			check(2, tc.nodes)
+			code, _, stderr := cli(t, nil, "scale", "--etcd-endpoints", r.endpoint, "--job", tc.name, "--np", "3", "--wait", "--timeout", "60s")
+			require.Equal(t, 0, code, stderr)
+			perNode := 1
+			if tc.name == "pytorch" {
+				perNode = 2
+			}
+			check(3, tc.nodes+perNode)
+			require.NoError(t, r.cmd.Process.Signal(syscall.SIGTERM))
+			assert.Equal(t, 143, r.wait())
+		})
+	}
+}
+
+// dumpedEnvs reads envDumper's files of generation gen, by role and rank.
+func dumpedEnvs(dir string, gen int) map[string]map[string]string {
+	files, _ := filepath.Glob(filepath.Join(dir, fmt.Sprintf("env-*-gen%d", gen)))
+	out := map[string]map[string]string{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		env := map[string]string{}
+		for _, line := range strings.Split(string(data), "\n") {
+			if k, v, ok := strings.Cut(line, "="); ok {
+				env[k] = v
+			}
+		}
+		key := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "env-"), fmt.Sprintf("-gen%d", gen))
+		out[key] = env
+	}
+	return out
 }

@@ -85,7 +85,10 @@ type Status struct {
 	// while Running, the members running or done; while Waiting, the live
 	// workers; while Restarting, 0: the status changes only between phases,
 	// and the progress of a restart is in the node records.
-	Members   int    `json:"members"`
+	Members int `json:"members"`
+	// Workers are the generation's members that are workers: what np
+	// counts.
+	Workers   int    `json:"workers,omitempty"`
 	Ready     int    `json:"ready"`
 	WorldSize int    `json:"worldSize"`
 	Restarts  int    `json:"restarts"`
@@ -103,7 +106,7 @@ func (s Status) Validate() error {
 	default:
 		return fmt.Errorf("status: unknown phase %q", s.Phase)
 	}
-	if s.Generation < 0 || s.Members < 0 || s.Ready < 0 || s.WorldSize < 0 || s.Restarts < 0 {
+	if s.Generation < 0 || s.Members < 0 || s.Workers < 0 || s.Workers > s.Members || s.Ready < 0 || s.WorldSize < 0 || s.Restarts < 0 {
 		return fmt.Errorf("status: negative count")
 	}
 	return nil

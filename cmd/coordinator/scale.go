@@ -117,9 +117,15 @@ func waitForSize(ctx context.Context, out io.Writer, client *jobclient.Client, i
 		if s.Phase.Done() {
 			return true, fmt.Errorf("job %s %s before it ran at np %s: %s", name, strings.ToLower(string(s.Phase)), np, s.Message)
 		}
-		if s.Phase == membership.JobRunning && s.NP == np && s.Members >= np.Min && s.Members <= np.Max {
+		// np counts workers; a status of an older coordinator has no
+		// Workers, and then its members are the best there is.
+		workers := s.Workers
+		if workers == 0 {
+			workers = s.Members
+		}
+		if s.Phase == membership.JobRunning && s.NP == np && workers >= np.Min && workers <= np.Max {
 			fmt.Fprintf(out, "job %s runs at np %s: generation %d, %s, world size %d (%s)\n",
-				name, np, s.Generation, english.Count(s.Members, "node"), s.WorldSize, time.Since(began).Round(time.Millisecond))
+				name, np, s.Generation, english.Count(workers, "worker node"), s.WorldSize, time.Since(began).Round(time.Millisecond))
 			return true, nil
 		}
 		if !seen || s.Phase != last.Phase || s.Generation != last.Generation || s.Message != last.Message {
