@@ -121,6 +121,17 @@ func (s *Service) pushLoop() {
 	var connAddr string
 	var pushed Meta
 	var to target
+	// failing is the peer whose failure was last logged: a peer that is
+	// down fails every save, and one warning says so.
+	failing := ""
+	warn := func(target string, args ...any) {
+		if target == failing {
+			s.logger.Debug("replica not pushed; trying the next node", append([]any{"peer", target}, args...)...)
+			return
+		}
+		failing = target
+		s.logger.Warn("replica not pushed; trying the next node (logged once until a push succeeds)", append([]any{"peer", target}, args...)...)
+	}
 	untrack := func() {}
 	hangUp := func() {
 		if conn != nil {
@@ -152,7 +163,7 @@ func (s *Service) pushLoop() {
 			conn, err = s.auth.dial(ctx, target)
 			cancel()
 			if err != nil {
-				s.logger.Warn("replica not pushed; trying the next node", "peer", target, "error", err)
+				warn(target, "error", err)
 				conn = nil
 				if to.skip(target) {
 					s.stored()
@@ -163,14 +174,14 @@ func (s *Service) pushLoop() {
 			connAddr = target
 		}
 		if err := push(conn, c); err != nil {
-			s.logger.Warn("replica not pushed; trying the next node", "peer", target, "generation", c.Generation, "seq", c.Seq, "error", err)
+			warn(target, "generation", c.Generation, "seq", c.Seq, "error", err)
 			hangUp()
 			if to.skip(target) {
 				s.stored()
 			}
 			continue
 		}
-		pushed = c.Meta
+		pushed, failing = c.Meta, ""
 	}
 }
 

@@ -15,11 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/elastictraining/coordinator/internal/testkit/etcdtest"
+	"github.com/elastictraining/coordinator/internal/testkit/proctest"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -355,4 +357,31 @@ print("saved")
 		c := standby.store.newest("a")
 		return c != nil && c.Seq == 3
 	}, 10*time.Second, 5*time.Millisecond, "the newest save never reached the standby")
+}
+
+// TestAPeerThatIsDownIsLoggedOnce: every save tries the replica's peer
+// again; a peer that is down is one warning, not one a save.
+func TestAPeerThatIsDownIsLoggedOnce(t *testing.T) {
+	requirePython(t)
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	var logs proctest.Buffer
+	na := &testNode{members: members("a", "b")}
+	na.gen.Store(1)
+	a, err := New(t.Context(), Config{Job: "job", NodeID: "a", Client: cli, Memory: 64 << 20, Listen: "127.0.0.1:0", Host: "127.0.0.1",
+		ModuleDir: t.TempDir(), Logger: hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})})
+	require.NoError(t, err)
+	a.Start(na)
+	t.Cleanup(a.Close)
+	b := startService(t, cli, "job", "b", &testNode{members: members("a", "b")}, 64<<20)
+	b.Close() // its record stays: every push is refused
+
+	trainer(t, a, 1, `
+import elastic, time
+for step in range(30):
+    elastic.save({"step": step})
+    time.sleep(0.01)
+elastic.flush()
+`)
+	assert.Equal(t, 1, strings.Count(logs.String(), "replica not pushed"), "%s", logs.String())
 }
