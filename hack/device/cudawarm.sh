@@ -1,6 +1,9 @@
 #!/bin/sh
 # Device check: warm interpreters (--preload torch) and checkpoints in
-# memory with CUDA tensors, through a killed rank.
+# memory with CUDA tensors, through a killed rank. The binary travels
+# compressed (the run tool carries 64 MiB): go build -trimpath -ldflags
+# "-s -w" -o bin/gpu/coordinator ./cmd/coordinator, copy
+# bin/coordinator-sidecar next to it, gzip the first, carry bin/gpu.
 set -u
 cat > /tmp/cudatrain.py <<'PY'
 import os, time, torch, elastic
@@ -24,9 +27,10 @@ for step in range(start, start + 10**6):
 PY
 bin/gpu/coordinator run --np 2 --preload torch -- python3 /tmp/cudatrain.py > /tmp/cw.log 2>&1 &
 sleep 25
-pid=$(pgrep -f "cudatrain.py" | tail -1); echo "killing $pid"; grep -h "rank 1 gen 1" /tmp/cw.log
-pkill -9 -f "rank.*cudatrain" ; ps -eo pid,args | grep cudatrain | grep -v grep | head -3
-for p in $(ps -eo pid,args | grep "python3 /tmp/cudatrain.py" | grep -v grep | awk '{print $1}' | tail -1); do kill -9 $p; done
+# The trainers are the processes whose command line starts with python3,
+# not the sidecars, whose command lines name the script too.
+pid=$(pgrep -f "^python3 /tmp/cudatrain.py" | tail -1)
+echo "killing trainer $pid"; kill -9 "$pid"
 sleep 20
 grep -E "resumes|generation|failed|Error|error" /tmp/cw.log | head -20
 pkill -f "coordinator run" ; sleep 2; tail -3 /tmp/cw.log

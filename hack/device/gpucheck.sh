@@ -1,6 +1,7 @@
 #!/bin/sh
 # Device check: does --devices auto find this machine's GPUs, and does each
 # process get its own device under run, paddle and mindspore contracts?
+# Built and carried as hack/device/cudawarm.sh says.
 set -u
 ls /dev/nvidia* 2>&1 | head; nvidia-smi -L 2>&1 | head -3
 echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}"
