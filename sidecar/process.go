@@ -44,7 +44,7 @@ func (p *Processes) Start(ctx context.Context, a Assignment) (<-chan Exit, error
 // resolveFor bounds how long a start waits for the scheduler's name to
 // resolve (a pod's DNS record comes a moment after the pod); after it the
 // name is given as it is, and MindSpore's error says why.
-const resolveFor = 10 * time.Second
+const resolveFor = 5 * time.Second
 
 // schedulerIP is the IP address of the plan's scheduler host, where the
 // processes read MindSpore's variables and the host is a name; "" where
