@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"io"
+	mathrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -108,11 +110,37 @@ func (p *bgProcess) wait(t *testing.T) int {
 	}
 }
 
+// freePort is a port free on 127.0.0.1 that no other test of this run
+// was given, between 10000 and 20000: below the kernel's ephemeral range
+// (32768 on), whose ports any outgoing connection can take between the
+// check and their use, and below the range `coordinator run` gives its
+// nodes (20000 to 32000).
 func freePort(t *testing.T) string {
+	t.Helper()
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 1000 {
+		p := 10000 + mathrand.IntN(10000)
+		if portsGiven[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		portsGiven[p] = true
+		return strconv.Itoa(p)
+	}
 	p, err := embedetcd.FreePort("127.0.0.1")
 	require.NoError(t, err)
 	return strconv.Itoa(p)
 }
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 func TestAJobOverTLSWithClientCertificates(t *testing.T) {
 	t.Parallel()
