@@ -128,6 +128,30 @@ func TestAMindSporeJobUnderRun(t *testing.T) {
 	assert.Equal(t, 143, r.wait())
 }
 
+// TestAMindSporeJobWithServersUnderRun: MindSpore's scheduler keeps every
+// role's nodes under their ids alone, so a server's id must not be a
+// worker's: the job registers whole, and each process's rank as the
+// scheduler assigns it is RANK_ID.
+func TestAMindSporeJobWithServersUnderRun(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := startRun(t, []string{"--np", "2", "--ps", "1", "--framework", "mindspore", "--job", "msps"}, mindsporeStand,
+		"STANDIN_DIR="+dir, "STANDIN_SECONDS=1")
+	assert.Equal(t, 0, r.wait(), "every node registered and finished")
+	records := standIns(dir, "mindspore", 1)
+	require.Len(t, records, 4, "a scheduler, a server and two workers")
+	ids := map[string]bool{}
+	for _, s := range records {
+		if s.Env["MS_ROLE"] == "MS_SCHED" {
+			continue
+		}
+		require.NotNil(t, s.Rank, s.file)
+		assert.Equal(t, strconv.Itoa(*s.Rank), s.Env["RANK_ID"], s.file)
+		assert.False(t, ids[s.NodeID], "node id %s twice", s.NodeID)
+		ids[s.NodeID] = true
+	}
+}
+
 // TestPaddlesLauncherAsTheCommand runs `python -m paddle.distributed.launch
 // --nproc_per_node 2 train_fleet.py`, as the seed's resnet PaddleJob does,
 // with PaddlePaddle's elastic variables set as a pod spec written for
@@ -302,6 +326,7 @@ func TestEveryRoleIsGivenTheTable(t *testing.T) {
 		{name: "paddle-ps", framework: trainerenv.AnyFramework, args: []string{"--np", "2", "--ps", "1"}, nodes: 3},
 		{name: "paddle", framework: trainerenv.Paddle, args: []string{"--np", "2", "--ps", "1", "--framework", "paddle"}, nodes: 3},
 		{name: "mindspore", framework: trainerenv.MindSpore, args: []string{"--np", "2", "--framework", "mindspore"}, nodes: 3},
+		{name: "mindspore-ps", framework: trainerenv.MindSpore, args: []string{"--np", "2", "--ps", "1", "--framework", "mindspore"}, nodes: 4},
 		{name: "pytorch", framework: trainerenv.PyTorch, args: []string{"--np", "2", "--nproc-per-node", "2", "--framework", "pytorch"}, nodes: 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -25,7 +25,7 @@ func TestAMindSporeSchedulerOutsideKubernetes(t *testing.T) {
 	background(t, nil, append([]string{"serve", "--listen-metrics", "127.0.0.1:0"}, etcd...)...)
 	dir := t.TempDir()
 	// Written whole, then renamed: a reader never sees half of it.
-	trainer := []string{"--", "/bin/sh", "-c", `env >"$0/.env-$ELASTIC_ROLE-$RANK" && mv "$0/.env-$ELASTIC_ROLE-$RANK" "$0/env-$ELASTIC_ROLE-$RANK" && exec sleep 1000`, dir}
+	trainer := []string{"--", "/bin/sh", "-c", `env >"$0/.env-$ELASTIC_ROLE-$ELASTIC_RANK" && mv "$0/.env-$ELASTIC_ROLE-$ELASTIC_RANK" "$0/env-$ELASTIC_ROLE-$ELASTIC_RANK" && exec sleep 1000`, dir}
 	schedPort := freePort(t)
 	node := func(id string, args ...string) {
 		base := []string{"sidecar", "--job", "ms", "--np", "2", "--node-id", id, "--host", "127.0.0.1", "--master-port", freePort(t)}
@@ -51,7 +51,10 @@ func TestAMindSporeSchedulerOutsideKubernetes(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return read("env-scheduler-0") != nil && read("env-worker-0") != nil && read("env-worker-1") != nil
 	}, 60*time.Second, 50*time.Millisecond, "the scheduler and the workers never all started")
-	assert.Equal(t, "MS_SCHED", read("env-scheduler-0")["MS_ROLE"])
+	sched := read("env-scheduler-0")
+	assert.Equal(t, "MS_SCHED", sched["MS_ROLE"])
+	assert.NotContains(t, sched, "RANK", "a scheduler node is MindSpore's alone: no worker's variables")
+	assert.NotContains(t, sched, "MS_NODE_ID")
 	for _, w := range []string{"env-worker-0", "env-worker-1"} {
 		env := read(w)
 		assert.Equal(t, "MS_WORKER", env["MS_ROLE"])

@@ -82,6 +82,14 @@ _PAYLOAD_MAGIC = b"EPY1"
 _ALIGN = 64
 
 
+def _first_int(*names):
+    """The first of the variables names that is set, as an int; 0 if none."""
+    for name in names:
+        if os.environ.get(name, "") != "":
+            return _env_int(name)
+    return 0
+
+
 def _env_int(name, default=0):
     try:
         return int(os.environ.get(name, default))
@@ -449,7 +457,9 @@ class _Saver:
         self.last = None  # standalone without a path: (meta, body)
         self.socket_name = os.environ.get(SOCKET_ENV, "")
         self.generation = _env_int("ELASTIC_GENERATION")
-        self.rank = _env_int("RANK")
+        # The process's rank under every framework: the project's own, else
+        # torchrun's, Paddle's (its launcher's processes) or msrun's.
+        self.rank = _first_int("ELASTIC_RANK", "RANK", "PADDLE_TRAINER_ID", "RANK_ID")
         self.job = os.environ.get("ELASTIC_JOB_ID", "")
 
     def raise_error(self):

@@ -3,7 +3,10 @@ package sidecar
 import (
 	"context"
 	"net"
+	"slices"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/elastictraining/coordinator/launcher"
 	"github.com/elastictraining/coordinator/membership"
@@ -20,6 +23,8 @@ type Processes struct {
 	// address in MS_SCHED_HOST (it parses it with inet_pton). Nil: the
 	// system's resolver.
 	Resolve func(ctx context.Context, host string) ([]net.IPAddr, error)
+	// Logger, if set, hears of a name that did not resolve.
+	Logger hclog.Logger
 }
 
 var _ Workload = (*Processes)(nil)
@@ -53,6 +58,9 @@ func (p *Processes) schedulerIP(ctx context.Context, plan membership.Plan) strin
 	if p.Options.Framework != trainerenv.AnyFramework && p.Options.Framework != trainerenv.MindSpore {
 		return ""
 	}
+	if !slices.ContainsFunc(plan.Members, func(m membership.Member) bool { return m.Role == membership.RoleScheduler }) {
+		return "" // no MindSpore scheduler: nothing reads it
+	}
 	host := plan.Endpoints().SchedulerAddr
 	if host == "" || net.ParseIP(host) != nil {
 		return ""
@@ -75,6 +83,10 @@ func (p *Processes) schedulerIP(ctx context.Context, plan membership.Plan) strin
 		}
 		select {
 		case <-ctx.Done():
+			if p.Logger != nil {
+				p.Logger.Warn("the scheduler's host name did not resolve; MS_SCHED_HOST is the name, which MindSpore cannot parse",
+					"host", host, "error", err)
+			}
 			return ""
 		case <-time.After(200 * time.Millisecond):
 		}

@@ -3,6 +3,8 @@ package trainerenv
 import (
 	"fmt"
 	"strings"
+
+	"github.com/elastictraining/coordinator/membership"
 )
 
 // Framework is the framework a job's processes run, whose own launcher's
@@ -58,11 +60,16 @@ const (
 	paddleLaunchFamily
 )
 
-// families is who a process of framework f with per-node launcher l is
-// given variables of.
-func families(f Framework, l Launcher) family {
+// families is who a process of framework f with per-node launcher l, of
+// a node of role, is given variables of. A scheduler node is MindSpore's
+// alone: no other framework has one, and a worker's variables there would
+// make it a second rank 0.
+func families(f Framework, l Launcher, role membership.Role) family {
 	if l == PaddleLaunch {
 		return ours | paddleLaunchFamily
+	}
+	if role == membership.RoleScheduler {
+		return ours | mindsporeFamily
 	}
 	switch f {
 	case PyTorch:

@@ -110,7 +110,7 @@ func (n Node) WorldSize() int { return n.Endpoints.Processes[n.Member.Role] }
 // A variable to take out of the inherited environment is NAME alone.
 func (n Node) Env(local int) []string {
 	out := make([]string, 0, len(table))
-	n.Generation.each(inProcess, families(n.Framework, n.Launcher), view{role: n.Member.Role, node: &n, local: local},
+	n.Generation.each(inProcess, families(n.Framework, n.Launcher, n.Member.Role), view{role: n.Member.Role, node: &n, local: local},
 		func(name, value string, removed bool) {
 			if removed {
 				out = append(out, name)

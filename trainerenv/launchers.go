@@ -32,44 +32,72 @@ type LaunchCommand struct {
 	Launcher Launcher
 	// NProcPerNode is the launcher's --nproc_per_node, 0 if not given.
 	NProcPerNode int
+	// Devices is the number of its --devices (or --gpus), 0 if not given:
+	// without --nproc_per_node it starts one process a device
+	// (launch/controllers/controller.py, pod_replicas).
+	Devices int
 }
 
 // pythonFlagsWithValue are the interpreter's options that take the next
 // argument as their value.
 var pythonFlagsWithValue = map[string]bool{"-X": true, "-W": true, "--check-hash-based-pycs": true}
 
-// module is the module argv runs with python -m, or "".
-func module(argv []string) string {
+// withoutEnv is argv without a leading env(1) and its assignments and
+// options, as in /usr/bin/env python3 -m ...
+func withoutEnv(argv []string) []string {
+	if len(argv) == 0 || filepath.Base(argv[0]) != "env" {
+		return argv
+	}
+	i := 1
+	for i < len(argv) && (strings.HasPrefix(argv[i], "-") || strings.Contains(argv[i], "=")) {
+		if argv[i] == "-u" || argv[i] == "-C" || argv[i] == "--unset" || argv[i] == "--chdir" {
+			i++ // its value is the next argument
+		}
+		i++
+	}
+	return argv[min(i, len(argv)):]
+}
+
+// module is the module argv runs with python -m, or "", and the
+// arguments after it.
+func module(argv []string) (string, []string) {
 	if len(argv) == 0 || !strings.HasPrefix(filepath.Base(argv[0]), "python") {
-		return ""
+		return "", nil
 	}
 	for i := 1; i < len(argv); i++ {
 		a := argv[i]
 		switch {
-		case a == "-m" && i+1 < len(argv):
-			return argv[i+1]
-		case strings.HasPrefix(a, "-m") && len(a) > 2:
-			return a[2:]
-		case a == "-c" || a == "-" || !strings.HasPrefix(a, "-"):
-			return "" // a program, a script or standard input
+		case a == "-" || !strings.HasPrefix(a, "-"):
+			return "", nil // a script or standard input
 		case pythonFlagsWithValue[a]:
 			i++
+			continue
+		case strings.HasPrefix(a, "--"):
+			continue
+		}
+		// A cluster of short options, as -u or -Esm MODULE: -c and -m end
+		// it, their value the rest or the next argument.
+		for j := 1; j < len(a); j++ {
+			switch a[j] {
+			case 'c':
+				return "", nil
+			case 'm':
+				if j+1 < len(a) {
+					return a[j+1:], argv[i+1:]
+				}
+				if i+1 < len(argv) {
+					return argv[i+1], argv[i+2:]
+				}
+				return "", nil
+			case 'X', 'W':
+				if j+1 == len(a) {
+					i++ // its value is the next argument
+				}
+				j = len(a)
+			}
 		}
 	}
-	return ""
-}
-
-// moduleArgs are the arguments after python's -m MODULE.
-func moduleArgs(argv []string) []string {
-	for i := 1; i < len(argv); i++ {
-		if argv[i] == "-m" {
-			return argv[i+2:]
-		}
-		if strings.HasPrefix(argv[i], "-m") {
-			return argv[i+1:]
-		}
-	}
-	return nil
+	return "", nil
 }
 
 // paddleLaunchSetByUs are paddle.distributed.launch's flags the sidecar
@@ -86,25 +114,29 @@ var paddleLaunchSetByUs = map[string]string{
 // sidecar sets is an error, as is another framework's launcher, which
 // cannot run inside a generation: the error says what to write instead.
 func LaunchCommandOf(argv []string) (LaunchCommand, error) {
+	argv = withoutEnv(argv)
 	if len(argv) == 0 {
 		return LaunchCommand{}, nil
 	}
-	mod := module(argv)
+	mod, args := module(argv)
+	name := filepath.Base(argv[0])
+	if mod != "" {
+		name = "python -m " + mod
+	}
 	switch base := filepath.Base(argv[0]); {
 	case base == "torchrun" || mod == "torch.distributed.run" || mod == "torch.distributed.launch":
 		return LaunchCommand{}, fmt.Errorf("%s is a launcher and rendezvous of its own, which would fight the coordinator's: "+
-			"give the training script and the processes per node instead, as in: coordinator run --np 2 --nproc-per-node 4 -- python train.py", argv[0])
+			"give the training script and the processes per node instead, as in: coordinator run --np 2 --nproc-per-node 4 -- python train.py", name)
 	case base == "msrun" || mod == "mindspore.parallel.cluster.run":
-		return LaunchCommand{}, fmt.Errorf("msrun is MindSpore's launcher and starts its own scheduler: give the training script, " +
-			"and the job a scheduler node, as in: coordinator run --np 2 --schedulers 1 --nproc-per-node 8 -- python train.py")
+		return LaunchCommand{}, fmt.Errorf("%s is MindSpore's launcher and starts its own scheduler: give the training script, "+
+			"and the job a scheduler node, as in: coordinator run --np 2 --schedulers 1 --nproc-per-node 8 -- python train.py", name)
 	case base == "fleetrun" || mod == "paddle.distributed.fleet.launch":
 		return LaunchCommand{}, fmt.Errorf("%s is PaddlePaddle's legacy launcher: write %s, or the training script, as in: "+
-			"coordinator run --np 2 -- %s train.py", argv[0], paddleLaunchCommand, paddleLaunchCommand)
+			"coordinator run --np 2 -- %s train.py", name, paddleLaunchCommand, paddleLaunchCommand)
 	case mod != "paddle.distributed.launch":
 		return LaunchCommand{}, nil
 	}
 	lc := LaunchCommand{Launcher: PaddleLaunch}
-	args := moduleArgs(argv)
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if !strings.HasPrefix(a, "-") {
@@ -118,6 +150,9 @@ func LaunchCommandOf(argv []string) (LaunchCommand, error) {
 		}
 		if why, ok := paddleLaunchSetByUs[name]; ok {
 			return lc, fmt.Errorf("%s --%s: under the sidecar the generation gives it (%s); drop it", paddleLaunchCommand, name, why)
+		}
+		if name == "devices" || name == "gpus" || name == "xpus" || name == "npus" {
+			lc.Devices = len(strings.Split(value, ","))
 		}
 		if name == "nproc_per_node" {
 			n, err := strconv.Atoi(value)

@@ -32,6 +32,12 @@ func TestLaunchCommandOf(t *testing.T) {
 		{argv: []string{"python", "-m", "torch.distributed.run", "t.py"}, error: "coordinator run --np 2 --nproc-per-node 4 -- python train.py"},
 		{argv: []string{"msrun", "--worker_num", "8", "t.py"}, error: "coordinator run --np 2 --schedulers 1"},
 		{argv: []string{"fleetrun", "t.py"}, error: "legacy launcher"},
+		{argv: []string{"python3", "-m", "torch.distributed.launch", "t.py"}, error: "python -m torch.distributed.launch is a launcher"},
+		{argv: []string{"python3", "-Esm", "paddle.distributed.launch", "t.py"}, want: trainerenv.LaunchCommand{Launcher: trainerenv.PaddleLaunch}},
+		{argv: []string{"python3", "-Wignore", "-uX", "dev", "-m", "paddle.distributed.launch", "t.py"}, want: trainerenv.LaunchCommand{Launcher: trainerenv.PaddleLaunch}},
+		{argv: []string{"/usr/bin/env", "-u", "X", "A=1", "python3", "-m", "paddle.distributed.launch", "--gpus", "0,1,2", "t.py"},
+			want: trainerenv.LaunchCommand{Launcher: trainerenv.PaddleLaunch, Devices: 3}},
+		{argv: []string{"python3", "-uc", "import paddle"}},
 	} {
 		got, err := trainerenv.LaunchCommandOf(tc.argv)
 		if tc.error != "" {

@@ -100,6 +100,11 @@ const (
 	PaddleElasticLevel               = "PADDLE_ELASTIC_LEVEL"
 	PaddleIPs                        = "PADDLE_IPS"
 	DistributedTrainerEndpoints      = "DISTRIBUTED_TRAINER_ENDPOINTS"
+	PaddleRunMode                    = "PADDLE_RUN_MODE"
+	PaddleServersEndpoints           = "PADDLE_SERVERS_ENDPOINTS"
+	PaddleTrainersEndpoints          = "PADDLE_TRAINERS_ENDPOINTS"
+	PaddleServerNum                  = "PADDLE_SERVER_NUM"
+	PaddleTrainerNum                 = "PADDLE_TRAINER_NUM"
 )
 
 // MindSpore: msrun's, and parameter-server mode's MS_SERVER_NUM.

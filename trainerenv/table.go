@@ -81,8 +81,10 @@ var table = []variable{
 	{name: ElasticRestartCount, in: inProcess, of: ours, value: func(v view) string { return itoa(v.g.Restarts) }},
 	{name: ElasticNodeRank, in: inProcess, of: ours, value: func(v view) string { return itoa(v.node.Member.Rank) }},
 	{name: ElasticNNodes, in: inProcess, of: ours, value: nnodes},
-	{name: ElasticRank, in: inProcess, of: ours, value: globalRank},
-	{name: ElasticLocalRank, in: inProcess, of: ours, value: localRank},
+	// A framework's launcher run per node gives its processes their ranks;
+	// the node's first would be every one's.
+	{name: ElasticRank, in: inProcess, of: ours, value: globalRank, removed: perNodeLauncher},
+	{name: ElasticLocalRank, in: inProcess, of: ours, value: localRank, removed: perNodeLauncher},
 	{name: ElasticWorldSize, in: inProcess, of: ours, value: worldSize},
 	{name: ElasticRole, in: inProcess, of: ours, value: roleName},
 	{name: ElasticFramework, in: inProcess, of: ours, value: func(v view) string { return v.node.Framework.String() }},
@@ -187,6 +189,13 @@ var table = []variable{
 	{name: PaddleElasticLevel, in: inProcess, of: paddleLaunchFamily, removed: always},
 	{name: PaddleIPs, in: inProcess, of: paddleLaunchFamily, removed: always},
 	{name: DistributedTrainerEndpoints, in: inProcess, of: paddleLaunchFamily, removed: always},
+	// And those of the flags it is refused: a parameter-server mode of its
+	// own (launch/context/args_envs.py).
+	{name: PaddleRunMode, in: inProcess, of: paddleLaunchFamily, removed: always},
+	{name: PaddleServersEndpoints, in: inProcess, of: paddleLaunchFamily, removed: always},
+	{name: PaddleTrainersEndpoints, in: inProcess, of: paddleLaunchFamily, removed: always},
+	{name: PaddleServerNum, in: inProcess, of: paddleLaunchFamily, removed: always},
+	{name: PaddleTrainerNum, in: inProcess, of: paddleLaunchFamily, removed: always},
 
 	// MindSpore: msrun, mindspore/python/mindspore/parallel/cluster/
 	// process_entity/_api.py (_MetaServerNode, _ComputeGraphNode,
@@ -205,8 +214,18 @@ var table = []variable{
 	}},
 	// The rank within the role: MindSpore's scheduler takes a numeric node
 	// id as the rank (meta_server_node.cc, ProcessRegister). msrun gives
-	// the scheduler none, and any inherited one would collide.
-	{name: MSNodeID, in: inProcess, of: mindsporeFamily, value: globalRank, when: notScheduler, removed: isScheduler},
+	// the scheduler none, and any inherited one would collide. The
+	// scheduler keys every role's nodes by id alone, so in a job with
+	// servers a number would be a worker's and a server's at once: there
+	// ids are the role and the rank, which it ranks by host and then by
+	// id compared as strings (ReassignNodeRank), zero-padded to sort as
+	// the ranks do on one host.
+	{name: MSNodeID, in: inProcess, of: mindsporeFamily, value: func(v view) string {
+		if hasServers(v) {
+			return fmt.Sprintf("%s-%06d", v.role, v.global())
+		}
+		return globalRank(v)
+	}, when: notScheduler, removed: isScheduler},
 	{name: MSRole, in: inProcess, of: mindsporeFamily, value: func(v view) string { return msRole(v.role) }},
 	{name: RankID, in: inProcess, of: mindsporeFamily, value: func(v view) string {
 		if isScheduler(v) {
@@ -215,7 +234,14 @@ var table = []variable{
 		return globalRank(v)
 	}},
 	{name: RankSize, in: inProcess, of: mindsporeFamily, value: trainerProcesses},
-	{name: DeviceID, in: inProcess, of: mindsporeFamily, value: localRank, when: notScheduler},
+	// msrun's is the local index; on a node of fewer devices than
+	// processes, shared as FLAGS_selected_gpus is.
+	{name: DeviceID, in: inProcess, of: mindsporeFamily, value: func(v view) string {
+		if d := v.node.Devices; len(d) > 0 {
+			return d[v.local%len(d)]
+		}
+		return localRank(v)
+	}, when: notScheduler},
 	{name: MSTopoTimeout, in: inProcess, of: mindsporeFamily, value: func(view) string { return "600" }, byDefault: true},
 }
 

@@ -93,15 +93,19 @@ signal kills them at once).`,
 			if err != nil {
 				return usageError{err}
 			}
-			if n := lc.NProcPerNode; n > 0 {
-				if cmd.Flags().Changed("nproc-per-node") && nproc != n {
-					return usagef("--nproc-per-node %d, but the launcher's --nproc_per_node is %d: give one", nproc, n)
+			if lc.Launcher == trainerenv.PaddleLaunch {
+				// Each node's share of the devices is its processes': one
+				// a process, as the launcher gives them.
+				if nproc, err = launcherProcs(lc, 0, nproc, cmd.Flags().Changed("nproc-per-node")); err != nil {
+					return err
 				}
-				nproc = n
-			}
-			if lc.Launcher == trainerenv.PaddleLaunch && (ps > 0 || schedulers > 0) {
-				return usagef("python -m paddle.distributed.launch runs a collective job under the sidecars: " +
-					"for --ps or --schedulers give the training script itself")
+				if fw != trainerenv.AnyFramework && fw != trainerenv.Paddle {
+					return usagef("%s %s: the command is PaddlePaddle's launcher", frameworkFrom, fw)
+				}
+				if ps > 0 || schedulers > 0 || fw == trainerenv.MindSpore {
+					return usagef("python -m paddle.distributed.launch runs a collective job under the sidecars: " +
+						"for --ps or --schedulers give the training script itself")
+				}
 			}
 			if fw == trainerenv.MindSpore && !cmd.Flags().Changed("schedulers") {
 				schedulers = 1 // msrun starts one; so does run

@@ -435,7 +435,13 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 	}
 	defer l.Close()
 	if len(preload) > 0 {
-		prewarm(ctx, l, node.NProc, logger)
+		// One warm interpreter a process the sidecar starts: one for a
+		// framework's launcher, which starts the node's.
+		warm := node.NProc
+		if o.opts.Launcher != trainerenv.NoLauncher {
+			warm = 1
+		}
+		prewarm(ctx, l, warm, logger)
 	}
 	opts := o.opts
 	opts.Checkpoint = ckptEnv
@@ -446,7 +452,7 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 		logger.Info("the command is a framework's launcher; it runs once per node and starts the node's processes",
 			"launcher", opts.Launcher, "processes", node.NProc)
 	}
-	var workload sidecar.Workload = &sidecar.Processes{Launcher: l, Options: opts}
+	var workload sidecar.Workload = &sidecar.Processes{Launcher: l, Options: opts, Logger: logger}
 	var beforeLeave func(context.Context)
 	if ckpt != nil {
 		defer ckpt.Close()
@@ -510,16 +516,37 @@ func (o *sidecarOptions) processOptions(command []string) error {
 			return usagef("python -m paddle.distributed.launch runs a collective job's workers under the sidecar; "+
 				"for a %s node give the training script itself", o.role)
 		}
-		if n := lc.NProcPerNode; n > 0 {
-			if o.nprocSet && o.nproc != n {
-				return usagef("--nproc-per-node %d, but the launcher's --nproc_per_node is %d: give one", o.nproc, n)
-			}
-			o.nproc = n
+		n, err := launcherProcs(lc, len(devices), o.nproc, o.nprocSet)
+		if err != nil {
+			return err
 		}
+		o.nproc = n
 	}
 	o.launch = lc
 	o.opts = trainerenv.Options{Gloo: o.gloo, Framework: fw, Launcher: lc.Launcher, Devices: devices}
 	return nil
+}
+
+// launcherProcs is the number of processes a node whose command is Paddle's
+// launcher runs: its --nproc_per_node, else one a device of its --devices
+// or of the node, as the launcher itself decides
+// (launch/controllers/controller.py, pod_replicas); the sidecar's
+// --nproc-per-node (nproc, given if set) must agree.
+func launcherProcs(lc trainerenv.LaunchCommand, devices, nproc int, set bool) (int, error) {
+	n := lc.NProcPerNode
+	if n == 0 {
+		n = lc.Devices
+	}
+	if n == 0 && !set {
+		n = devices
+	}
+	switch {
+	case n == 0:
+		return nproc, nil
+	case set && nproc != n:
+		return 0, usagef("--nproc-per-node %d, but the launcher's --nproc_per_node is %d: give one", nproc, n)
+	}
+	return n, nil
 }
 
 // prewarmWait bounds how long a sidecar with preloads waits for its warm

@@ -155,7 +155,7 @@ func inject(j Job, r Role, sc Sidecar, command commandOf) (corev1.PodTemplateSpe
 		// The device plugin shows the container its GPUs as 0..n-1.
 		wrapped = append(wrapped, fmt.Sprintf("--devices=%d", n))
 	}
-	if j.hasRole(membership.RolePS) {
+	if j.hasRole(membership.RolePS) && j.WithGloo >= 0 {
 		// As paddle-operator does: every pod of a job with parameter
 		// servers is told the level, the first server to start the store.
 		wrapped = append(wrapped, fmt.Sprintf("--with-gloo=%d", j.WithGloo))

@@ -30,7 +30,8 @@ type Job struct {
 	Spec membership.Spec
 	// Intranet is jobv1.IntranetPodIP, jobv1.IntranetService or jobv1.IntranetHost.
 	Intranet string
-	// WithGloo is PaddlePaddle's 0, 1 (workers) or 2 (workers and servers).
+	// WithGloo is PaddlePaddle's 0, 1 (workers) or 2 (workers and
+	// servers); -1 for the sidecars' default, Paddle's launcher's.
 	WithGloo int
 	// Preload are the Python modules the sidecars keep warm interpreters
 	// of (ELASTIC_PRELOAD): ElasticJob's spec.preload, or the annotation
@@ -104,7 +105,8 @@ func fromElasticJob(u *unstructured.Unstructured) (Job, error) {
 		spec.Heter = int(deref(s.Heter.Replicas, 1))
 		roles = append(roles, Role{Name: membership.RoleHeter, Replicas: spec.Heter, Template: s.Heter.Template})
 	}
-	j, err := newJob(u, spec, roles, or(s.Intranet, jobv1.IntranetPodIP), deref(s.WithGloo, 0))
+	// Unset, the sidecars take Paddle's launcher's default (-1).
+	j, err := newJob(u, spec, roles, or(s.Intranet, jobv1.IntranetPodIP), deref(s.WithGloo, -1))
 	if err != nil {
 		return j, err
 	}

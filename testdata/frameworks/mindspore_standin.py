@@ -43,6 +43,10 @@ try:
     ipaddress.ip_address(host)
 except ValueError:
     fail("Parse ip failed, result: 0, url: %s:%d" % (host, port))
+try:
+    servers = int(os.environ.get("MS_SERVER_NUM") or "0")
+except ValueError:
+    fail("Caught exception of stoi. The environment variable MS_SERVER_NUM is invalid.")
 topo_timeout = int(os.environ.get("MS_TOPO_TIMEOUT", "1800"))
 node_id = os.environ.get("MS_NODE_ID") or str(uuid.uuid4())
 
@@ -54,33 +58,38 @@ def scheduler():
         fail("Failed to call socket listen, url: %s:%d (%s)" % (host, port, e))
     record("mindspore", node_id=node_id)
     server.settimeout(topo_timeout)
-    nodes = []  # (ip, node id, connection, file)
-    while len(nodes) < workers:
+    expected = workers + servers
+    nodes = {}  # node id: (role, ip, connection, file), every role's in one map
+    while len(nodes) < expected:
         try:
             conn, (ip, _) = server.accept()
         except socket.timeout:
             fail("Topology build timed out.")
         f = conn.makefile("r")
-        nid = receive(f)["node_id"]
-        if any(n[1] == nid for n in nodes):
+        reg = receive(f)
+        nid = reg["node_id"]
+        if nid in nodes:
             send(conn, {"error": "Repeated registration node: %s to the scheduler." % nid})
             continue
-        nodes.append((ip, nid, conn, f))
-    if all(n[1].isdigit() for n in nodes):
-        ranks = {}
-        for _, nid, conn, _ in nodes:
-            r = int(nid)
-            if r in ranks.values():
-                fail("Rank id:%d for role:MS_WORKER exists." % r)
-            if r >= workers:
-                fail("This node is extra or rank id exceeds. Total node number for role MS_WORKER is %d but got rank id %d" % (workers, r))
-            ranks[nid] = r
+        nodes[nid] = (reg["role"], ip, conn, f)
+    ranks = {}
+    if all(nid.isdigit() for nid in nodes):
+        for nid, (role, _, _, _) in nodes.items():
+            r, total = int(nid), workers if role == "MS_WORKER" else servers
+            if (role, r) in ranks.values():
+                fail("Rank id:%d for role:%s exists." % (r, role))
+            if r >= total:
+                fail("This node is extra or rank id exceeds. Total node number for role %s is %d but got rank id %d" % (role, total, r))
+            ranks[nid] = (role, r)
     else:
-        order = sorted(nodes, key=lambda n: (socket.inet_pton(socket.AF_INET6 if ":" in n[0] else socket.AF_INET, n[0]), n[1]))
-        ranks = {n[1]: i for i, n in enumerate(order)}
-    for _, nid, conn, _ in nodes:
-        send(conn, {"rank": ranks[nid]})
-    for _, _, _, f in nodes:  # the workers finalize
+        for role in {n[0] for n in nodes.values()}:
+            mine = sorted((nid for nid in nodes if nodes[nid][0] == role),
+                          key=lambda nid: (socket.inet_pton(socket.AF_INET6 if ":" in nodes[nid][1] else socket.AF_INET, nodes[nid][1]), nid))
+            for i, nid in enumerate(mine):
+                ranks[nid] = (role, i)
+    for nid, (_, _, conn, _) in nodes.items():
+        send(conn, {"rank": ranks[nid][1]})
+    for _, _, _, f in nodes.values():  # the workers finalize
         try:
             receive(f)
         except (EOFError, OSError):
@@ -94,7 +103,7 @@ def worker():
     except OSError:
         fail("Failed to connect to the meta server node url: %s:%d" % (host, port))
     f = conn.makefile("r")
-    send(conn, {"node_id": node_id})
+    send(conn, {"node_id": node_id, "role": role})
     reply = receive(f)
     if "error" in reply:
         fail("Failed to register the compute graph node: %s. Reason: %s" % (node_id, reply["error"]))
