@@ -71,9 +71,8 @@ type sidecarOptions struct {
 	env            lookupEnv
 	nprocSet       bool  // --nproc-per-node was given
 	envErr         error // a variable that cannot be read
-	// Set by validate from the flags and the command.
-	opts   trainerenv.Options
-	launch trainerenv.LaunchCommand
+	// opts are set by validate from the flags and the command.
+	opts trainerenv.Options
 }
 
 func newSidecarCommand(env lookupEnv) *cobra.Command {
@@ -522,7 +521,6 @@ func (o *sidecarOptions) processOptions(command []string) error {
 		}
 		o.nproc = n
 	}
-	o.launch = lc
 	o.opts = trainerenv.Options{Gloo: o.gloo, Framework: fw, Launcher: lc.Launcher, Devices: devices}
 	return nil
 }
