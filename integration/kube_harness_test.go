@@ -248,9 +248,6 @@ func applyManifest(t *testing.T, c *kubetest.Cluster, dyn dynamic.Interface, man
 		if len(obj.Object) == 0 {
 			continue
 		}
-		if ns != "" {
-			obj.SetNamespace(ns)
-		}
 		gvk := obj.GroupVersionKind()
 		var mapping *metaMapping
 		require.Eventually(t, func() bool {
@@ -265,6 +262,9 @@ func applyManifest(t *testing.T, c *kubetest.Cluster, dyn dynamic.Interface, man
 		res := dyn.Resource(mapping.resource)
 		var ri dynamic.ResourceInterface = res
 		if mapping.namespaced {
+			if ns != "" {
+				obj.SetNamespace(ns)
+			}
 			ri = res.Namespace(obj.GetNamespace())
 		}
 		_, err := ri.Apply(t.Context(), obj.GetName(), &obj, metav1.ApplyOptions{FieldManager: "elastic-test", Force: true})

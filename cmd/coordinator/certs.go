@@ -50,7 +50,7 @@ func newCertsCommand(lookupEnv) *cobra.Command {
                  with no rights: with auth on, a sidecar acts as its job's user
 
 each as NAME.crt and NAME.key in DIR with ca.crt and ca.key, and
-secrets.yaml: the Kubernetes Secrets deploy/ mounts. Apply it before deploy/;
+secrets.yaml: the namespace and the Kubernetes Secrets deploy/ mounts. Apply it before deploy/;
 keep ca.key out of the cluster, to issue more later.`,
 		Example: `  coordinator certs --out certs/ && kubectl apply -f certs/secrets.yaml && kubectl apply -k deploy/`,
 		Args:    cobra.NoArgs,
@@ -114,7 +114,18 @@ func (o *certsOptions) run(cmd *cobra.Command) error {
 	for name, p := range issued {
 		files[name+".crt"], files[name+".key"] = p.CertPEM, p.KeyPEM
 	}
+	// The namespace first: the Secrets are applied before deploy/, which
+	// makes the same namespace, on a cluster that has none yet.
 	var secrets bytes.Buffer
+	ns, err := yaml.Marshal(&corev1.Namespace{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
+		ObjectMeta: metav1.ObjectMeta{Name: o.namespace},
+	})
+	if err != nil {
+		return err
+	}
+	secrets.WriteString("---\n")
+	secrets.Write(cleanMeta(ns))
 	for _, s := range []struct{ name, pair string }{
 		{secretEtcdServer, "etcd-server"}, {secretEtcdPeer, "etcd-peer"}, {secretCoordinator, "coordinator"}, {secretSidecar, "sidecar"},
 	} {
@@ -128,7 +139,7 @@ func (o *certsOptions) run(cmd *cobra.Command) error {
 			return err
 		}
 		secrets.WriteString("---\n")
-		secrets.Write(bytes.Replace(data, []byte("  creationTimestamp: null\n"), nil, 1))
+		secrets.Write(cleanMeta(data))
 	}
 	files["secrets.yaml"] = secrets.Bytes()
 	for name, data := range files {
@@ -138,4 +149,13 @@ func (o *certsOptions) run(cmd *cobra.Command) error {
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "wrote %d files to %s; apply %s before deploy/\n", len(files), o.out, filepath.Join(o.out, "secrets.yaml"))
 	return nil
+}
+
+// cleanMeta drops the empty fields a marshalled object carries: a null
+// creationTimestamp, an empty spec and status.
+func cleanMeta(data []byte) []byte {
+	for _, empty := range []string{"  creationTimestamp: null\n", "spec: {}\n", "status: {}\n"} {
+		data = bytes.Replace(data, []byte(empty), nil, 1)
+	}
+	return data
 }
