@@ -184,6 +184,26 @@ func TestTheSeedsPaddleJobsAndMSJobRunUnchanged(t *testing.T) {
 		}
 		return false
 	}, 90*time.Second, 50*time.Millisecond, "MSJob never Running\ncoordinator:\n%s", e.bridge.out)
+	// Worker counts are the workers' alone, not the servers' or the
+	// scheduler's too: in kubectl get's WORKER column, and in the scale
+	// subresource an HPA reads.
+	scaleStatus := func(gvr schema.GroupVersionResource, job string) int64 {
+		u, err := e.dyn.Resource(gvr).Namespace(e.ns).Get(t.Context(), job, metav1.GetOptions{}, "scale")
+		if err != nil {
+			return -1
+		}
+		n, _, _ := unstructured.NestedInt64(u.Object, "status", "replicas")
+		return n
+	}
+	require.Eventually(t, func() bool {
+		return scaleStatus(paddleJobs, "wide-and-deep") == 2 && scaleStatus(msJobs, "ms-widedeep-dataparallel") == 4
+	}, 30*time.Second, 50*time.Millisecond, "the scale subresources never reported the workers: %d and %d",
+		scaleStatus(paddleJobs, "wide-and-deep"), scaleStatus(msJobs, "ms-widedeep-dataparallel"))
+	wd, err := e.dyn.Resource(paddleJobs).Namespace(e.ns).Get(t.Context(), "wide-and-deep", metav1.GetOptions{})
+	require.NoError(t, err)
+	ready, _, _ := unstructured.NestedString(wd.Object, "status", "worker", "ready")
+	assert.Equal(t, "2/2", ready, "two workers of two; the servers are not workers")
+
 	sched := podIP(t, e.c, e.ns, "ms-widedeep-dataparallel-scheduler-0")
 	msWorkers := func(gen int) {
 		t.Helper()

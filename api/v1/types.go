@@ -120,6 +120,10 @@ type ElasticJobStatus struct {
 	// Ready is the members running (while Running) or live workers (while
 	// Waiting).
 	Ready int `json:"ready"`
+	// WorkersReady are the worker nodes among Ready: what the kinds that
+	// count workers alone report (a PaddleJob's worker.running, an MSJob's
+	// Worker.active, both their scale subresource's status).
+	WorkersReady int `json:"-"`
 	// WorldSize is the number of training processes.
 	WorldSize int `json:"worldSize"`
 	// Restarts are the restarts failures spent.

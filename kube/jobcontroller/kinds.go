@@ -127,7 +127,7 @@ func paddleJobStatus(r jobv1.ElasticJobStatus, j *Job, _ map[string]any) (map[st
 	}
 	return map[string]any{
 		"phase": phase, "mode": mode, "observedGeneration": r.ObservedGeneration,
-		"worker":          map[string]any{"running": int64(r.Ready), "ready": fmt.Sprintf("%d/%d", r.Ready, r.Replicas)},
+		"worker":          map[string]any{"running": int64(r.WorkersReady), "ready": fmt.Sprintf("%d/%d", r.WorkersReady, r.Replicas)},
 		"elasticTraining": ownReport(r),
 	}, nil
 }
@@ -279,7 +279,7 @@ func msJobStatus(r jobv1.ElasticJobStatus, _ *Job, old map[string]any) (map[stri
 	}
 	return map[string]any{
 		"conditions":      conds,
-		"replicaStatuses": map[string]any{"Worker": map[string]any{"active": int64(r.Ready)}},
+		"replicaStatuses": map[string]any{"Worker": map[string]any{"active": int64(r.WorkersReady)}},
 		"elasticTraining": ownReport(r),
 	}, nil
 }

@@ -89,6 +89,12 @@ func (t *term) status(u *unstructured.Unstructured, j *Job, old jobv1.ElasticJob
 		s := rec.Status
 		next.Phase, next.Generation, next.NP = string(s.Phase), s.Generation, s.NP.String()
 		next.Ready, next.WorldSize, next.Restarts, next.Message = s.Ready, s.WorldSize, s.Restarts, s.Message
+		// Running, every member is ready, the workers among them; Waiting,
+		// Ready counts live workers alone.
+		next.WorkersReady = s.Ready
+		if s.Phase == membership.JobRunning && s.Workers > 0 {
+			next.WorkersReady = s.Workers
+		}
 		if s.Steps != nil {
 			next.LastRestartSeconds = fmt.Sprintf("%.2f", time.Duration(s.Steps.Total).Seconds())
 		}
