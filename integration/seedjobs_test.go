@@ -2,6 +2,8 @@ package integration
 
 import (
 	"fmt"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -37,12 +39,52 @@ func demoRegistry(t *testing.T) string {
 	srv := httptest.NewServer(registry.New())
 	t.Cleanup(srv.Close)
 	host := strings.TrimPrefix(srv.URL, "http://")
+	pushDemoImage(t, host)
+	return host
+}
+
+// pushDemoImage writes the wide-and-deep example's image to the registry
+// at host.
+func pushDemoImage(t *testing.T, host string) {
 	img, err := mutate.Config(empty.Image, v1.Config{Entrypoint: []string{"python"}, Cmd: []string{"train.py"}})
 	require.NoError(t, err)
 	ref, err := name.ParseReference(host + "/paddle-operator/demo-wide-and-deep:v1")
 	require.NoError(t, err)
 	require.NoError(t, remote.Write(ref, img))
-	return host
+}
+
+// TestAJobWaitsForItsImagesRegistry applies a PaddleJob whose command is
+// its image's while the image's registry is down: the job says so, and
+// runs once the registry is back, with nobody touching it.
+func TestAJobWaitsForItsImagesRegistry(t *testing.T) {
+	t.Parallel()
+	host := "127.0.0.1:" + freePort(t)
+	e := newKubeEnv(t, kubeOptions{injected: true, toyEnv: []string{"TOY_STEPS=100000", "TOY_INTERVAL=0.05"},
+		bridgeArgs: []string{"--registry-mirror", "registry.baidubce.com=" + host}})
+	applyCRDs(t, e.c, e.dyn)
+	e.kubectl("", "apply", "-f", filepath.Join("testdata", "kubernetes", "examples", "paddlejob-wide-and-deep.yaml"))
+	field := func(path ...string) string {
+		u, err := e.dyn.Resource(paddleJobs).Namespace(e.ns).Get(t.Context(), "wide-and-deep", metav1.GetOptions{})
+		if err != nil {
+			return ""
+		}
+		v, _, _ := unstructured.NestedString(u.Object, path...)
+		return v
+	}
+	require.Eventually(t, func() bool { return strings.Contains(field("status", "elasticTraining", "problem"), "cannot be read yet") },
+		60*time.Second, 50*time.Millisecond, "the job never said it waits for its image: %q", field("status", "elasticTraining", "problem"))
+
+	l, err := net.Listen("tcp", host)
+	require.NoError(t, err)
+	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: registry.New()}}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	pushDemoImage(t, host)
+	back := time.Now()
+	require.Eventually(t, func() bool { return field("status", "phase") == "Running" }, 90*time.Second, 50*time.Millisecond,
+		"the job never ran after its registry came back (%q, %q)\ncoordinator:\n%s", field("status", "phase"), field("status", "elasticTraining", "problem"), e.bridge.out)
+	t.Logf("running %s after the registry came back", time.Since(back).Round(time.Millisecond))
+	assert.Empty(t, field("status", "elasticTraining", "problem"))
 }
 
 // podEnv reads the environment a pod's trainer was started with in a

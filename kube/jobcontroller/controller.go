@@ -213,6 +213,12 @@ func (t *term) Reconcile(ctx context.Context, item string) (controller.Result, e
 		return controller.Result{}, nil
 	}
 	err := t.reconcile(ctx, k, ns, name)
+	var unreadable unreadableImage
+	if errors.As(err, &unreadable) {
+		// A registry says nothing when it is back: try it again.
+		t.logger.Debug("waiting for an image's registry", "kind", k.Name, "job", name, "why", err)
+		return controller.Result{RequeueAfter: imageRetry}, nil
+	}
 	var waiting previousNodes
 	if errors.As(err, &waiting) {
 		// Nothing in the watched keys says when they are gone: look again.

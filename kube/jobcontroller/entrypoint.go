@@ -44,11 +44,11 @@ func (e *Entrypoints) lookup(ctx context.Context, image string) ([]string, []str
 	defer cancel()
 	img, err := remote.Image(ref, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain))
 	if err != nil {
-		return nil, nil, fmt.Errorf("read image %s to find its entrypoint: %w", ref, err)
+		return nil, nil, unreadableImage{fmt.Errorf("read image %s to find its entrypoint: %w", ref, err)}
 	}
 	cfg, err := img.ConfigFile()
 	if err != nil {
-		return nil, nil, fmt.Errorf("read the config of image %s: %w", ref, err)
+		return nil, nil, unreadableImage{fmt.Errorf("read the config of image %s: %w", ref, err)}
 	}
 	c = imageCommand{entrypoint: cfg.Config.Entrypoint, cmd: cfg.Config.Cmd}
 	e.mu.Lock()
@@ -59,6 +59,18 @@ func (e *Entrypoints) lookup(ctx context.Context, image string) ([]string, []str
 	e.mu.Unlock()
 	return c.entrypoint, c.cmd, nil
 }
+
+// unreadableImage is an image its registry did not give: down, cut off,
+// or not yet pushed to. It may give it later, so the job is tried again
+// (imageRetry), unlike a template the user has to fix.
+type unreadableImage struct{ err error }
+
+func (e unreadableImage) Error() string { return e.err.Error() }
+func (e unreadableImage) Unwrap() error { return e.err }
+
+// imageRetry is how often a job waiting for an image's registry tries it
+// again: a registry back up is noticed within it.
+const imageRetry = 5 * time.Second
 
 // mirrored is image with its registry replaced by its mirror, if any.
 func (e *Entrypoints) mirrored(image string) string {

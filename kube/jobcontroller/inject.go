@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path"
 	"strings"
@@ -141,6 +142,11 @@ func inject(j Job, r Role, sc Sidecar, command commandOf) (corev1.PodTemplateSpe
 
 	c := &spec.Containers[trainingContainer(spec)]
 	training, err := command(c)
+	var unreadable unreadableImage
+	if errors.As(err, &unreadable) {
+		return t, unreadableImage{fmt.Errorf("%s template: container %s has no command, and its image's cannot be read yet (%v); trying again every %s",
+			r.Name, c.Name, unreadable.err, imageRetry)}
+	}
 	if err != nil {
 		return t, templateError{role: string(r.Name), problem: fmt.Sprintf(
 			"container %s has no command, and its image's is unknown (%v); give the training command, which the sidecar wraps", c.Name, err)}

@@ -59,12 +59,21 @@ func (t *term) reconcile(ctx context.Context, k *servedKind, ns, name string) er
 	if err := t.ensureService(ctx, u, job); err != nil {
 		fail(err)
 	}
+	var waitImage error
 	for _, r := range job.Roles {
 		if err := t.ensureStatefulSet(ctx, u, job, r); err != nil {
 			var bad templateError
-			if errors.As(err, &bad) {
+			var unreadable unreadableImage
+			switch {
+			case errors.As(err, &bad):
 				problems = append(problems, err.Error())
 				t.warnOnce(u, "InvalidTemplate", err.Error())
+				continue
+			case errors.As(err, &unreadable):
+				// Said in the status and once as an Event; tried again.
+				problems = append(problems, err.Error())
+				t.warnOnce(u, "ImageUnreadable", err.Error())
+				waitImage = err
 				continue
 			}
 			fail(err)
@@ -82,6 +91,9 @@ func (t *term) reconcile(ctx context.Context, k *servedKind, ns, name string) er
 	}
 	if err := t.writeStatus(ctx, k, u, &job, problems); err != nil {
 		failed = append(failed, err)
+	}
+	if len(failed) == 0 && waitImage != nil {
+		return waitImage
 	}
 	return errors.Join(failed...)
 }
