@@ -71,7 +71,9 @@ func TestAJobWaitsForItsImagesRegistry(t *testing.T) {
 		v, _, _ := unstructured.NestedString(u.Object, path...)
 		return v
 	}
-	require.Eventually(t, func() bool { return strings.Contains(field("status", "elasticTraining", "problem"), "cannot be read yet") },
+	require.Eventually(t, func() bool {
+		return strings.Contains(field("status", "elasticTraining", "problem"), "cannot be read yet")
+	},
 		60*time.Second, 50*time.Millisecond, "the job never said it waits for its image: %q", field("status", "elasticTraining", "problem"))
 
 	l, err := net.Listen("tcp", host)
