@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -357,4 +358,40 @@ func TestAllNamespacesRunsTheJobsOfEveryNamespace(t *testing.T) {
 	require.NoError(t, e.createJob(elasticJobYAML("far", 1, "")))
 	st := e.jobStatus("far", "told its id is taken", func(s jobv1.ElasticJobStatus) bool { return s.Problem != "" })
 	assert.Contains(t, st.Problem, "job id far is in use in etcd by ElasticJob/"+far.ns+"/far/")
+}
+
+// TestReplicasOutsideTheBoundsAreSaid: `kubectl scale` below an autoscaled
+// job's minimum is stored as asked and run at the minimum, and says so in
+// an Event and the status, not silently.
+func TestReplicasOutsideTheBoundsAreSaid(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t, kubeOptions{injected: true, toyEnv: []string{"TOY_STEPS=100000", "TOY_INTERVAL=0.05"}})
+	applyCRDs(t, e.c, e.dyn)
+	require.NoError(t, e.createJob(fmt.Sprintf(`
+apiVersion: elastictraining.io/v1
+kind: ElasticJob
+metadata:
+  name: clamp
+spec:
+  worker:
+    replicas: 2
+    minReplicas: 2
+    maxReplicas: 4
+    template:
+      spec:
+        containers:
+          - name: trainer
+            image: trainer:v1
+            command: [%s]
+`, filepath.Join(repoRoot, "testdata", "toytrainer.sh"))))
+	e.jobStatus("clamp", "Running at 2", runningAt(2))
+	e.kubectl("", "scale", "elasticjob/clamp", "--replicas=1")
+	const said = "spec.worker.replicas 1 is outside 2..4: the job runs 2 workers"
+	st := e.jobStatus("clamp", "saying the clamp", func(s jobv1.ElasticJobStatus) bool { return strings.Contains(s.Problem, said) })
+	assert.Equal(t, jobv1.PhaseRunning, st.Phase, "it runs on at its minimum")
+	require.Eventually(t, func() bool {
+		return slices.ContainsFunc(e.events("clamp"), func(ev corev1.Event) bool {
+			return ev.Reason == "ReplicasClamped" && ev.Type == corev1.EventTypeWarning && ev.Message == said
+		})
+	}, 30*time.Second, 50*time.Millisecond, "no ReplicasClamped Event")
 }

@@ -40,6 +40,15 @@ type Job struct {
 	// Framework is the sidecars' --framework: the kind's (a PaddleJob's
 	// paddle, an MSJob's mindspore) or an ElasticJob's spec.framework.
 	Framework trainerenv.Framework
+	// Clamped, if set, says how the replicas asked for were brought within
+	// the job's bounds: said as an Event and in the status.
+	Clamped string
+}
+
+// clamped is the message of replicas asked brought to run within least
+// and most.
+func clamped(field string, asked, least, most, run int) string {
+	return fmt.Sprintf("%s %d is outside %d..%d: the job runs %d workers", field, asked, least, most, run)
 }
 
 // hasRole reports whether the job has pods of the role.
@@ -79,13 +88,18 @@ func fromElasticJob(u *unstructured.Unstructured) (Job, error) {
 	// Scaled below its minimum, a job runs at exactly its replicas.
 	least := min(int(deref(s.Worker.MinReplicas, int32(workers))), workers)
 	spec := membership.DefaultSpec(membership.NP{Min: least, Max: workers})
+	clamp := ""
 	if s.Worker.MaxReplicas != nil {
 		// Autoscaled: np is the bounds, replicas the target within them.
 		least = int(deref(s.Worker.MinReplicas, 1))
 		most := max(int(*s.Worker.MaxReplicas), least)
+		asked := workers
 		workers = min(max(workers, least), most)
 		spec = membership.DefaultSpec(membership.NP{Min: least, Max: most})
 		spec.Target = workers
+		if asked != workers {
+			clamp = clamped("spec.worker.replicas", asked, least, most, workers)
+		}
 	}
 	spec.FaultTolerance = deref(s.FaultTolerance, membership.FaultToleranceRestart)
 	spec.MaxRestarts = deref(s.MaxRestarts, membership.DefaultMaxRestarts)
@@ -110,6 +124,7 @@ func fromElasticJob(u *unstructured.Unstructured) (Job, error) {
 	if err != nil {
 		return j, err
 	}
+	j.Clamped = clamp
 	if j.Framework, err = trainerenv.ParseFramework(s.Framework); err != nil {
 		return Job{}, fmt.Errorf("spec.%w", err)
 	}

@@ -88,6 +88,7 @@ func fromPaddleJob(u *unstructured.Unstructured) (Job, error) {
 		return Job{}, fmt.Errorf("spec.worker.replicas: a PaddleJob needs a worker")
 	}
 	spec := membership.DefaultSpec(membership.NP{Min: s.Worker.Replicas, Max: s.Worker.Replicas})
+	clamp := ""
 	if limit := deref(s.Worker.Limits, 0); limit > 0 {
 		// Elastic: np is requests..limits, the bounds an autoscaler keeps
 		// to; replicas, kept within them, is the target. The job runs on
@@ -95,6 +96,9 @@ func fromPaddleJob(u *unstructured.Unstructured) (Job, error) {
 		least := min(deref(s.Worker.Requests, s.Worker.Replicas), limit)
 		spec = membership.DefaultSpec(membership.NP{Min: least, Max: limit})
 		spec.Target = min(max(s.Worker.Replicas, least), limit)
+		if spec.Target != s.Worker.Replicas {
+			clamp = clamped("spec.worker.replicas", s.Worker.Replicas, least, limit, spec.Target)
+		}
 	}
 	spec.CleanPodPolicy = membership.CleanPodPolicy(or(s.CleanPodPolicy, string(membership.CleanPodNever)))
 	roles := []Role{{Name: membership.RoleWorker, Replicas: spec.Workers().Max, Template: s.Worker.Template}}
@@ -107,7 +111,7 @@ func fromPaddleJob(u *unstructured.Unstructured) (Job, error) {
 		roles = append(roles, Role{Name: membership.RoleHeter, Replicas: s.Heter.Replicas, Template: s.Heter.Template})
 	}
 	j, err := newJob(u, spec, roles, or(s.Intranet, jobv1.IntranetPodIP), deref(s.WithGloo, 1))
-	j.Framework = trainerenv.Paddle
+	j.Framework, j.Clamped = trainerenv.Paddle, clamp
 	return j, err
 }
 

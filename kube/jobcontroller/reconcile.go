@@ -59,6 +59,10 @@ func (t *term) reconcile(ctx context.Context, k *servedKind, ns, name string) er
 	if err := t.ensureService(ctx, u, job); err != nil {
 		fail(err)
 	}
+	if job.Clamped != "" {
+		problems = append(problems, job.Clamped)
+		t.warnOnce(u, "ReplicasClamped", job.Clamped)
+	}
 	var waitImage error
 	for _, r := range job.Roles {
 		if err := t.ensureStatefulSet(ctx, u, job, r); err != nil {
