@@ -386,6 +386,10 @@ spec:
             command: [%s]
 `, filepath.Join(repoRoot, "testdata", "toytrainer.sh"))))
 	e.jobStatus("clamp", "Running at 2", runningAt(2))
+	// Its age is the resource's, in `coordinator jobs` too.
+	code, stdout, stderr := cli(t, nil, "jobs", "--etcd-endpoints", e.etcd.Endpoint())
+	require.Equal(t, 0, code, stderr)
+	assert.Regexp(t, `(?m)^clamp\s.*\s\d+s$`, stdout, "an AGE, not -")
 	e.kubectl("", "scale", "elasticjob/clamp", "--replicas=1")
 	const said = "spec.worker.replicas 1 is outside 2..4: the job runs 2 workers"
 	st := e.jobStatus("clamp", "saying the clamp", func(s jobv1.ElasticJobStatus) bool { return strings.Contains(s.Problem, said) })

@@ -2,6 +2,7 @@ package jobcontroller
 
 import (
 	"fmt"
+	"time"
 	"slices"
 	"strings"
 
@@ -170,6 +171,10 @@ func newJob(u *unstructured.Unstructured, spec membership.Spec, roles []Role, in
 	spec.Owner = jobv1.Owner{Kind: j.Owner.Kind, Namespace: j.Namespace, Name: j.Owner.Name, UID: string(j.Owner.UID)}.String()
 	if err := spec.Validate(); err != nil {
 		return Job{}, fmt.Errorf("spec: %w", err)
+	}
+	// The job's age is the resource's (`coordinator jobs`' AGE).
+	if created := u.GetCreationTimestamp(); !created.IsZero() {
+		spec.CreatedAt = created.UTC().Truncate(time.Second)
 	}
 	j.Spec = spec
 	return j, nil
