@@ -2,9 +2,9 @@ package jobcontroller
 
 import (
 	"fmt"
-	"time"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
