@@ -368,23 +368,8 @@ func TestReplicasOutsideTheBoundsAreSaid(t *testing.T) {
 	t.Parallel()
 	e := newKubeEnv(t, kubeOptions{injected: true, toyEnv: []string{"TOY_STEPS=100000", "TOY_INTERVAL=0.05"}})
 	applyCRDs(t, e.c, e.dyn)
-	require.NoError(t, e.createJob(fmt.Sprintf(`
-apiVersion: elastictraining.io/v1
-kind: ElasticJob
-metadata:
-  name: clamp
-spec:
-  worker:
-    replicas: 2
-    minReplicas: 2
-    maxReplicas: 4
-    template:
-      spec:
-        containers:
-          - name: trainer
-            image: trainer:v1
-            command: [%s]
-`, filepath.Join(repoRoot, "testdata", "toytrainer.sh"))))
+	require.NoError(t, e.createJob(strings.Replace(elasticJobYAML("clamp", 2, ""),
+		"replicas: 2", "replicas: 2\n    minReplicas: 2\n    maxReplicas: 4", 1)))
 	e.jobStatus("clamp", "Running at 2", runningAt(2))
 	// Its age is the resource's, in `coordinator jobs` too.
 	code, stdout, stderr := cli(t, nil, "jobs", "--etcd-endpoints", e.etcd.Endpoint())

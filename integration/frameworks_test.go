@@ -388,15 +388,9 @@ func dumpedEnvs(dir string, gen int) map[string]map[string]string {
 	files, _ := filepath.Glob(filepath.Join(dir, fmt.Sprintf("env-*-gen%d", gen)))
 	out := map[string]map[string]string{}
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		env, err := readEnvFile(f)
 		if err != nil {
 			continue
-		}
-		env := map[string]string{}
-		for _, line := range strings.Split(string(data), "\n") {
-			if k, v, ok := strings.Cut(line, "="); ok {
-				env[k] = v
-			}
 		}
 		key := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "env-"), fmt.Sprintf("-gen%d", gen))
 		out[key] = env

@@ -1,9 +1,7 @@
 package integration
 
 import (
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -36,16 +34,7 @@ func TestAMindSporeSchedulerOutsideKubernetes(t *testing.T) {
 	node("w1", "--schedulers", "1", "--port", freePort(t))
 
 	read := func(name string) map[string]string {
-		env := map[string]string{}
-		data, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			return nil
-		}
-		for _, line := range strings.Split(string(data), "\n") {
-			if k, v, ok := strings.Cut(line, "="); ok {
-				env[k] = v
-			}
-		}
+		env, _ := readEnvFile(filepath.Join(dir, name))
 		return env
 	}
 	require.Eventually(t, func() bool {

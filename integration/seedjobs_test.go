@@ -99,15 +99,24 @@ func (e *kubeEnv) podEnv(job, pod string) map[string]string {
 		files, _ = filepath.Glob(filepath.Join(e.toyDir, job, "env-"+pod+"-*"))
 		return len(files) > 0
 	}, 30*time.Second, 20*time.Millisecond, "pod %s never started a trainer", pod)
-	data, err := os.ReadFile(files[len(files)-1])
+	env, err := readEnvFile(files[len(files)-1])
 	require.NoError(e.t, err)
+	return env
+}
+
+// readEnvFile reads a file of NAME=value lines, as env(1) writes them.
+func readEnvFile(path string) (map[string]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
 	env := map[string]string{}
 	for _, line := range strings.Split(string(data), "\n") {
 		if k, v, ok := strings.Cut(line, "="); ok {
 			env[k] = v
 		}
 	}
-	return env
+	return env, nil
 }
 
 // podEnvAt is the environment a pod's trainer was started with in the
@@ -125,14 +134,8 @@ func (e *kubeEnv) podEnvAt(job, pod string, gen int) map[string]string {
 		}
 		return best > 0
 	}, 60*time.Second, 20*time.Millisecond, "pod %s never started a trainer of generation %d or later", pod, gen)
-	data, err := os.ReadFile(file)
+	env, err := readEnvFile(file)
 	require.NoError(e.t, err)
-	env := map[string]string{}
-	for _, line := range strings.Split(string(data), "\n") {
-		if k, v, ok := strings.Cut(line, "="); ok {
-			env[k] = v
-		}
-	}
 	return env
 }
 

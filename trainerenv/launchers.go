@@ -23,8 +23,7 @@ const (
 	PaddleLaunch Launcher = "paddle.distributed.launch"
 )
 
-// PaddleLaunchCommand is the launcher command the sidecar runs (as
-// written in errors).
+// paddleLaunchCommand is Paddle's launcher's command, as errors write it.
 const paddleLaunchCommand = "python -m paddle.distributed.launch"
 
 // LaunchCommand is what a command that runs a framework's launcher is.

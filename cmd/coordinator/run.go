@@ -99,10 +99,10 @@ signal kills them at once).`,
 				if nproc, err = launcherProcs(lc, 0, nproc, cmd.Flags().Changed("nproc-per-node")); err != nil {
 					return err
 				}
-				if fw != trainerenv.AnyFramework && fw != trainerenv.Paddle {
-					return usagef("%s %s: the command is PaddlePaddle's launcher", frameworkFrom, fw)
+				if _, err := paddleLaunchFramework(fw, frameworkFrom); err != nil {
+					return err
 				}
-				if ps > 0 || schedulers > 0 || fw == trainerenv.MindSpore {
+				if ps > 0 || schedulers > 0 {
 					return usagef("python -m paddle.distributed.launch runs a collective job under the sidecars: " +
 						"for --ps or --schedulers give the training script itself")
 				}

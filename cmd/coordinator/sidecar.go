@@ -505,11 +505,8 @@ func (o *sidecarOptions) processOptions(command []string) error {
 		return usageError{err}
 	}
 	if lc.Launcher == trainerenv.PaddleLaunch {
-		switch {
-		case fw == trainerenv.AnyFramework:
-			fw = trainerenv.Paddle
-		case fw != trainerenv.Paddle:
-			return usagef("%s %s: the command is PaddlePaddle's launcher", o.frameworkFrom, fw)
+		if fw, err = paddleLaunchFramework(fw, o.frameworkFrom); err != nil {
+			return err
 		}
 		if o.role != string(membership.RoleWorker) {
 			return usagef("python -m paddle.distributed.launch runs a collective job's workers under the sidecar; "+
@@ -523,6 +520,15 @@ func (o *sidecarOptions) processOptions(command []string) error {
 	}
 	o.opts = trainerenv.Options{Gloo: o.gloo, Framework: fw, Launcher: lc.Launcher, Devices: devices}
 	return nil
+}
+
+// paddleLaunchFramework is the framework of a command that is Paddle's
+// launcher: paddle, whatever auto would be; another one named is an error.
+func paddleLaunchFramework(fw trainerenv.Framework, from origin) (trainerenv.Framework, error) {
+	if fw != trainerenv.AnyFramework && fw != trainerenv.Paddle {
+		return fw, usagef("%s %s: the command is PaddlePaddle's launcher", from, fw)
+	}
+	return trainerenv.Paddle, nil
 }
 
 // launcherProcs is the number of processes a node whose command is Paddle's
