@@ -133,6 +133,82 @@ func TestForceDeletedPodLeavesAnEvictionRecord(t *testing.T) {
 		time.Since(revoked), ttl)
 }
 
+// TestAGracefulRemovalWaitsForNoLease deletes a pod, then scales the job
+// down, each time while the pod's sidecar is alive and its trainer takes a
+// second to stop. The bridge evicts the node of a deleted pod when the pod
+// object goes, which kwok does at once, before the sidecar has stopped:
+// an eviction record, as for a forced delete. The sidecar, once its
+// trainer stopped, says so, and the next generation runs without waiting
+// out the node's lease (20 s here). TestForceDeletedPodLeavesAnEvictionRecord
+// is the other side: a node that cannot say so is waited for.
+func TestAGracefulRemovalWaitsForNoLease(t *testing.T) {
+	t.Parallel()
+	const ttl = 20 * time.Second
+	e := newKubeEnv(t, kubeOptions{sidecarTTL: ttl, toyEnv: []string{"TOY_STEPS=100000", "TOY_INTERVAL=1", "TOY_STOP_SECONDS=1"}})
+	keys := membership.DefaultKeys()
+	cli := e.etcd.Client(t)
+	e.spec("graceful", membership.DefaultSpec(membership.NP{Min: 1, Max: 2}))
+	e.statefulSet("graceful", "worker", 2, nil)
+	running2 := func() membership.Status {
+		return e.status("graceful", "Running with 2", func(s membership.Status) bool { return s.Phase == membership.JobRunning && s.Members == 2 })
+	}
+	// watch follows the job from now on; nextRun waits for a generation
+	// after gen to run, at world size members unless 0.
+	watch := func() (*eventStream, int64) {
+		resp, err := cli.Get(t.Context(), keys.Node("graceful", "graceful-worker-1"))
+		require.NoError(t, err)
+		require.Len(t, resp.Kvs, 1)
+		w := cli.Watch(t.Context(), keys.Job("graceful"), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+		return &eventStream{t: t, watch: w}, resp.Kvs[0].Lease
+	}
+	nextRun := func(events *eventStream, gen int64, members int) membership.Plan {
+		var p membership.Plan
+		events.next(2*ttl, func(ev *clientv3.Event) bool {
+			if string(ev.Kv.Key) != keys.Plan("graceful") || ev.Type != clientv3.EventTypePut {
+				return false
+			}
+			var err error
+			p, err = membership.DecodePlan(ev.Kv.Value)
+			return err == nil && p.Generation > gen && p.Phase == membership.PhaseRun && (members == 0 || p.WorldSize == members)
+		})
+		return p
+	}
+
+	// kubectl delete pod: the pod is gone before its sidecar stopped.
+	st := running2()
+	events, lease := watch()
+	require.NoError(t, e.c.Client.CoreV1().Pods(e.ns).Delete(t.Context(), "graceful-worker-1", metav1.DeleteOptions{}))
+	put := events.next(ttl/2, func(ev *clientv3.Event) bool {
+		return string(ev.Kv.Key) == keys.Eviction("graceful", "graceful-worker-1", lease) && ev.Type == clientv3.EventTypePut
+	})
+	rec, err := membership.DecodeEviction(put.Kv.Value)
+	require.NoError(t, err)
+	require.Equal(t, "bridge", rec.By, "the bridge evicts the node of a pod gone before its sidecar stopped")
+	nextRun(events, st.Generation, 0) // with the pod's replacement, or without
+	assert.True(t, time.Now().Before(rec.At.Add(ttl)), "the next generation ran %s after the eviction, having waited out the %s lease of a node that stopped",
+		time.Since(rec.At), ttl)
+	got, err := cli.Get(t.Context(), keys.Takeover("graceful", "graceful-worker-1", lease))
+	require.NoError(t, err)
+	assert.Len(t, got.Kvs, 1, "the stopped sidecar did not record its processes dead")
+
+	// A scale-down: the generation without the pod runs first, then the
+	// pod goes, restarting nothing.
+	st = running2()
+	events, _ = watch()
+	scaled := time.Now()
+	_, err = e.client.Scale(t.Context(), "graceful", membership.FixedNP(1))
+	require.NoError(t, err)
+	p := nextRun(events, st.Generation, 1)
+	assert.True(t, time.Now().Before(scaled.Add(ttl)), "the scale-down ran %s after the scale, a lease's wait", time.Since(scaled))
+	require.Eventually(t, func() bool {
+		pods, err := e.c.Client.CoreV1().Pods(e.ns).List(t.Context(), metav1.ListOptions{LabelSelector: "elastic.job=graceful"})
+		nodes, nerr := e.client.Nodes(t.Context(), "graceful")
+		return err == nil && nerr == nil && len(pods.Items) == 1 && len(nodes) == 1
+	}, ttl, 20*time.Millisecond, "the pod scaled away never left")
+	final := e.status("graceful", "Running with 1", func(s membership.Status) bool { return s.Phase == membership.JobRunning && s.Members == 1 })
+	assert.Equal(t, p.Generation, final.Generation, "the pod's going restarted the job")
+}
+
 // eventStream hands out a watch's events one at a time, in order.
 type eventStream struct {
 	t       *testing.T

@@ -103,3 +103,71 @@ func TestEvict(t *testing.T) {
 		assert.False(t, ok)
 	})
 }
+
+// TestAnEvictedNodeSaysItsProcessesAreDead: a node whose lease someone
+// else revoked, leaving an eviction record, records that its processes
+// are dead (a takeover of its own lease) once they are: when it leaves,
+// and when it finds the lease gone while it runs. The coordinator then
+// waits for no deadline.
+func TestAnEvictedNodeSaysItsProcessesAreDead(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	keys := membership.DefaultKeys()
+	takenOver := func(id string, lease clientv3.LeaseID) bool {
+		resp, err := cli.Get(t.Context(), keys.Takeover("job", id, int64(lease)))
+		require.NoError(t, err)
+		if len(resp.Kvs) == 0 {
+			return false
+		}
+		rec, err := membership.DecodeTakeover(resp.Kvs[0].Value)
+		require.NoError(t, err)
+		return rec.Node == id && rec.Lease == int64(lease)
+	}
+
+	t.Run("when it leaves", func(t *testing.T) {
+		reg, err := presence.Register(t.Context(), presence.RegistrationConfig{
+			Place: presence.Place{Client: cli, Keys: keys, Job: "job", Node: testNode("leaves"), TTL: 30 * time.Second},
+		})
+		require.NoError(t, err)
+		lease := reg.Lease()
+		require.NoError(t, presence.Evict(t.Context(), cli, keys, presence.EvictRequest{Job: "job", Node: "leaves", Lease: lease, By: "test"}))
+		assert.False(t, takenOver("leaves", lease), "nothing said before the node stopped")
+		require.NoError(t, reg.Leave(t.Context()))
+		assert.True(t, takenOver("leaves", lease), "the leaving node did not say its processes are dead")
+	})
+	t.Run("when it finds its lease gone", func(t *testing.T) {
+		lost := make(chan struct{}, 1)
+		reg, err := presence.Register(t.Context(), presence.RegistrationConfig{
+			Place:  presence.Place{Client: cli, Keys: keys, Job: "job", Node: testNode("runs"), TTL: 3 * time.Second},
+			OnLost: func() { lost <- struct{}{} },
+		})
+		require.NoError(t, err)
+		t.Cleanup(reg.Close)
+		lease := reg.Lease()
+		require.NoError(t, presence.Evict(t.Context(), cli, keys, presence.EvictRequest{Job: "job", Node: "runs", Lease: lease, By: "test"}))
+		select {
+		case <-lost:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the node never found its lease gone")
+		}
+		require.Eventually(t, func() bool { return takenOver("runs", lease) }, 10*time.Second, 10*time.Millisecond,
+			"the fenced node did not say its processes are dead")
+	})
+	t.Run("not while it runs", func(t *testing.T) {
+		// A frozen node says nothing: the record it would write is
+		// written only by the node itself, after its OnLost.
+		block := make(chan struct{})
+		reg, err := presence.Register(t.Context(), presence.RegistrationConfig{
+			Place:  presence.Place{Client: cli, Keys: keys, Job: "job", Node: testNode("stuck"), TTL: 3 * time.Second},
+			OnLost: func() { <-block },
+		})
+		require.NoError(t, err)
+		lease := reg.Lease()
+		require.NoError(t, presence.Evict(t.Context(), cli, keys, presence.EvictRequest{Job: "job", Node: "stuck", Lease: lease, By: "test"}))
+		time.Sleep(2 * time.Second) // a renewal finds the lease gone: OnLost runs, and blocks
+		assert.False(t, takenOver("stuck", lease), "a node whose processes were not yet killed said they were dead")
+		close(block)
+		require.Eventually(t, func() bool { return takenOver("stuck", lease) }, 10*time.Second, 10*time.Millisecond)
+		reg.Close()
+	})
+}

@@ -13,6 +13,10 @@ import (
 	"github.com/elastictraining/coordinator/membership"
 )
 
+// recordStoppedTimeout bounds the record of a lost lease's stop before the
+// node registers again.
+const recordStoppedTimeout = 2 * time.Second
+
 func (r *Registration) run(ctx context.Context) {
 	defer close(r.done)
 	for {
@@ -27,6 +31,23 @@ func (r *Registration) run(ctx context.Context) {
 		r.losses.Add(1)
 		r.logger.Warn("lease lost; fencing the node")
 		r.cfg.OnLost()
+		// Nothing of the node runs now. Said at once, an evicter's wait
+		// for the node's deadline ends; cut off from etcd, the node
+		// tries again when it leaves.
+		r.mu.Lock()
+		r.unrecorded = old
+		r.mu.Unlock()
+		recordCtx, cancel := context.WithTimeout(ctx, recordStoppedTimeout)
+		if err := r.recordStopped(recordCtx, old); err != nil {
+			r.logger.Debug("stop not recorded", "error", err)
+		} else {
+			r.mu.Lock()
+			if r.unrecorded == old {
+				r.unrecorded = 0
+			}
+			r.mu.Unlock()
+		}
+		cancel()
 		record, err := r.reregister(ctx, old)
 		if errors.Is(err, ErrNodeTaken) {
 			r.logger.Error("cannot register again", "error", err)

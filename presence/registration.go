@@ -137,11 +137,14 @@ type Registration struct {
 	renewals atomic.Int64
 	losses   atomic.Int64
 
-	lost   chan clientv3.LeaseID // a lease seen gone by a write, or given up
-	fatal  chan error            // the node cannot register again
-	cancel context.CancelFunc
-	done   chan struct{}
-	stop   sync.Once
+	lost chan clientv3.LeaseID // a lease seen gone by a write, or given up
+	// unrecorded is a lease lost, its processes killed, whose stop is not
+	// recorded yet (recordStopped); 0 if none. Guarded by mu.
+	unrecorded clientv3.LeaseID
+	fatal      chan error // the node cannot register again
+	cancel     context.CancelFunc
+	done       chan struct{}
+	stop       sync.Once
 }
 
 // Register grants a lease, writes the node record under it, and keeps it
@@ -252,19 +255,44 @@ func (r *Registration) Update(ctx context.Context, fn func(*membership.Node)) (m
 }
 
 // Leave revokes the lease so that the node's record disappears at once, and
-// stops the keepalive. Safe to call more than once.
+// stops the keepalive. The caller has stopped every process of the node:
+// where someone else revoked the lease first (an eviction, which leaves
+// the coordinator waiting out the node's deadline), or the lease was lost
+// before, Leave records that its processes are dead (recordStopped), so
+// that nobody waits for them. Safe to call more than once.
 func (r *Registration) Leave(ctx context.Context) error {
 	r.Close()
 	r.mu.Lock()
-	lease := r.lease
-	r.lease = 0
+	lease, lost := r.lease, r.unrecorded
+	r.lease, r.unrecorded = 0, 0
 	r.mu.Unlock()
-	if lease == 0 {
-		return nil
+	var errs []error
+	if lost != 0 && lost != lease {
+		errs = append(errs, r.recordStopped(ctx, lost))
 	}
-	if _, err := r.cfg.Client.Revoke(ctx, lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return fmt.Errorf("revoke lease: %w", err)
+	if lease != 0 {
+		_, err := r.cfg.Client.Revoke(ctx, lease)
+		switch {
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			errs = append(errs, r.recordStopped(ctx, lease))
+		case err != nil:
+			errs = append(errs, fmt.Errorf("revoke lease: %w", err))
+		}
 	}
+	return errors.Join(errs...)
+}
+
+// recordStopped records that the processes that ran under lease, which
+// this node lost, are dead: a takeover of its own lease (TakeOver). An
+// evicter that revoked the lease while the node ran left an eviction
+// record, and the coordinator waits out the node's own deadline for it;
+// the node, alive and with its processes stopped, can say so at once.
+func (r *Registration) recordStopped(ctx context.Context, lease clientv3.LeaseID) error {
+	err := TakeOver(ctx, r.cfg.Client, r.cfg.Keys, TakeoverRequest{Job: r.cfg.Job, Node: r.cfg.Node.ID, Lease: lease, TTL: r.cfg.TTL})
+	if err != nil {
+		return fmt.Errorf("record the stop of lease %x: %w", int64(lease), err)
+	}
+	r.logger.Debug("recorded the processes of a lost lease dead", "lease", fmt.Sprintf("%x", int64(lease)))
 	return nil
 }
 

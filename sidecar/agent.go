@@ -444,7 +444,12 @@ func (a *Agent) childExited(ctx context.Context, ex Exit) {
 // even of processes whose leader already exited.
 func (a *Agent) stopWorkload(ctx context.Context, grace time.Duration) {
 	a.runningNow.Store(nil) // the generation is over: nothing of it stores
-	if err := a.cfg.Workload.Stop(ctx, grace); err != nil {
+	switch err := a.cfg.Workload.Stop(ctx, grace); {
+	case err != nil && ctx.Err() != nil:
+		// The sidecar itself is told to stop meanwhile: what was left
+		// is killed, as Stop does when its context ends.
+		a.logger.Info("stop cut short: the sidecar is stopping; the workload was killed")
+	case err != nil:
 		a.logger.Error("stop workload", "error", err)
 	}
 	a.exits, a.running = nil, false

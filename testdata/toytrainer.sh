@@ -14,6 +14,8 @@
 #   TOY_DIR       where checkpoints and the start log go
 #                 (default ${TMPDIR:-/tmp}/toytrainer-$ELASTIC_JOB_ID)
 #   TOY_FAIL_AT   if set, rank 0 exits with code 3 when it reaches this step
+#   TOY_STOP_SECONDS  how long it takes to stop on SIGTERM, as a trainer
+#                 that saves a checkpoint first does (default 0)
 set -u
 # torchrun's names, or the project's own where the job's framework gives
 # no torchrun variables (--framework paddle or mindspore).
@@ -47,7 +49,7 @@ save() {
 echo "gen=$ELASTIC_GENERATION rank=$RANK world=$WORLD_SIZE step=$step pid=$$" >>"$dir/starts.log"
 echo "rank $RANK of $WORLD_SIZE (generation $ELASTIC_GENERATION, master $MASTER_ADDR:$MASTER_PORT): resuming at step $step"
 
-trap 'echo "rank $RANK: stopped at step $step"; exit 143' TERM INT
+trap 'sleep "${TOY_STOP_SECONDS:-0}"; echo "rank $RANK: stopped at step $step"; exit 143' TERM INT
 while [ "$step" -lt "$steps" ]; do
 	sleep "$interval" &
 	wait $!

@@ -26,10 +26,12 @@ import (
 // elasticJobRows are the timings of ElasticJobs: from the create (what
 // `kubectl apply` does) to every trainer running, and from a change of the
 // scale subresource (`kubectl scale`) to every trainer running at the new
-// size. A trainer is running when its process has started: it writes the
-// time down first thing.
+// size, and from a graceful delete of one pod (`kubectl delete pod`) to
+// every trainer running again, the pod's replacement's included. A trainer
+// is running when its process has started: it writes the time down first
+// thing.
 type elasticJobRows struct {
-	apply, down, up []time.Duration
+	apply, down, up, podDelete []time.Duration
 }
 
 // measureElasticJobs runs the real controller (`coordinator serve
@@ -114,6 +116,18 @@ func measureElasticJobs(ctx context.Context, c *kubetest.Cluster, binary, dir st
 			} else {
 				out.up = append(out.up, at.Sub(t0))
 			}
+		}
+		t0 = time.Now()
+		if err := c.Client.CoreV1().Pods(ns).Delete(ctx, name+"-worker-1", metav1.DeleteOptions{}); err != nil {
+			return out, err
+		}
+		at, gen, err = allStarted(ctx, jobDir, workers, gen)
+		if err != nil {
+			return out, fmt.Errorf("pod delete: %w", err)
+		}
+		out.podDelete = append(out.podDelete, at.Sub(t0))
+		if err := settled(ctx, c, ns, name, workers); err != nil {
+			return out, err
 		}
 		if err := jobs.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			return out, err

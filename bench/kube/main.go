@@ -35,7 +35,7 @@ func main() {
 	runs := flag.Int("runs", 5, "measurements per size")
 	out := flag.String("out", "", "also write the table here")
 	ejWorkers := flag.Int("elasticjob-workers", 4, "workers of the ElasticJob measured")
-	ejRuns := flag.Int("elasticjob-runs", 7, "ElasticJobs created, scaled and deleted")
+	ejRuns := flag.Int("elasticjob-runs", 10, "ElasticJobs created, scaled and deleted")
 	flag.Parse()
 	self, _ := filepath.Abs(*binary)
 
@@ -77,6 +77,7 @@ func main() {
 			{fmt.Sprintf("create (kubectl apply), %d workers", *ejWorkers), ej.apply},
 			{fmt.Sprintf("scale subresource %d → %d", *ejWorkers, *ejWorkers/2), ej.down},
 			{fmt.Sprintf("scale subresource %d → %d", *ejWorkers/2, *ejWorkers), ej.up},
+			{fmt.Sprintf("graceful pod delete (kubectl delete pod), %d workers", *ejWorkers), ej.podDelete},
 		} {
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", r.name, len(r.times), stats.Ms(stats.Median(r.times)), stats.Ms(stats.Quantile(r.times, 0)), stats.Ms(stats.Quantile(r.times, 1)))
 		}
