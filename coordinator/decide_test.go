@@ -260,7 +260,22 @@ func TestDecideRunPhase(t *testing.T) {
 		assert.Equal(t, membership.PhaseStop, d.plan.Phase)
 		assert.Equal(t, int64(2), d.plan.Generation)
 		assert.Equal(t, 0, d.plan.Restarts)
+		assert.Equal(t, 1, d.plan.Interruptions, "a lost member is an interruption, though not charged")
+		assert.Equal(t, 1, d.status.Interruptions)
 		assert.Equal(t, "member b lost", d.plan.Reason)
+
+		// The next generation keeps the count.
+		stop := d.plan
+		d = decide(view{job: "j", spec: ptr(spec("1")), plan: stop, nodes: in(nodes, membership.NodeStopped, 2)[:1]}, memo{}, tm, t0)
+		require.NotNil(t, d.plan)
+		assert.Equal(t, membership.PhaseRun, d.plan.Phase)
+		assert.Equal(t, 1, d.plan.Interruptions)
+	})
+	t.Run("a change of membership is no interruption", func(t *testing.T) {
+		d := decide(base(spec("3"), in(live("a", "b", "c"), membership.NodeRunning, 1)), memo{}, tm, t0)
+		require.NotNil(t, d.plan)
+		assert.Equal(t, membership.PhaseStop, d.plan.Phase)
+		assert.Equal(t, 0, d.plan.Interruptions)
 	})
 	t.Run("a lost member at fault tolerance 0 is a membership change too", func(t *testing.T) {
 		s := spec("2")
@@ -305,6 +320,7 @@ func TestDecideRunPhase(t *testing.T) {
 		require.NotNil(t, d.plan)
 		assert.Equal(t, membership.PhaseRun, d.plan.Phase)
 		assert.Equal(t, 1, d.plan.Restarts)
+		assert.Equal(t, 1, d.plan.Interruptions)
 
 		// The budget spent: the job fails with the child's code.
 		spent := *stop

@@ -21,7 +21,7 @@ func decideRunning(v view, d decision, lim limits, now time.Time) decision {
 	// tolerance: the budget and the fault tolerance level are for failures.
 	if len(pr.lost) > 0 {
 		reason := fmt.Sprintf("%s lost", nodeList("member", sortedIDs(pr.lost)))
-		return stopNext(v, d, now, now, reason, p.Restarts, aliveExcludedList(&p, ix))
+		return stopNext(v, d, now, now, reason, true, aliveExcludedList(&p, ix))
 	}
 
 	ready, workersDone, rank0Done, workers := pr.ready, pr.workersDone, pr.rank0Done > 0, pr.workers
@@ -47,7 +47,7 @@ func decideRunning(v view, d decision, lim limits, now time.Time) decision {
 		reason := fmt.Sprintf("node %s (%s rank %d) failed with exit code %d", f.Node, f.Role, f.Rank, code)
 		// Whether it is charged is decided when the stop phase ends: a
 		// member lost meanwhile explains it.
-		d = stopNext(v, d, now, now, reason, p.Restarts, aliveExcludedList(&p, ix))
+		d = stopNext(v, d, now, now, reason, true, aliveExcludedList(&p, ix))
 		d.plan.Failure = &membership.Failure{Node: f.Node, Role: f.Role, Rank: f.Rank, ExitCode: code}
 		return d
 	}
@@ -75,7 +75,7 @@ func decideRunning(v view, d decision, lim limits, now time.Time) decision {
 		if spec.PS != countMembers(p.Members, membership.RolePS) {
 			reason += fmt.Sprintf(", %d → %d ps", countMembers(p.Members, membership.RolePS), spec.PS)
 		}
-		return stopNext(v, d, now, detected, reason, p.Restarts, aliveExcludedList(&p, ix))
+		return stopNext(v, d, now, detected, reason, false, aliveExcludedList(&p, ix))
 	}
 	d.memo.pendingSince = time.Time{}
 	d.status = runningStatus(v, p, ready, now)
@@ -108,12 +108,17 @@ func settling(d *decision, spec *membership.Spec, workers int, lim limits, now t
 }
 
 // stopNext commits phase stop of the next generation: every member of the
-// current table stops and acks.
-func stopNext(v view, d decision, now, detected time.Time, reason string, restarts int, excluded []string) decision {
+// current table stops and acks. A fault (a member failed or lost) counts
+// as an interruption; a change of membership or spec does not.
+func stopNext(v view, d decision, now, detected time.Time, reason string, fault bool, excluded []string) decision {
 	p := *v.plan
 	next := membership.Plan{
 		Generation: p.Generation + 1, Phase: membership.PhaseStop, Members: p.Members, Table: p.Table,
-		Restarts: restarts, MaxRestarts: v.spec.MaxRestarts, Reason: reason, Excluded: excluded, DetectedAt: detected, StopAt: now,
+		Restarts: p.Restarts, MaxRestarts: v.spec.MaxRestarts, Interruptions: p.Interruptions,
+		Reason: reason, Excluded: excluded, DetectedAt: detected, StopAt: now,
+	}
+	if fault {
+		next.Interruptions++
 	}
 	d.plan = &next
 	d.memo.stopGen, d.memo.stopSeen, d.memo.evicted = next.Generation, now, nil

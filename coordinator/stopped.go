@@ -157,7 +157,7 @@ func decideStopped(v view, d decision, lim limits, now time.Time) decision {
 		MaxRestarts: v.spec.MaxRestarts, Reason: reason, Restarts: restarts, Excluded: excluded, DetectedAt: now, RunAt: now,
 	}
 	if v.plan != nil {
-		next.Generation = gen
+		next.Generation, next.Interruptions = gen, v.plan.Interruptions
 		next.DetectedAt, next.StopAt, next.AckedAt = v.plan.DetectedAt, v.plan.StopAt, d.memo.ackedAt
 	} else if !d.memo.pendingSince.IsZero() {
 		next.DetectedAt = d.memo.pendingSince

@@ -361,6 +361,32 @@ func TestAllNamespacesRunsTheJobsOfEveryNamespace(t *testing.T) {
 	assert.Contains(t, st.Problem, "job id far is in use in etcd by ElasticJob/"+far.ns+"/far/")
 }
 
+// TestAJobInANamespaceNotServedIsSaid applies an ElasticJob, as the user
+// who forgot -n does, in a namespace the coordinator does not serve: it
+// gets a NotServed Event naming the namespace to use. A job the
+// coordinator serves gets none.
+func TestAJobInANamespaceNotServedIsSaid(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t, kubeOptions{injected: true, reportUnserved: true, toyEnv: []string{"TOY_STEPS=100000", "TOY_INTERVAL=0.05"}})
+	applyCRDs(t, e.c, e.dyn)
+	far := *e
+	far.ns = e.ns + "-unserved"
+	_, err := e.c.Client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: far.ns}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	far.kubectl(elasticJobYAML("lost", 1, ""), "apply", "-f", "-")
+	e.kubectl(elasticJobYAML("found", 1, ""), "apply", "-f", "-")
+	e.jobStatus("found", "Running at 1", runningAt(1))
+
+	require.Eventually(t, func() bool { return hasEvent(far.events("lost"), "NotServed", "namespace "+e.ns) },
+		30*time.Second, 100*time.Millisecond, "no NotServed Event on a job no coordinator serves\ncoordinator:\n%s", e.bridge.out)
+	described := far.kubectl("", "describe", "elasticjob/lost")
+	assert.Contains(t, described, "NotServed", "kubectl describe shows it")
+	assert.Contains(t, described, "kubectl apply -n "+e.ns)
+	time.Sleep(4 * time.Second) // a served job is as old as the grace now
+	assert.False(t, hasEvent(e.events("found"), "NotServed", ""), "a served job was said unserved")
+	assert.Len(t, slices.DeleteFunc(far.events("lost"), func(ev corev1.Event) bool { return ev.Reason != "NotServed" }), 1, "said once")
+}
+
 // TestReplicasOutsideTheBoundsAreSaid: `kubectl scale` below an autoscaled
 // job's minimum is stored as asked and run at the minimum, and says so in
 // an Event and the status, not silently.

@@ -118,6 +118,10 @@ type kubeOptions struct {
 	// homeKubeconfig runs serve without --kubeconfig, outside a pod, with
 	// the kubeconfig in $HOME/.kube/config, as from a workstation.
 	homeKubeconfig bool
+	// reportUnserved binds deploy/base's elastic-coordinator-unserved to
+	// the test's ServiceAccount and has serve say unserved jobs after 3 s;
+	// otherwise serve says none.
+	reportUnserved bool
 }
 
 // toyTrainer is testdata/toytrainer.sh.
@@ -156,6 +160,14 @@ func newKubeEnv(t *testing.T, o kubeOptions) *kubeEnv {
 		manifest = strings.Replace(manifest, "kind: ClusterRoleBinding\nmetadata:\n  name: elastic-autoscaler-deletion-cost", "kind: ClusterRoleBinding\nmetadata:\n  name: elastic-autoscaler-deletion-cost-"+e.ns, 1)
 		e.apply(manifest, "")
 		o.bridgeArgs = append(o.bridgeArgs, "--autoscale-deletion-cost")
+	}
+	if o.reportUnserved {
+		manifest := strings.ReplaceAll(mustRead(t, filepath.Join(repoRoot, "deploy", "base", "unserved-rbac.yaml")), "namespace: elastic-system", "namespace: "+e.ns)
+		manifest = strings.Replace(manifest, "kind: ClusterRoleBinding\nmetadata:\n  name: elastic-coordinator-unserved", "kind: ClusterRoleBinding\nmetadata:\n  name: elastic-coordinator-unserved-"+e.ns, 1)
+		e.apply(manifest, "")
+		o.bridgeArgs = append(o.bridgeArgs, "--report-unserved-after", "3s")
+	} else {
+		o.bridgeArgs = append(o.bridgeArgs, "--report-unserved-after", "0")
 	}
 	tok, err := c.Client.CoreV1().ServiceAccounts(e.ns).CreateToken(t.Context(), "elastic-coordinator",
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{}}, metav1.CreateOptions{})

@@ -68,6 +68,10 @@ type Plan struct {
 	// MaxRestarts is the budget.
 	Restarts    int `json:"restarts"`
 	MaxRestarts int `json:"maxRestarts"`
+	// Interruptions counts the generations a fault started: a member that
+	// failed or was lost (its pod deleted, its machine gone), charged to
+	// the budget or not. What a user counts as the job's restarts.
+	Interruptions int `json:"interruptions,omitempty"`
 	// Reason says why this generation exists.
 	Reason string `json:"reason"`
 	// Excluded lists nodes kept out of the next run while other nodes can

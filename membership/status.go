@@ -88,12 +88,15 @@ type Status struct {
 	Members int `json:"members"`
 	// Workers are the generation's members that are workers: what np
 	// counts.
-	Workers   int    `json:"workers,omitempty"`
-	Ready     int    `json:"ready"`
-	WorldSize int    `json:"worldSize"`
-	Restarts  int    `json:"restarts"`
-	Message   string `json:"message,omitempty"`
-	ExitCode  int    `json:"exitCode,omitempty"`
+	Workers   int `json:"workers,omitempty"`
+	Ready     int `json:"ready"`
+	WorldSize int `json:"worldSize"`
+	Restarts  int `json:"restarts"`
+	// Interruptions are the restarts a fault caused, charged or not
+	// (Plan.Interruptions).
+	Interruptions int    `json:"interruptions,omitempty"`
+	Message       string `json:"message,omitempty"`
+	ExitCode      int    `json:"exitCode,omitempty"`
 	// Steps are the durations of the last generation that reached Running.
 	Steps     *Steps    `json:"steps,omitempty"`
 	UpdatedAt time.Time `json:"updatedAt"`
@@ -106,7 +109,7 @@ func (s Status) Validate() error {
 	default:
 		return fmt.Errorf("status: unknown phase %q", s.Phase)
 	}
-	if s.Generation < 0 || s.Members < 0 || s.Workers < 0 || s.Workers > s.Members || s.Ready < 0 || s.WorldSize < 0 || s.Restarts < 0 {
+	if s.Generation < 0 || s.Members < 0 || s.Workers < 0 || s.Workers > s.Members || s.Ready < 0 || s.WorldSize < 0 || s.Restarts < 0 || s.Interruptions < 0 {
 		return fmt.Errorf("status: negative count")
 	}
 	return nil

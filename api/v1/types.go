@@ -103,7 +103,23 @@ const (
 	ConditionKubernetesReady = "KubernetesReady"
 	// ConditionFinished is true once the job succeeded or failed.
 	ConditionFinished = "Finished"
+	// ConditionCreated is true once the controller took the job on.
+	ConditionCreated = "Created"
+	// ConditionRestarting is true while the job changes generation; its
+	// message names the generation and why.
+	ConditionRestarting = "Restarting"
+	// ConditionSucceeded and ConditionFailed appear, true, when the job
+	// ended so.
+	ConditionSucceeded = "Succeeded"
+	ConditionFailed    = "Failed"
 )
+
+// ReplicaStatus counts one role's pods: those there, and those ready
+// (workers: running in the current generation).
+type ReplicaStatus struct {
+	Replicas int32 `json:"replicas"`
+	Ready    int32 `json:"ready"`
+}
 
 // ElasticJobStatus is what the coordinator reports.
 type ElasticJobStatus struct {
@@ -124,10 +140,17 @@ type ElasticJobStatus struct {
 	// count workers alone report (a PaddleJob's worker.running, an MSJob's
 	// Worker.active, both their scale subresource's status).
 	WorkersReady int `json:"-"`
+	// ReplicaStatuses are each role's pods, by role (worker, ps, heter,
+	// scheduler).
+	ReplicaStatuses map[string]ReplicaStatus `json:"replicaStatuses,omitempty"`
 	// WorldSize is the number of training processes.
 	WorldSize int `json:"worldSize"`
-	// Restarts are the restarts failures spent.
+	// Restarts are the restarts a fault caused: a member that failed, or
+	// was lost (its pod deleted or failed, its machine gone).
 	Restarts int `json:"restarts"`
+	// FailureRestarts are the restarts failures spent of the job's budget
+	// (maxRestarts); a lost member spends none.
+	FailureRestarts int `json:"failureRestarts,omitempty"`
 	// LastRestartSeconds is how long the last change of generation took,
 	// from being seen to every member running.
 	LastRestartSeconds string `json:"lastRestartSeconds,omitempty"`

@@ -22,12 +22,14 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/homedir"
 
+	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/autoscale"
 	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/kube/autoscaler"
 	"github.com/elastictraining/coordinator/kube/bridge"
 	"github.com/elastictraining/coordinator/kube/controller"
 	"github.com/elastictraining/coordinator/kube/jobcontroller"
+	"github.com/elastictraining/coordinator/kube/unserved"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -46,6 +48,7 @@ type kubeOptions struct {
 	sidecarAuth      bool
 	mirrors          []string
 	kinds            []string
+	unservedAfter    time.Duration
 
 	autoscale          bool
 	autoscaleCooldown  time.Duration
@@ -75,6 +78,8 @@ func (o *kubeOptions) register(fs *pflag.FlagSet, env lookupEnv) {
 	fs.StringArrayVar(&o.mirrors, "registry-mirror", nil,
 		"REGISTRY=MIRROR: read the entrypoint of REGISTRY's images from MIRROR, for containers given without a command (repeatable)")
 	fs.StringSliceVar(&o.kinds, "job-kinds", []string{"ElasticJob", "PaddleJob", "MSJob"}, "kinds of job resources to run")
+	fs.DurationVar(&o.unservedAfter, "report-unserved-after", unserved.DefaultGrace,
+		"say, in a NotServed Event, of a job resource in another namespace that nothing has given a status for this long, that no coordinator serves it (needs deploy/base's ClusterRole elastic-coordinator-unserved; 0: never)")
 	fs.BoolVar(&o.autoscale, "autoscale", false,
 		"resize elastic jobs (a worker range) to what the cluster can place, making room for pods of a higher priority (needs --kubernetes and read access to nodes and pods: deploy/autoscaler)")
 	fs.DurationVar(&o.autoscaleCooldown, "autoscale-cooldown", autoscale.DefaultConfig().Cooldown,
@@ -174,6 +179,9 @@ func (o *kubeOptions) parse() (parsedKube, error) {
 		}
 		p.kinds = append(p.kinds, k)
 	}
+	if o.unservedAfter < 0 {
+		return p, usagef("--report-unserved-after %s: must not be negative", o.unservedAfter)
+	}
 	if o.autoscale {
 		p.autoscale = autoscale.Config{Cooldown: o.autoscaleCooldown, MinGain: o.autoscaleMinGain, MinGainFraction: o.autoscaleMinGainFr}
 		if _, err := autoscale.New(p.autoscale); err != nil {
@@ -222,6 +230,17 @@ func (o *kubeOptions) leaderTasks(ctx context.Context, cli *clientv3.Client, key
 			return nil, err
 		}
 		tasks = append(tasks, scaler)
+	}
+	if !o.all && o.unservedAfter > 0 {
+		var kinds []jobv1.JobKind
+		for _, k := range p.kinds {
+			kinds = append(kinds, k.JobKind)
+		}
+		reporter, err := unserved.New(unserved.Config{Clients: clients, Kinds: kinds, Grace: o.unservedAfter, Period: min(o.unservedAfter/2, unserved.DefaultPeriod)})
+		if err != nil {
+			return nil, err
+		}
+		tasks = append(tasks, reporter)
 	}
 
 	image, err := o.image(ctx, c.kube)

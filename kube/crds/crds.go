@@ -153,8 +153,9 @@ func ElasticJob() *apiextensionsv1.CustomResourceDefinition {
 					{Name: "World", Type: "integer", JSONPath: ".status.worldSize", Description: "training processes"},
 					{Name: "Generation", Type: "integer", JSONPath: ".status.generation"},
 					{Name: "Restarts", Type: "integer", JSONPath: ".status.restarts"},
-					{Name: "Problem", Type: "string", JSONPath: ".status.problem", Priority: 1},
 					{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
+					{Name: "Message", Type: "string", JSONPath: ".status.message", Priority: 1, Description: "why the job is in its phase"},
+					{Name: "Problem", Type: "string", JSONPath: ".status.problem", Priority: 1, Description: "what keeps Kubernetes from following the job"},
 				},
 			}},
 		},
@@ -192,6 +193,11 @@ func PaddleJob() *apiextensionsv1.CustomResourceDefinition {
 			{Name: "Mode", Type: "string", JSONPath: ".status.mode"},
 			{Name: "Worker", Type: "string", JSONPath: ".status.worker.ready"},
 			{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
+			{Name: "PS", Type: "string", JSONPath: ".status.ps.ready", Priority: 1},
+			{Name: "Generation", Type: "integer", JSONPath: ".status.elasticTraining.generation", Priority: 1},
+			{Name: "Restarts", Type: "integer", JSONPath: ".status.elasticTraining.restarts", Priority: 1},
+			{Name: "Message", Type: "string", JSONPath: ".status.elasticTraining.message", Priority: 1},
+			{Name: "Problem", Type: "string", JSONPath: ".status.elasticTraining.problem", Priority: 1},
 		})
 }
 
@@ -226,6 +232,11 @@ func MSJob() *apiextensionsv1.CustomResourceDefinition {
 		[]apiextensionsv1.CustomResourceColumnDefinition{
 			{Name: "State", Type: "string", JSONPath: ".status.conditions[-1:].type"},
 			{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
+			{Name: "Workers", Type: "integer", JSONPath: ".status.replicaStatuses.Worker.active", Priority: 1},
+			{Name: "Generation", Type: "integer", JSONPath: ".status.elasticTraining.generation", Priority: 1},
+			{Name: "Restarts", Type: "integer", JSONPath: ".status.elasticTraining.restarts", Priority: 1},
+			{Name: "Message", Type: "string", JSONPath: ".status.elasticTraining.message", Priority: 1},
+			{Name: "Problem", Type: "string", JSONPath: ".status.elasticTraining.problem", Priority: 1},
 		})
 }
 
@@ -359,14 +370,19 @@ func elasticJobStatus() apiextensionsv1.JSONSchemaProps {
 	mapKeys := []string{"type"}
 	listType := "map"
 	return object(map[string]apiextensionsv1.JSONSchemaProps{
-		"phase":              str,
-		"generation":         int64s,
-		"np":                 str,
-		"replicas":           {Type: "integer", Format: "int32"},
-		"selector":           str,
-		"ready":              integer,
-		"worldSize":          integer,
-		"restarts":           integer,
+		"phase":           str,
+		"generation":      int64s,
+		"np":              str,
+		"replicas":        {Type: "integer", Format: "int32"},
+		"selector":        str,
+		"ready":           integer,
+		"worldSize":       integer,
+		"restarts":        integer,
+		"failureRestarts": integer,
+		"replicaStatuses": {Type: "object", AdditionalProperties: &apiextensionsv1.JSONSchemaPropsOrBool{Schema: ptr(object(map[string]apiextensionsv1.JSONSchemaProps{
+			"replicas": {Type: "integer", Format: "int32"},
+			"ready":    {Type: "integer", Format: "int32"},
+		}))}},
 		"lastRestartSeconds": str,
 		"message":            str,
 		"problem":            str,

@@ -129,11 +129,17 @@ func paddleJobStatus(r jobv1.ElasticJobStatus, j *Job, _ map[string]any) (map[st
 	if j != nil && j.Spec.PS > 0 {
 		mode = "PS"
 	}
-	return map[string]any{
+	out := map[string]any{
 		"phase": phase, "mode": mode, "observedGeneration": r.ObservedGeneration,
 		"worker":          map[string]any{"running": int64(r.WorkersReady), "ready": fmt.Sprintf("%d/%d", r.WorkersReady, r.Replicas)},
 		"elasticTraining": ownReport(r),
-	}, nil
+	}
+	for _, role := range []membership.Role{membership.RolePS, membership.RoleHeter} {
+		if rs, ok := r.ReplicaStatuses[string(role)]; ok {
+			out[string(role)] = map[string]any{"running": int64(rs.Ready), "ready": fmt.Sprintf("%d/%d", rs.Ready, rs.Replicas)}
+		}
+	}
+	return out, nil
 }
 
 // ownReport is the coordinator's report of a job in the status of a kind
@@ -141,7 +147,7 @@ func paddleJobStatus(r jobv1.ElasticJobStatus, j *Job, _ map[string]any) (map[st
 func ownReport(r jobv1.ElasticJobStatus) map[string]any {
 	return map[string]any{
 		"generation": r.Generation, "np": r.NP, "worldSize": int64(r.WorldSize), "restarts": int64(r.Restarts),
-		"message": r.Message, "problem": r.Problem,
+		"failureRestarts": int64(r.FailureRestarts), "message": r.Message, "problem": r.Problem,
 	}
 }
 
@@ -252,38 +258,81 @@ func msPort(t corev1.PodTemplateSpec) int {
 }
 
 // msJobStatus renders a report as kubeflow's job status, which ms-operator
-// uses: a condition per phase seen (Created, Running, Restarting,
-// Succeeded, Failed), the current one True, and the workers' active count.
-func msJobStatus(r jobv1.ElasticJobStatus, _ *Job, old map[string]any) (map[string]any, error) {
-	current := "Created"
-	switch r.Phase {
-	case jobv1.PhaseRunning, jobv1.PhaseRestarting, jobv1.PhaseSucceeded, jobv1.PhaseFailed:
-		current = r.Phase
-	}
+// uses: conditions as kubeflow's common job controller keeps them, each
+// role's active pods, and the workers' for the scale subresource.
+//
+// Created is true from the start and stays so. Running, Restarting,
+// Succeeded and Failed are set true as the job gets there, the one set
+// last moved to the end (the State column shows it); Running and
+// Restarting turn each other false, and an end turns Running false. A
+// condition set again with another message keeps its lastTransitionTime
+// and takes the message: Restarting names the current generation.
+func msJobStatus(r jobv1.ElasticJobStatus, j *Job, old map[string]any) (map[string]any, error) {
 	stamp := time.Now().UTC().Format(time.RFC3339)
 	conds, _, _ := unstructured.NestedSlice(old, "conditions")
-	found := false
-	for i, c := range conds {
-		m, ok := c.(map[string]any)
-		if !ok {
-			continue
+	var list []map[string]any
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok {
+			list = append(list, m)
 		}
-		want := "False"
-		if m["type"] == current {
-			want, found = "True", true
-		}
-		if m["status"] != want {
-			m["status"], m["lastTransitionTime"], m["lastUpdateTime"] = want, stamp, stamp
-		}
-		conds[i] = m
 	}
-	if !found {
-		conds = append(conds, map[string]any{"type": current, "status": "True", "reason": "MSJob" + current,
-			"message": or(r.Message, "phase "+r.Phase), "lastUpdateTime": stamp, "lastTransitionTime": stamp})
+	find := func(typ string) int {
+		return slices.IndexFunc(list, func(m map[string]any) bool { return m["type"] == typ })
+	}
+	// set makes typ's condition say status and message; a true one that
+	// changed moves to the end.
+	set := func(typ, status, message string) {
+		i := find(typ)
+		if i < 0 {
+			if status != "True" {
+				return // a condition never reached is not listed
+			}
+			list = append(list, map[string]any{"type": typ, "status": status, "reason": "MSJob" + typ, "message": message,
+				"lastUpdateTime": stamp, "lastTransitionTime": stamp})
+			return
+		}
+		m := list[i]
+		if m["status"] == status && (status != "True" || m["message"] == message) {
+			return
+		}
+		if m["status"] != status {
+			m["lastTransitionTime"] = stamp
+		}
+		m["status"], m["lastUpdateTime"] = status, stamp
+		if status == "True" {
+			m["message"] = message
+			list = append(append(list[:i:i], list[i+1:]...), m)
+		}
+	}
+	set("Created", "True", "MSJob is created and served by the coordinator")
+	message := generationMessage(r)
+	switch r.Phase {
+	case jobv1.PhaseRunning:
+		set("Restarting", "False", "")
+		set("Running", "True", message)
+	case jobv1.PhaseRestarting:
+		set("Running", "False", "")
+		set("Restarting", "True", message)
+	case jobv1.PhaseSucceeded, jobv1.PhaseFailed:
+		set("Running", "False", "")
+		set("Restarting", "False", "")
+		set(r.Phase, "True", message)
+	}
+	out := make([]any, len(list))
+	for i, m := range list {
+		out[i] = m
+	}
+	replicas := map[string]any{"Worker": map[string]any{"active": int64(r.WorkersReady)}}
+	if j != nil {
+		for role, name := range map[membership.Role]string{membership.RolePS: "PS", membership.RoleScheduler: "Scheduler"} {
+			if rs, ok := r.ReplicaStatuses[string(role)]; ok {
+				replicas[name] = map[string]any{"active": int64(rs.Ready)}
+			}
+		}
 	}
 	return map[string]any{
-		"conditions":      conds,
-		"replicaStatuses": map[string]any{"Worker": map[string]any{"active": int64(r.WorkersReady)}},
+		"conditions":      out,
+		"replicaStatuses": replicas,
 		"elasticTraining": ownReport(r),
 	}, nil
 }

@@ -363,3 +363,42 @@ spec:
 	_, err = fromPaddleJob(u)
 	require.ErrorContains(t, err, `metadata.annotations[elastic.preload]: "paddle;rm" is not a Python module name`)
 }
+
+// TestMSJobConditionsMoveWithTheJob: Created stays true; Running and
+// Restarting turn each other false; the one set last is last (the State
+// column); Restarting names the current generation, not the first.
+func TestMSJobConditionsMoveWithTheJob(t *testing.T) {
+	var status map[string]any
+	step := func(phase string, gen int64, msg string) []map[string]any {
+		t.Helper()
+		var err error
+		status, err = msJobStatus(jobv1.ElasticJobStatus{Phase: phase, Generation: gen, Message: msg}, nil, status)
+		require.NoError(t, err)
+		var out []map[string]any
+		for _, c := range status["conditions"].([]any) {
+			out = append(out, c.(map[string]any))
+		}
+		return out
+	}
+	summary := func(conds []map[string]any) []string {
+		var s []string
+		for _, c := range conds {
+			s = append(s, fmt.Sprintf("%s=%s", c["type"], c["status"]))
+		}
+		return s
+	}
+	assert.Equal(t, []string{"Created=True"}, summary(step(jobv1.PhaseWaiting, 0, "waiting for 4 workers")))
+	assert.Equal(t, []string{"Created=True", "Running=True"}, summary(step(jobv1.PhaseRunning, 1, "all running")))
+	conds := step(jobv1.PhaseRestarting, 2, "member w-2 lost")
+	assert.Equal(t, []string{"Created=True", "Running=False", "Restarting=True"}, summary(conds))
+	assert.Equal(t, "generation 2: member w-2 lost", conds[2]["message"])
+	assert.Equal(t, []string{"Created=True", "Restarting=False", "Running=True"}, summary(step(jobv1.PhaseRunning, 2, "all running")))
+	conds = step(jobv1.PhaseRestarting, 6, "node w-0 failed with exit code 1")
+	assert.Equal(t, []string{"Created=True", "Running=False", "Restarting=True"}, summary(conds))
+	assert.Equal(t, "generation 6: node w-0 failed with exit code 1", conds[2]["message"], "the current generation, not the first")
+	conds = step(jobv1.PhaseSucceeded, 7, "rank 0 succeeded")
+	assert.Equal(t, []string{"Created=True", "Running=False", "Restarting=False", "Succeeded=True"}, summary(conds))
+	for _, c := range conds {
+		assert.NotEmpty(t, c["lastTransitionTime"], "%s has a lastTransitionTime", c["type"])
+	}
+}

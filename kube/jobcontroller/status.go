@@ -88,7 +88,8 @@ func (t *term) status(u *unstructured.Unstructured, j *Job, old jobv1.ElasticJob
 	if j != nil && rec.Spec != nil && rec.Spec.Owner == j.Spec.Owner && rec.Status != nil {
 		s := rec.Status
 		next.Phase, next.Generation, next.NP = string(s.Phase), s.Generation, s.NP.String()
-		next.Ready, next.WorldSize, next.Restarts, next.Message = s.Ready, s.WorldSize, s.Restarts, s.Message
+		next.Ready, next.WorldSize, next.Message = s.Ready, s.WorldSize, s.Message
+		next.Restarts, next.FailureRestarts = s.Interruptions, s.Restarts
 		// Running, every member is ready, the workers among them; Waiting,
 		// Ready counts live workers alone.
 		next.WorkersReady = s.Ready
@@ -100,6 +101,9 @@ func (t *term) status(u *unstructured.Unstructured, j *Job, old jobv1.ElasticJob
 		}
 	} else if j != nil {
 		next.NP = j.Spec.Workers().String()
+	}
+	if j != nil {
+		next.ReplicaStatuses = t.replicaStatuses(u, j, next.WorkersReady)
 	}
 	if rec.Bridge != nil && rec.Bridge.Problem != "" && j != nil && rec.Spec != nil && rec.Spec.Owner == j.Spec.Owner {
 		problems = append(problems, rec.Bridge.Problem)
@@ -114,8 +118,12 @@ func (t *term) status(u *unstructured.Unstructured, j *Job, old jobv1.ElasticJob
 		}
 		meta.SetStatusCondition(&next.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: message, ObservedGeneration: gen})
 	}
+	if j != nil {
+		set(jobv1.ConditionCreated, true, "Created", fmt.Sprintf("%s %s is served by the coordinator", u.GetKind(), name))
+	}
 	running := next.Phase == jobv1.PhaseRunning
 	set(jobv1.ConditionRunning, running, next.Phase, or(next.Message, "phase "+next.Phase))
+	set(jobv1.ConditionRestarting, next.Phase == jobv1.PhaseRestarting, next.Phase, generationMessage(next))
 	if next.Problem == "" {
 		set(jobv1.ConditionKubernetesReady, true, "Ready", "Kubernetes follows the job")
 	} else {
@@ -123,7 +131,38 @@ func (t *term) status(u *unstructured.Unstructured, j *Job, old jobv1.ElasticJob
 	}
 	finished := next.Phase == jobv1.PhaseSucceeded || next.Phase == jobv1.PhaseFailed
 	set(jobv1.ConditionFinished, finished, next.Phase, or(next.Message, "phase "+next.Phase))
+	if finished {
+		set(next.Phase, true, next.Phase, or(next.Message, "phase "+next.Phase))
+	}
 	return next
+}
+
+// generationMessage says the generation a job is at and why: the
+// coordinator's message, which names the cause of a restart.
+func generationMessage(s jobv1.ElasticJobStatus) string {
+	if s.Generation == 0 {
+		return or(s.Message, "phase "+s.Phase)
+	}
+	return fmt.Sprintf("generation %d: %s", s.Generation, or(s.Message, "phase "+s.Phase))
+}
+
+// replicaStatuses counts each role's pods from its StatefulSet: those
+// there and, of workers, those running in the current generation
+// (workersReady, the coordinator's count); of the other roles, those
+// Kubernetes reports ready.
+func (t *term) replicaStatuses(u *unstructured.Unstructured, j *Job, workersReady int) map[string]jobv1.ReplicaStatus {
+	out := map[string]jobv1.ReplicaStatus{}
+	for _, r := range j.Roles {
+		var rs jobv1.ReplicaStatus
+		if s, err := t.sets.StatefulSets(u.GetNamespace()).Get(StatefulSetName(j.ID, r.Name)); err == nil && owns(s.OwnerReferences, u.GetUID()) {
+			rs = jobv1.ReplicaStatus{Replicas: s.Status.Replicas, Ready: s.Status.ReadyReplicas}
+		}
+		if r.Name == membership.RoleWorker {
+			rs.Ready = int32(workersReady)
+		}
+		out[string(r.Name)] = rs
+	}
+	return out
 }
 
 // sayChanges records the Events of a status change: a new phase, a new
