@@ -141,9 +141,9 @@ func TestElasticJobRunsScalesThroughKubectlAndGoesWithItsResource(t *testing.T) 
 	assert.NoError(t, err, "the bridge writes the endpoint ConfigMap")
 	assert.True(t, hasEvent(e.events("train"), "Created", "StatefulSet train-worker"))
 	table := strings.Fields(e.kubectl("", "get", "elasticjobs", "-o", "wide"))
-	require.GreaterOrEqual(t, len(table), 14, "kubectl get elasticjobs -o wide")
-	assert.Equal(t, []string{"NAME", "PHASE", "NP", "READY", "WORLD", "GENERATION", "RESTARTS", "PROBLEM", "AGE"}, table[:9])
-	assert.Equal(t, []string{"train", "Running", "4", "4", "4"}, table[9:14], "kubectl get elasticjobs -o wide")
+	require.GreaterOrEqual(t, len(table), 15, "kubectl get elasticjobs -o wide")
+	assert.Equal(t, []string{"NAME", "PHASE", "NP", "READY", "WORLD", "GENERATION", "RESTARTS", "AGE", "MESSAGE", "PROBLEM"}, table[:10])
+	assert.Equal(t, []string{"train", "Running", "4", "4", "4"}, table[10:15], "kubectl get elasticjobs -o wide")
 
 	// `kubectl scale`: down to 2, then up to 3, each never reverted.
 	for _, n := range []int{2, 3} {
@@ -178,7 +178,8 @@ func TestElasticJobRunsScalesThroughKubectlAndGoesWithItsResource(t *testing.T) 
 		return runningAt(3)(s) && s.Generation > before.Generation
 	})
 	assert.Equal(t, before.Generation+1, after.Generation, "one restart for one pod deleted")
-	assert.Equal(t, 0, after.Restarts, "a pod deleted is a membership change, not a failure")
+	assert.Equal(t, before.Restarts+1, after.Restarts, "a pod's loss is a restart")
+	assert.Equal(t, 0, after.FailureRestarts, "a pod deleted is a membership change, not a failure: no budget spent")
 	// Every trainer of the new generation resumed from its checkpoint. A
 	// trainer logs its start a moment after its sidecar reports it running.
 	var starts string

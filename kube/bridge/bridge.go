@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/util/workqueue"
 
 	"github.com/elastictraining/coordinator/kube/controller"
 	"github.com/elastictraining/coordinator/membership"
@@ -69,7 +66,7 @@ func (b *Bridge) Lead(ctx context.Context) error {
 		configs:  map[string]writtenConfig{},
 	}
 	defer t.Stop()
-	t.NewQueue("elastic-jobs", retryLimiter())
+	t.NewQueue("elastic-jobs", controller.RetryLimiter())
 	cache, err := startKubeCache(ctx, b, t.podChanged, t.workloadChanged)
 	if err != nil {
 		return err
@@ -78,18 +75,6 @@ func (b *Bridge) Lead(ctx context.Context) error {
 	defer cache.stop()
 	t.Follow(ctx, t.records, t.recordsChanged)
 	return t.Run(ctx, t, t.failed)
-}
-
-// retryLimiter spaces the retries of a job whose reconcile failed: from
-// 5 ms, doubling up to 30 s, and 10 a second overall. It is client-go's
-// controller default but for the cap, 1000 s there: the pods of a
-// generation read its ConfigMap, which should not come a quarter of an hour
-// after the API server lets the bridge write it again.
-func retryLimiter() workqueue.TypedRateLimiter[string] {
-	return workqueue.NewTypedMaxOfRateLimiter(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 30*time.Second),
-		&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
-	)
 }
 
 // term is one leadership term of the bridge. Its queue holds job ids.

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -46,6 +47,18 @@ func StartTerm(ctx context.Context, c Clients, component string) *Term {
 // client-go's workqueue metrics, and limiter spaces the retries of a key.
 func (t *Term) NewQueue(name string, limiter workqueue.TypedRateLimiter[string]) {
 	t.Queue = workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[string]{Name: name})
+}
+
+// RetryLimiter spaces the retries of a key that failed: from 5 ms,
+// doubling, to 30 s at most, so that a job whose dependency was down (etcd,
+// the API server) is served again within 30 s of its coming back, with no
+// one touching it (client-go's default waits up to 1000 s); and 10 keys a
+// second overall, bursts of 100.
+func RetryLimiter() workqueue.TypedRateLimiter[string] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 30*time.Second),
+		&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
 }
 
 // Go runs f in a goroutine that the term waits for. f must return once the

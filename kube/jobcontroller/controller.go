@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/kube/controller"
@@ -103,7 +102,7 @@ func (c *Controller) Lead(ctx context.Context) error {
 		users:   map[string]string{},
 	}
 	defer t.Stop()
-	t.NewQueue("elastic-job-resources", workqueue.DefaultTypedControllerRateLimiter[string]())
+	t.NewQueue("elastic-job-resources", controller.RetryLimiter())
 	if fence, ok := presence.LeaderFence(ctx); ok {
 		t.fenced = append(t.fenced, fence)
 	}

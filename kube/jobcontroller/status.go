@@ -140,10 +140,17 @@ func (t *term) status(u *unstructured.Unstructured, j *Job, old jobv1.ElasticJob
 // generationMessage says the generation a job is at and why: the
 // coordinator's message, which names the cause of a restart.
 func generationMessage(s jobv1.ElasticJobStatus) string {
-	if s.Generation == 0 {
-		return or(s.Message, "phase "+s.Phase)
+	msg := s.Message
+	switch {
+	case msg == "" && s.Phase == jobv1.PhaseRunning:
+		msg = fmt.Sprintf("%d ready, world size %d", s.Ready, s.WorldSize)
+	case msg == "":
+		msg = "phase " + s.Phase
 	}
-	return fmt.Sprintf("generation %d: %s", s.Generation, or(s.Message, "phase "+s.Phase))
+	if s.Generation == 0 || strings.Contains(msg, fmt.Sprintf("generation %d", s.Generation)) {
+		return msg
+	}
+	return fmt.Sprintf("generation %d: %s", s.Generation, msg)
 }
 
 // replicaStatuses counts each role's pods from its StatefulSet: those
