@@ -88,7 +88,9 @@ func TestTheKubernetesWalkthrough(t *testing.T) {
 			return strings.Contains(out, "paddlejob.batch.paddlepaddle.org/wide-and-deep scaled")
 		}},
 		{command: `kubectl patch msjob ms-widedeep-dataparallel -n elastic-system --type=merge -p '{"spec":{"msReplicaSpecs":{"Worker":{"replicas":2}}}}'`,
-			ok: func(out, _ string) bool { return strings.Contains(out, "msjob.mindspore.gitee.com/ms-widedeep-dataparallel patched") }},
+			ok: func(out, _ string) bool {
+				return strings.Contains(out, "msjob.mindspore.gitee.com/ms-widedeep-dataparallel patched")
+			}},
 		{command: "kubectl get paddlejob,msjob -n elastic-system -o wide", looks: true, ok: func(out, _ string) bool {
 			pj, ms := row(out, "wide-and-deep"), row(out, "ms-widedeep-dataparallel")
 			return len(pj) >= 8 && len(ms) >= 6 && pj[1] == "Running" && pj[3] == "3/3" && ms[1] == "Running" && ms[3] == "2"
