@@ -412,3 +412,26 @@ func TestReplicasOutsideTheBoundsAreSaid(t *testing.T) {
 		})
 	}, 30*time.Second, 50*time.Millisecond, "no ReplicasClamped Event")
 }
+
+// TestAJobAppliedWhileEtcdIsDownRunsWhenItIsBack applies an ElasticJob
+// while etcd is down, for longer than the controller's backoff grows in
+// a few failures: it runs once etcd is back, with nobody touching it.
+func TestAJobAppliedWhileEtcdIsDownRunsWhenItIsBack(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t, kubeOptions{injected: true, toyEnv: []string{"TOY_STEPS=100000", "TOY_INTERVAL=0.05"}})
+	applyCRDs(t, e.c, e.dyn)
+	e.kubectl(elasticJobYAML("first", 1, ""), "apply", "-f", "-")
+	e.jobStatus("first", "Running at 1", runningAt(1))
+
+	e.etcd.Stop()
+	e.kubectl(elasticJobYAML("later", 2, ""), "apply", "-f", "-")
+	time.Sleep(15 * time.Second)
+	pods, err := e.c.Client.CoreV1().Pods(e.ns).List(t.Context(), metav1.ListOptions{LabelSelector: "elastic.job=later"})
+	require.NoError(t, err)
+	assert.Empty(t, pods.Items, "pods were made for a job whose spec etcd never took")
+	e.etcd.Restart(t)
+	back := time.Now()
+	e.jobStatus("later", "Running at 2", runningAt(2))
+	t.Logf("etcd back → the job applied meanwhile running: %s", time.Since(back).Round(time.Millisecond))
+	e.jobStatus("first", "Running at 1 still", runningAt(1))
+}
