@@ -121,7 +121,7 @@ func measureElasticJobs(ctx context.Context, c *kubetest.Cluster, binary, dir st
 		if err := c.Client.CoreV1().Pods(ns).Delete(ctx, name+"-worker-1", metav1.DeleteOptions{}); err != nil {
 			return out, err
 		}
-		at, gen, err = allStarted(ctx, jobDir, workers, gen)
+		at, _, err = allStarted(ctx, jobDir, workers, gen)
 		if err != nil {
 			return out, fmt.Errorf("pod delete: %w", err)
 		}
