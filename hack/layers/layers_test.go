@@ -34,7 +34,7 @@ var layers = [][]string{
 	// The sidecar; the Kubernetes wing's shared parts.
 	{"sidecar", "handover", "kube/controller", "kube/crds"},
 	// The Kubernetes wing.
-	{"kube/bridge", "kube/jobcontroller", "kube/autoscaler"},
+	{"kube/bridge", "kube/jobcontroller", "kube/autoscaler", "kube/unserved"},
 	// The binary's own parts.
 	{"internal/embedetcd", "internal/etcdclient", "internal/pki", "internal/ociimage", "internal/timeline",
 		"internal/printers", "internal/etcdprobe"},
