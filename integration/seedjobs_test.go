@@ -139,6 +139,17 @@ func (e *kubeEnv) podEnvAt(job, pod string, gen int) map[string]string {
 	return env
 }
 
+// scaleStatus is what a job's scale subresource says of its replicas, as
+// an HPA reads it; -1 if it cannot be read.
+func (e *kubeEnv) scaleStatus(gvr schema.GroupVersionResource, job string) int64 {
+	u, err := e.dyn.Resource(gvr).Namespace(e.ns).Get(e.t.Context(), job, metav1.GetOptions{}, "scale")
+	if err != nil {
+		return -1
+	}
+	n, _, _ := unstructured.NestedInt64(u.Object, "status", "replicas")
+	return n
+}
+
 func podIP(t *testing.T, c *kubetest.Cluster, ns, pod string) string {
 	p, err := c.Client.CoreV1().Pods(ns).Get(t.Context(), pod, metav1.GetOptions{})
 	require.NoError(t, err)
@@ -234,18 +245,10 @@ func TestTheSeedsPaddleJobsAndMSJobRunUnchanged(t *testing.T) {
 	// Worker counts are the workers' alone, not the servers' or the
 	// scheduler's too: in kubectl get's WORKER column, and in the scale
 	// subresource an HPA reads.
-	scaleStatus := func(gvr schema.GroupVersionResource, job string) int64 {
-		u, err := e.dyn.Resource(gvr).Namespace(e.ns).Get(t.Context(), job, metav1.GetOptions{}, "scale")
-		if err != nil {
-			return -1
-		}
-		n, _, _ := unstructured.NestedInt64(u.Object, "status", "replicas")
-		return n
-	}
 	require.Eventually(t, func() bool {
-		return scaleStatus(paddleJobs, "wide-and-deep") == 2 && scaleStatus(msJobs, "ms-widedeep-dataparallel") == 4
+		return e.scaleStatus(paddleJobs, "wide-and-deep") == 2 && e.scaleStatus(msJobs, "ms-widedeep-dataparallel") == 4
 	}, 30*time.Second, 50*time.Millisecond, "the scale subresources never reported the workers: %d and %d",
-		scaleStatus(paddleJobs, "wide-and-deep"), scaleStatus(msJobs, "ms-widedeep-dataparallel"))
+		e.scaleStatus(paddleJobs, "wide-and-deep"), e.scaleStatus(msJobs, "ms-widedeep-dataparallel"))
 	wd, err := e.dyn.Resource(paddleJobs).Namespace(e.ns).Get(t.Context(), "wide-and-deep", metav1.GetOptions{})
 	require.NoError(t, err)
 	ready, _, _ := unstructured.NestedString(wd.Object, "status", "worker", "ready")

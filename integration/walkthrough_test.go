@@ -10,9 +10,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // walkthroughStep is one command of docs/kubernetes.md's walkthrough and
@@ -93,7 +90,9 @@ func TestTheKubernetesWalkthrough(t *testing.T) {
 			}},
 		{command: "kubectl get paddlejob,msjob -n elastic-system -o wide", looks: true, ok: func(out, _ string) bool {
 			pj, ms := row(out, "wide-and-deep"), row(out, "ms-widedeep-dataparallel")
-			return len(pj) >= 8 && len(ms) >= 6 && pj[1] == "Running" && pj[3] == "3/3" && ms[1] == "Running" && ms[3] == "2"
+			// The scale subresources an HPA reads say the same: workers.
+			return len(pj) >= 8 && len(ms) >= 6 && pj[1] == "Running" && pj[3] == "3/3" && ms[1] == "Running" && ms[3] == "2" &&
+				e.scaleStatus(paddleJobs, "wide-and-deep") == 3 && e.scaleStatus(msJobs, "ms-widedeep-dataparallel") == 2
 		}},
 		{command: "kubectl describe msjob ms-widedeep-dataparallel -n elastic-system", looks: true, ok: func(out, _ string) bool {
 			return strings.Contains(out, "MSJobCreated") && strings.Contains(out, "MSJobRunning") && strings.Contains(out, "generation ")
@@ -147,16 +146,7 @@ func TestTheKubernetesWalkthrough(t *testing.T) {
 		t.Logf("%s\n%s", s.command, out)
 	}
 
-	// The scale subresources the walkthrough changed report the workers.
-	scaled := func(gvr schema.GroupVersionResource, job string) int64 {
-		u, err := e.dyn.Resource(gvr).Namespace(e.ns).Get(t.Context(), job, metav1.GetOptions{}, "scale")
-		if err != nil {
-			return -1
-		}
-		n, _, _ := unstructured.NestedInt64(u.Object, "status", "replicas")
-		return n
-	}
-	assert.Equal(t, int64(-1), scaled(paddleJobs, "wide-and-deep"), "the job is gone")
+	assert.Equal(t, int64(-1), e.scaleStatus(paddleJobs, "wide-and-deep"), "the job is gone")
 }
 
 // walkthroughCommands are the command lines of docs/kubernetes.md's
