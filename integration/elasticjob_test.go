@@ -337,8 +337,11 @@ func TestElasticJobCleanPodPolicyAndProblems(t *testing.T) {
 // deploy/all-namespaces' ClusterRole and --all-namespaces: an ElasticJob in
 // another namespace than the coordinator's runs, with its Secret-free
 // sidecars, its ConfigMap and its status.
+//
+// It runs alone, not in parallel: a coordinator of every namespace serves
+// the jobs of every other test on the shared API server too, writing
+// their status from an etcd of its own.
 func TestAllNamespacesRunsTheJobsOfEveryNamespace(t *testing.T) {
-	t.Parallel()
 	e := newKubeEnv(t, kubeOptions{injected: true, allNamespaces: true, toyEnv: []string{"TOY_STEPS=100000", "TOY_INTERVAL=0.05"}})
 	role, cluster := rbacRules(t), mustRead(t, filepath.Join(repoRoot, "deploy", "all-namespaces", "clusterrole.yaml"))
 	assert.Contains(t, cluster, role, "the ClusterRole has the Role's rules, no more and no fewer")
