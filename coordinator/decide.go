@@ -12,8 +12,10 @@ import (
 // view is what the leader knows of one job, read from etcd, and what it
 // measured of it on its own clock. A decision only reads it.
 type view struct {
-	job     string
-	spec    *membership.Spec
+	job  string
+	spec *membership.Spec
+	// specErr says why the spec key's value is not taken: it does not
+	// decode or is invalid. spec is then the last good one, if any.
 	specErr error
 	// specRev and planRev are the revisions of the spec and the plan
 	// (planRev 0 when there is none): the decision's write is conditional
@@ -23,9 +25,11 @@ type view struct {
 	planRev int64
 	// idx holds the valid node records, indexed; a view made by hand
 	// gives nodes instead (in join order), and index builds idx from them.
-	idx     *nodeIndex
-	nodes   []membership.LiveNode
-	plan    *membership.Plan
+	idx   *nodeIndex
+	nodes []membership.LiveNode
+	plan  *membership.Plan
+	// planErr says why no plan is known: the plan, or its rank table,
+	// cannot be read, and no good one was seen before.
 	planErr error
 	// prog is the plan's progress, counted by the actor as acks arrive;
 	// nil in a view made by hand, which counts it from the nodes.
@@ -203,6 +207,18 @@ func store(v view, p membership.Plan, lim limits) (*membership.StoredPlan, error
 	return &stored, nil
 }
 
+// heldStatus is the status of a job held where it is: its phase and
+// counts as last reported, Waiting if none, with msg.
+func heldStatus(v view, msg string) *membership.Status {
+	s := &membership.Status{Phase: membership.JobWaiting}
+	if v.status != nil {
+		c := *v.status
+		s = &c
+	}
+	s.Message = msg
+	return s
+}
+
 // wakeEarlier asks for a decision at at, unless one is asked for sooner.
 func wakeEarlier(d *decision, at time.Time) {
 	if d.wakeAt.IsZero() || at.Before(d.wakeAt) {
@@ -220,10 +236,15 @@ func decideNext(v view, m memo, lim limits, now time.Time) decision {
 		return d
 	case v.spec != nil && v.spec.Cancel != "":
 		return finish(v, now, membership.JobFailed, 1, "cancelled: "+v.spec.Cancel)
-	case v.specErr != nil:
-		return finish(v, now, membership.JobFailed, 1, fmt.Sprintf("invalid spec: %v", v.specErr))
 	case v.planErr != nil:
-		return finish(v, now, membership.JobFailed, 1, fmt.Sprintf("invalid plan: %v", v.planErr))
+		// Whatever runs keeps running (the sidecars keep the last plan
+		// they read); nothing is decided on a plan not known.
+		d.status = heldStatus(v, fmt.Sprintf("the plan cannot be read (%v); waiting for a valid one, what runs keeps running", v.planErr))
+		return d
+	case v.spec == nil && v.specErr != nil:
+		// A job whose only spec is malformed waits for a valid one.
+		d.status = heldStatus(v, fmt.Sprintf("the spec is malformed (%v); waiting for a valid one", v.specErr))
+		return d
 	case v.spec == nil:
 		// No spec: nothing to aim for. A job with nodes says so; a job
 		// with neither spec nor plan (deleted) is left alone.

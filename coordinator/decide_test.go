@@ -83,12 +83,28 @@ func TestDecideFirstGeneration(t *testing.T) {
 		d = decide(view{job: "j"}, memo{}, tm, t0)
 		assert.Equal(t, decision{}, d)
 	})
-	t.Run("an invalid spec fails the job", func(t *testing.T) {
+	t.Run("a job whose only spec is malformed waits, failing nothing", func(t *testing.T) {
 		d := decide(view{job: "j", specErr: errors.New("bad np"), nodes: live("a")}, memo{}, tm, t0)
-		require.NotNil(t, d.plan)
-		assert.Equal(t, membership.JobFailed, d.plan.Result)
-		assert.Equal(t, membership.JobFailed, d.status.Phase)
-		assert.Equal(t, "invalid spec: bad np", d.status.Message)
+		assert.Nil(t, d.plan)
+		assert.Equal(t, membership.JobWaiting, d.status.Phase)
+		assert.Equal(t, "the spec is malformed (bad np); waiting for a valid one", d.status.Message)
+	})
+	t.Run("a malformed spec over a good one changes nothing", func(t *testing.T) {
+		nodes := in(live("a", "b"), membership.NodeRunning, 1)
+		good := spec("2")
+		v := view{job: "j", spec: &good, specErr: errors.New("bad np"), plan: runPlan(1, live("a", "b")), nodes: nodes}
+		d := decide(v, memo{}, tm, t0)
+		assert.Nil(t, d.plan, "the generation stands")
+		assert.Equal(t, membership.JobRunning, d.status.Phase)
+	})
+	t.Run("a plan that cannot be read, and no good one before, holds the job", func(t *testing.T) {
+		running := &membership.Status{Phase: membership.JobRunning, Generation: 4, Members: 2}
+		good := spec("2")
+		d := decide(view{job: "j", spec: &good, planErr: errors.New("garbage"), status: running, nodes: live("a", "b")}, memo{}, tm, t0)
+		assert.Nil(t, d.plan)
+		assert.Equal(t, membership.JobRunning, d.status.Phase)
+		assert.Equal(t, int64(4), d.status.Generation)
+		assert.Contains(t, d.status.Message, "the plan cannot be read (garbage)")
 	})
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,6 +43,20 @@ type jobActor struct {
 	lastTable         *membership.Table // the table of the last plan resolved or written
 	lastSeq           int64
 	invalidLoggedAtRv map[string]int64
+	// malformed are the job's keys whose value does not decode, or is
+	// invalid, by key. The last good value of each stands (the spec, the
+	// plan, a node's record, an eviction) until a valid one replaces it;
+	// what is wrong shows in the status, an event and a metric.
+	malformed map[string]malformedRecord
+	// planRecord is the plan's last good value as stored: put back over
+	// a malformed plan.
+	planRecord []byte
+	// pending are events to write with the next decision.
+	pending []membership.Event
+	// goodTable is the last good snapshot of the plan's rank table, by
+	// chunk, as stored: put back over a malformed chunk.
+	goodTable    map[int][]byte
+	goodTableRef membership.TableRef
 	// lossesSeen is each node's lease-loss count when last seen; it
 	// outlives the node's key, which a lease loss deletes.
 	lossesSeen map[string]int64
@@ -59,6 +75,7 @@ func newJobActor(t *term, job string) *jobActor {
 		t: t, job: job, logger: t.c.logger.With("job", job),
 		wake: make(chan struct{}, 1), nodes: newNodeIndex(), evictions: map[evictionID]membership.Eviction{},
 		takenOver: map[evictionID]bool{}, invalidLoggedAtRv: map[string]int64{}, lossesSeen: map[string]int64{}, retry: retry,
+		malformed: map[string]malformedRecord{},
 	}
 }
 
@@ -159,21 +176,44 @@ func (a *jobActor) applyLocked(jk membership.JobKey, kv membership.KeyValue, now
 		if kv.ModRevision <= a.specRev {
 			return
 		}
-		a.specRev, a.spec, a.specErr = kv.ModRevision, nil, nil
-		if !kv.Deleted {
-			s, err := membership.DecodeSpec(kv.Value)
-			a.spec, a.specErr = ptrOrNil(s, err), err
-			a.noteInvalid(kv, err)
+		a.specRev = kv.ModRevision
+		if kv.Deleted {
+			a.spec, a.specErr = nil, nil
+			a.noteValid(kv.Key)
+			return
 		}
+		// A spec that does not decode, or asks for what cannot be (np 0),
+		// changes nothing: the last good one stands.
+		s, err := membership.DecodeSpec(kv.Value)
+		a.noteInvalid(kv, jk.Kind, err)
+		if err != nil {
+			a.specErr = err
+			return
+		}
+		a.spec, a.specErr = &s, nil
 	case membership.KindPlan:
 		if kv.ModRevision <= a.planRev {
 			return // our own write, already applied
 		}
-		a.planRev, a.plan, a.planErr, a.planExists = kv.ModRevision, nil, nil, !kv.Deleted
-		if !kv.Deleted {
-			p, err := membership.DecodePlan(kv.Value)
-			a.plan, a.planErr = ptrOrNil(p, err), err
-			a.noteInvalid(kv, err)
+		a.planRev, a.planExists = kv.ModRevision, !kv.Deleted
+		if kv.Deleted {
+			a.plan, a.planErr, a.planRecord = nil, nil, nil
+			a.noteValid(kv.Key)
+			return
+		}
+		// A plan that does not decode changes nothing: the last good one
+		// stands, and is put back (restorePlan).
+		p, err := membership.DecodePlan(kv.Value)
+		a.noteInvalid(kv, jk.Kind, err)
+		if err != nil {
+			if a.plan == nil {
+				a.planErr = err
+			}
+			return
+		}
+		a.plan, a.planErr, a.planRecord = &p, nil, kv.Value
+		if p.Table != nil { // its chunks come first, in the same transaction
+			a.checkTableLocked(p.Table.Generation, kv.ModRevision)
 		}
 	case membership.KindStatus:
 		if kv.ModRevision <= a.statusRev {
@@ -181,22 +221,26 @@ func (a *jobActor) applyLocked(jk membership.JobKey, kv membership.KeyValue, now
 		}
 		a.statusRev, a.status = kv.ModRevision, nil
 		if !kv.Deleted {
-			// A malformed status is simply written over.
+			// A malformed status is written over at the next decision.
 			s, err := membership.DecodeStatus(kv.Value)
 			a.status = ptrOrNil(s, err)
+			a.noteInvalid(kv, jk.Kind, err)
+		} else {
+			a.noteValid(kv.Key)
 		}
 	case membership.KindNode:
 		if kv.Deleted {
 			a.nodes.remove(jk.Name)
+			a.noteValid(kv.Key)
 			return
 		}
 		n, err := membership.DecodeLiveNode(kv, jk.Name)
-		if err != nil {
-			a.nodes.remove(jk.Name)
-		} else {
+		if err == nil {
 			a.nodes.put(n, now)
 		}
-		a.noteInvalid(kv, err)
+		// A malformed record over a node's: its last good one stands
+		// while its lease lives (checkNodeLeases).
+		a.noteInvalid(kv, jk.Kind, err)
 		if err == nil {
 			if seen, ok := a.lossesSeen[n.ID]; ok && n.LeaseLosses > seen {
 				a.t.c.metrics.leaseLosses.WithLabelValues(a.job).Add(float64(n.LeaseLosses - seen))
@@ -207,13 +251,14 @@ func (a *jobActor) applyLocked(jk membership.JobKey, kv membership.KeyValue, now
 		id := evictionID{jk.Name, jk.Lease}
 		if kv.Deleted {
 			delete(a.evictions, id)
+			a.noteValid(kv.Key)
 			return
 		}
 		e, err := membership.DecodeEviction(kv.Value)
 		if err == nil && (e.Node != jk.Name || e.Lease != jk.Lease) {
 			err = fmt.Errorf("%w: eviction of %s/%x under the key of %s/%x", membership.ErrInvalidRecord, e.Node, e.Lease, jk.Name, jk.Lease)
 		}
-		a.noteInvalid(kv, err)
+		a.noteInvalid(kv, jk.Kind, err) // a good one before it stands: the fence waits on
 		if err == nil {
 			a.evictions[id] = e
 		}
@@ -221,18 +266,20 @@ func (a *jobActor) applyLocked(jk membership.JobKey, kv membership.KeyValue, now
 		id := evictionID{jk.Name, jk.Lease}
 		if kv.Deleted {
 			delete(a.takenOver, id)
+			a.noteValid(kv.Key)
 			return
 		}
 		t, err := membership.DecodeTakeover(kv.Value)
 		if err == nil && (t.Node != jk.Name || t.Lease != jk.Lease) {
 			err = fmt.Errorf("%w: takeover of %s/%x under the key of %s/%x", membership.ErrInvalidRecord, t.Node, t.Lease, jk.Name, jk.Lease)
 		}
-		a.noteInvalid(kv, err)
+		a.noteInvalid(kv, jk.Kind, err)
 		if err == nil {
 			a.takenOver[id] = true
 		}
 	case membership.KindTable:
 		a.tables.Apply(jk, kv)
+		a.checkTableLocked(jk.Generation, kv.ModRevision)
 	case membership.KindEvent:
 		if seq, err := strconv.ParseInt(jk.Name, 10, 64); err == nil && seq > a.lastSeq {
 			a.lastSeq = seq
@@ -240,13 +287,75 @@ func (a *jobActor) applyLocked(jk membership.JobKey, kv membership.KeyValue, now
 	}
 }
 
-func (a *jobActor) noteInvalid(kv membership.KeyValue, err error) {
-	if err == nil || a.invalidLoggedAtRv[kv.Key] == kv.ModRevision {
+// malformedRecord is what is wrong with a key's value, of which revision.
+type malformedRecord struct {
+	kind membership.KeyKind
+	err  error
+	rev  int64
+	said bool // in an event
+}
+
+// noteInvalid records a key's value as malformed (err) or, err nil, good
+// again.
+func (a *jobActor) noteInvalid(kv membership.KeyValue, kind membership.KeyKind, err error) {
+	if err == nil {
+		a.noteValid(kv.Key)
+		return
+	}
+	if was, ok := a.malformed[kv.Key]; !ok || was.rev != kv.ModRevision {
+		a.malformed[kv.Key] = malformedRecord{kind: kind, err: err, rev: kv.ModRevision}
+	}
+	if a.invalidLoggedAtRv[kv.Key] == kv.ModRevision {
 		return
 	}
 	a.invalidLoggedAtRv[kv.Key] = kv.ModRevision
 	a.t.c.metrics.invalid.Inc()
-	a.logger.Warn("malformed record", "key", kv.Key, "error", err)
+	a.logger.Warn("malformed record; the last good value stands", "key", kv.Key, "error", err)
+}
+
+// checkTableLocked checks the plan's rank table after a change of one of
+// its chunks: one that no longer decodes is malformed (under the key of
+// the job's tables), and put back (restoreTable). A table not whole yet,
+// its chunks still arriving, is neither.
+func (a *jobActor) checkTableLocked(gen, rev int64) {
+	if a.plan == nil || a.plan.Table == nil || a.plan.Table.Generation != gen {
+		return
+	}
+	ref := *a.plan.Table
+	key := a.t.c.cfg.Keys.Tables(a.job)
+	for i := range ref.Chunks {
+		if _, ok := a.tables.Chunk(gen, i); !ok {
+			return
+		}
+	}
+	snapshot, err := a.tables.Snapshot(ref) // every chunk there: the wrong size is malformed
+	if err == nil {
+		_, err = membership.DecodeTableSnapshot(snapshot, ref.Digest)
+	}
+	a.noteInvalid(membership.KeyValue{Key: key, ModRevision: rev}, membership.KindTable, err)
+	if err != nil {
+		return
+	}
+	a.goodTable, a.goodTableRef = map[int][]byte{}, ref
+	for i := range ref.Chunks {
+		c, _ := a.tables.Chunk(gen, i)
+		a.goodTable[i] = c
+	}
+}
+
+// noteValid forgets that a key's value was malformed.
+func (a *jobActor) noteValid(key string) { delete(a.malformed, key) }
+
+// malformedSummary says what is malformed, a key's place under the job
+// and its error, sorted: the status carries it.
+func (a *jobActor) malformedSummary() string {
+	prefix := a.t.c.cfg.Keys.Job(a.job)
+	var parts []string
+	for key, m := range a.malformed {
+		parts = append(parts, fmt.Sprintf("%s: %v", strings.TrimPrefix(key, prefix), m.err))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, "; ")
 }
 
 func ptrOrNil[T any](v T, err error) *T {
@@ -341,6 +450,12 @@ func (a *jobActor) run(ctx context.Context) {
 // followed by its run phase at once. It reports whether it wrote anything.
 func (a *jobActor) reconcile(ctx context.Context) (wakeAt time.Time, wrote bool, err error) {
 	for range 4 {
+		if err := errors.Join(a.restorePlan(ctx), a.restoreTable(ctx)); errors.Is(err, errPlanMoved) {
+			continue
+		} else if err != nil {
+			return time.Time{}, wrote, err
+		}
+		a.checkMalformedNodes(ctx)
 		if err := a.readPlanTable(ctx); err != nil {
 			return time.Time{}, wrote, err
 		}
@@ -360,6 +475,7 @@ func (a *jobActor) reconcile(ctx context.Context) (wakeAt time.Time, wrote bool,
 		if v.plan != nil && v.plan.Phase == membership.PhaseStop {
 			unacked = v.prog.present - v.prog.acked
 		}
+		said, drained := a.reportMalformedLocked(v, &d)
 		a.mu.Unlock()
 		a.t.c.metrics.unacked.WithLabelValues(a.job).Set(float64(unacked))
 		a.memo = d.memo
@@ -378,18 +494,187 @@ func (a *jobActor) reconcile(ctx context.Context) (wakeAt time.Time, wrote bool,
 		}
 		wrote = wrote || d.plan != nil || len(d.events) > 0 || len(d.evict) > 0 || (d.status != nil && !sameStatus(d.status, v.status))
 		err := a.write(ctx, v, d)
+		if err != nil && len(drained) > 0 {
+			a.mu.Lock()
+			a.pending = append(drained, a.pending...) // said with the next decision
+			a.mu.Unlock()
+		}
 		if errors.Is(err, errPlanMoved) {
 			continue // decide again from the plan that is there
 		}
 		if err != nil {
 			return time.Time{}, wrote, err
 		}
+		a.markSaid(said)
 		a.observe()
 		if d.plan == nil {
 			return d.wakeAt, wrote, nil
 		}
 	}
 	return time.Time{}, wrote, nil
+}
+
+// reportMalformedLocked makes the decision say what is malformed: in the
+// status (written over if nothing else changes it), as an event once per
+// malformed value, and in elastic_malformed_records. It returns the values
+// its events say, to be marked once written.
+func (a *jobActor) reportMalformedLocked(v view, d *decision) (said map[string]int64, drained []membership.Event) {
+	summary := a.malformedSummary()
+	switch {
+	case d.status != nil:
+		s := *d.status
+		s.Malformed = summary
+		d.status = &s
+	case v.status != nil && v.status.Malformed != summary:
+		s := *v.status
+		s.Malformed = summary
+		d.status = &s
+	}
+	var gen int64
+	if v.plan != nil {
+		gen = v.plan.Generation
+	} else if v.status != nil {
+		gen = v.status.Generation
+	}
+	drained, a.pending = a.pending, nil
+	d.events = append(d.events, drained...)
+	prefix := a.t.c.cfg.Keys.Job(a.job)
+	said = map[string]int64{}
+	counts := map[membership.KeyKind]int{}
+	for key, m := range a.malformed {
+		counts[m.kind]++
+		if m.said {
+			continue
+		}
+		said[key] = m.rev
+		d.events = append(d.events, membership.Event{Generation: gen, Type: "MalformedRecord",
+			Message: fmt.Sprintf("%s at revision %d: %v; the last good value stands", strings.TrimPrefix(key, prefix), m.rev, m.err)})
+	}
+	a.t.c.metrics.observeMalformed(a.job, counts)
+	return said, drained
+}
+
+// markSaid notes that the events of these malformed values are written.
+func (a *jobActor) markSaid(said map[string]int64) {
+	if len(said) == 0 {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for key, rev := range said {
+		if m, ok := a.malformed[key]; ok && m.rev == rev {
+			m.said = true
+			a.malformed[key] = m
+		}
+	}
+}
+
+// restorePlan puts the last good plan back over a malformed one, if the
+// malformed one is still there: the sidecars, which keep what they run
+// while the plan cannot be read, see their plan again, and a coordinator
+// that takes over finds it.
+func (a *jobActor) restorePlan(ctx context.Context) error {
+	keys := a.t.c.cfg.Keys
+	key := keys.Plan(a.job)
+	a.mu.Lock()
+	m, bad := a.malformed[key]
+	record, rev, plan := a.planRecord, a.planRev, a.plan
+	a.mu.Unlock()
+	if !bad || record == nil || plan == nil {
+		return nil
+	}
+	a.t.c.metrics.writes.Inc()
+	resp, err := a.t.c.cfg.Client.Txn(ctx).
+		If(a.t.fence, clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+		Then(clientv3.OpPut(key, string(record))).
+		Else(clientv3.OpGet(a.t.electionKey), clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("put the last good plan back: %w", err)
+	}
+	if !resp.Succeeded {
+		return a.notCommitted(resp)
+	}
+	a.mu.Lock()
+	if a.planRev == rev {
+		a.planRev = resp.Header.Revision
+		a.noteValid(key)
+	}
+	a.pending = append(a.pending, membership.Event{Generation: plan.Generation, Type: "PlanRestored",
+		Message: fmt.Sprintf("the plan written at revision %d did not decode (%v); the last good plan, generation %d, is back", m.rev, m.err, plan.Generation)})
+	a.mu.Unlock()
+	a.logger.Warn("malformed plan replaced by the last good one", "generation", plan.Generation, "malformed_revision", m.rev)
+	return nil
+}
+
+// restoreTable puts the last good chunks of the plan's rank table back
+// over malformed ones, while the plan is the one they belong to.
+func (a *jobActor) restoreTable(ctx context.Context) error {
+	keys := a.t.c.cfg.Keys
+	key := keys.Tables(a.job)
+	a.mu.Lock()
+	m, bad := a.malformed[key]
+	good, ref, planRev := a.goodTable, a.goodTableRef, a.planRev
+	current := a.plan != nil && a.plan.Table != nil && *a.plan.Table == ref
+	a.mu.Unlock()
+	if !bad || !current || len(good) != ref.Chunks {
+		return nil
+	}
+	ops := make([]clientv3.Op, 0, len(good))
+	for i := range ref.Chunks {
+		ops = append(ops, clientv3.OpPut(keys.TableChunk(a.job, ref.Generation, i), string(good[i])))
+	}
+	a.t.c.metrics.writes.Inc()
+	resp, err := a.t.c.cfg.Client.Txn(ctx).
+		If(a.t.fence, clientv3.Compare(clientv3.ModRevision(keys.Plan(a.job)), "=", planRev)).
+		Then(ops...).
+		Else(clientv3.OpGet(a.t.electionKey), clientv3.OpGet(keys.Plan(a.job))).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("put the last good rank table back: %w", err)
+	}
+	if !resp.Succeeded {
+		return a.notCommitted(resp)
+	}
+	a.mu.Lock()
+	a.pending = append(a.pending, membership.Event{Generation: ref.Generation, Type: "TableRestored",
+		Message: fmt.Sprintf("a chunk of the rank table of generation %d was malformed (%v); the last good table is back", ref.Generation, m.err)})
+	a.mu.Unlock()
+	a.logger.Warn("malformed rank table replaced by the last good one", "generation", ref.Generation)
+	return nil
+}
+
+// checkMalformedNodes drops the last good record of a node whose key now
+// holds a malformed value once that record's lease is gone: a value put
+// without the lease outlives it, and would keep a dead node counted.
+func (a *jobActor) checkMalformedNodes(ctx context.Context) {
+	keys := a.t.c.cfg.Keys
+	a.mu.Lock()
+	leases := map[string]clientv3.LeaseID{}
+	for key, m := range a.malformed {
+		if m.kind != membership.KindNode {
+			continue
+		}
+		jk, ok := keys.ParseJobKey(key)
+		if n, found := a.nodes.lookup(jk.Name); ok && found {
+			leases[jk.Name] = n.Lease
+		}
+	}
+	a.mu.Unlock()
+	for id, lease := range leases {
+		askCtx, cancel := context.WithTimeout(ctx, time.Second)
+		tl, err := a.t.c.cfg.Client.TimeToLive(askCtx, lease)
+		cancel()
+		if err != nil || tl.TTL > 0 {
+			continue
+		}
+		a.mu.Lock()
+		if n, found := a.nodes.lookup(id); found && n.Lease == lease {
+			a.nodes.remove(id)
+			a.logger.Info("node whose record is malformed has lost its lease: gone", "node", id)
+		}
+		a.mu.Unlock()
+	}
 }
 
 // limits are the decisions' limits, from the coordinator's configuration.

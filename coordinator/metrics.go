@@ -39,6 +39,7 @@ type metrics struct {
 	spent        *prometheus.GaugeVec
 	budget       *prometheus.GaugeVec
 	unacked      *prometheus.GaugeVec
+	malformed    *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -55,6 +56,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		invalid: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "elastic_coordinator_invalid_records_total", Help: "Malformed records read from etcd.",
 		}),
+		malformed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "elastic_malformed_records", Help: "The job's records that do not decode or are invalid, by kind; the last good value of each stands meanwhile.",
+		}, []string{"job", "kind"}),
 		writeFails: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "elastic_coordinator_etcd_write_failures_total", Help: "Decisions whose writes etcd failed or refused; each is retried after a backoff.",
 		}),
@@ -98,7 +102,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.leader, m.writes, m.invalid, m.writeFails, m.commitTime, m.generations, m.restarts,
 		m.leaseLosses, m.evictions, m.steps, m.phase, m.members, m.ready, m.worldSize, m.generation, m.npMin, m.npMax,
-		m.spent, m.budget, m.unacked} {
+		m.spent, m.budget, m.unacked, m.malformed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -144,7 +148,7 @@ func (m *metrics) observeStatus(job string, st *membership.Status, spec *members
 // forgetGauges drops a job's gauges: this replica no longer knows its
 // state (it lost the lead), or the job is gone.
 func (m *metrics) forgetGauges(job string) {
-	for _, g := range []*prometheus.GaugeVec{m.phase, m.members, m.ready, m.worldSize, m.generation, m.npMin, m.npMax, m.spent, m.budget, m.unacked} {
+	for _, g := range []*prometheus.GaugeVec{m.phase, m.members, m.ready, m.worldSize, m.generation, m.npMin, m.npMax, m.spent, m.budget, m.unacked, m.malformed} {
 		g.DeletePartialMatch(prometheus.Labels{"job": job})
 	}
 }
@@ -156,6 +160,19 @@ func (m *metrics) forget(job string) {
 		c.DeleteLabelValues(job)
 	}
 	m.steps.DeletePartialMatch(prometheus.Labels{"job": job})
+}
+
+// malformedKinds are the values of elastic_malformed_records' kind label:
+// every record a coordinator decodes.
+var malformedKinds = []membership.KeyKind{membership.KindSpec, membership.KindPlan, membership.KindStatus, membership.KindNode,
+	membership.KindEviction, membership.KindTakeover, membership.KindTable}
+
+// observeMalformed sets how many of a job's records of each kind are
+// malformed now.
+func (m *metrics) observeMalformed(job string, counts map[membership.KeyKind]int) {
+	for _, k := range malformedKinds {
+		m.malformed.WithLabelValues(job, k.String()).Set(float64(counts[k]))
+	}
 }
 
 func (m *metrics) observeSteps(job string, s *membership.Steps) {

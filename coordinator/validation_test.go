@@ -112,23 +112,47 @@ func TestMalformedRecords(t *testing.T) {
 		assert.Equal(t, int64(2), st.Generation)
 	})
 
-	t.Run("a malformed plan fails the job", func(t *testing.T) {
+	t.Run("a malformed plan is put back; the job keeps its generation", func(t *testing.T) {
 		h := newHarness(t)
-		h.startCoordinator("c1", nil)
+		reg := prometheus.NewRegistry()
+		h.startCoordinator("c1", func(c *coordinator.Config) { c.Registerer = reg })
 		h.scale("job", "2")
-		nodes := h.nodes("job", "n0", "n1")
-		h.waitRunning("job", 2, 0)
-
-		_, err := h.cli.Put(t.Context(), h.keys.Plan("job"), `{"generation": "two"}`)
+		h.nodes("job", "n0", "n1")
+		before := h.waitRunning("job", 2, 0)
+		good, err := h.cli.Get(t.Context(), h.keys.Plan("job"))
 		require.NoError(t, err)
-		st := h.waitStatus("job", "Failed", func(s membership.Status) bool { return s.Phase == membership.JobFailed })
-		assert.Contains(t, st.Message, "invalid plan")
-		for _, n := range nodes {
-			res, err := n.Result()
+
+		_, err = h.cli.Put(t.Context(), h.keys.Plan("job"), `{"generation": "two"}`)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			resp, err := h.cli.Get(t.Context(), h.keys.Plan("job"))
+			return err == nil && len(resp.Kvs) == 1 && string(resp.Kvs[0].Value) == string(good.Kvs[0].Value)
+		}, 10*time.Second, 5*time.Millisecond, "the last good plan was not put back")
+		st := h.waitRunning("job", 2, 0)
+		assert.Equal(t, before.Generation, st.Generation, "the generation stands")
+		assert.Equal(t, 1.0, metricValue(t, reg, "elastic_coordinator_invalid_records_total"))
+	})
+	t.Run("a malformed or invalid spec changes nothing until a valid one", func(t *testing.T) {
+		h := newHarness(t)
+		reg := prometheus.NewRegistry()
+		h.startCoordinator("c1", func(c *coordinator.Config) { c.Registerer = reg })
+		h.scale("job", "2")
+		h.nodes("job", "n0", "n1", "n2")
+		before := h.waitRunning("job", 2, 0)
+		for _, bad := range []string{"not json {", `{"np": "-3"}`, `{"np": "0"}`, `{"np": "5:2"}`} {
+			_, err := h.cli.Put(t.Context(), h.keys.Spec("job"), bad)
 			require.NoError(t, err)
-			assert.Equal(t, membership.JobFailed, res.Phase)
-			assert.Equal(t, 1, res.ExitCode)
+			st := h.waitStatus("job", "said the spec is malformed", func(s membership.Status) bool {
+				return strings.HasPrefix(s.Malformed, "spec: ")
+			})
+			assert.Equal(t, membership.JobRunning, st.Phase, "%s", bad)
+			assert.Equal(t, before.Generation, st.Generation, "%s: the generation stands", bad)
 		}
+		// A valid spec is followed as if the bad ones had never been.
+		h.setSpec("job", membership.DefaultSpec(membership.FixedNP(3)))
+		st := h.waitRunning("job", 3, 0)
+		assert.Empty(t, st.Malformed)
+		assert.Equal(t, before.Generation+1, st.Generation)
 	})
 }
 

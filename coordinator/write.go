@@ -265,9 +265,15 @@ func (a *jobActor) committed(rev int64, v view, d decision, status *membership.S
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	keys := a.t.c.cfg.Keys
 	if d.plan != nil && rev > a.planRev {
 		p := *d.plan
 		a.plan, a.planErr, a.planRev, a.planExists = &p, nil, rev, true
+		a.planRecord = []byte(d.stored.Record)
+		a.noteValid(keys.Plan(a.job))
+		if p.Table != nil {
+			a.checkTableLocked(p.Table.Generation, rev)
+		}
 		if t := p.RankTable(); t != nil {
 			a.lastTable = t
 			a.t.c.tables.Put(t)
@@ -275,6 +281,7 @@ func (a *jobActor) committed(rev int64, v view, d decision, status *membership.S
 	}
 	if status != nil && rev > a.statusRev {
 		a.status, a.statusRev = status, rev
+		a.noteValid(keys.Status(a.job))
 	}
 	if seq > a.lastSeq {
 		a.lastSeq = seq

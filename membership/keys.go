@@ -207,6 +207,33 @@ const (
 	KindTakeover
 )
 
+// String names the kind as the metrics and messages do: spec, node, ...
+func (k KeyKind) String() string {
+	switch k {
+	case KindSpec:
+		return "spec"
+	case KindNode:
+		return "node"
+	case KindPlan:
+		return "plan"
+	case KindStatus:
+		return "status"
+	case KindEvent:
+		return "event"
+	case KindBridge:
+		return "bridge"
+	case KindEviction:
+		return "eviction"
+	case KindAutoscaler:
+		return "autoscaler"
+	case KindTable:
+		return "table"
+	case KindTakeover:
+		return "takeover"
+	}
+	return "unknown"
+}
+
 // JobKey is a key of the schema taken apart.
 type JobKey struct {
 	Job  string

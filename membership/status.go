@@ -96,7 +96,10 @@ type Status struct {
 	// (Plan.Interruptions).
 	Interruptions int    `json:"interruptions,omitempty"`
 	Message       string `json:"message,omitempty"`
-	ExitCode      int    `json:"exitCode,omitempty"`
+	// Malformed says which of the job's records do not decode or are
+	// invalid, and why; the last good value of each stands meanwhile.
+	Malformed string `json:"malformed,omitempty"`
+	ExitCode  int    `json:"exitCode,omitempty"`
 	// Steps are the durations of the last generation that reached Running.
 	Steps     *Steps    `json:"steps,omitempty"`
 	UpdatedAt time.Time `json:"updatedAt"`

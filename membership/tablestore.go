@@ -227,6 +227,12 @@ func (s *StoredTables) Apply(jk JobKey, kv KeyValue) {
 	gen[jk.Chunk] = kv.Value
 }
 
+// Chunk returns a stored chunk of generation gen.
+func (s *StoredTables) Chunk(gen int64, i int) ([]byte, bool) {
+	c, ok := s.chunks[gen][i]
+	return c, ok
+}
+
 // Reset forgets every chunk, before a fresh listing.
 func (s *StoredTables) Reset() { clear(s.chunks) }
 

@@ -251,10 +251,14 @@ func (a *Agent) Abandon() { a.once.Do(func() { close(a.abandon) }) }
 func (a *Agent) Run(ctx context.Context) (Result, error) {
 	if a.cfg.Spec != nil {
 		stored, err := membership.CreateSpec(ctx, a.cfg.Client, a.cfg.Keys, a.cfg.Job, *a.cfg.Spec)
-		if err != nil {
+		switch {
+		case errors.Is(err, membership.ErrInvalidRecord):
+			// Someone else's bad write: the coordinator keeps the job's
+			// last good spec, and says so; this node joins all the same.
+			a.logger.Warn("the job's stored spec is malformed; joining without it", "error", err)
+		case err != nil:
 			return Result{}, fmt.Errorf("store job spec: %w", err)
-		}
-		if stored.NP != a.cfg.Spec.NP {
+		case stored.NP != a.cfg.Spec.NP:
 			a.logger.Info("the job's spec sets another np; it wins", "np", stored.NP.String(), "flag_np", a.cfg.Spec.NP.String())
 		}
 	}

@@ -39,7 +39,7 @@ type Job struct {
 
 // NewJob is the job as the list of jobs shows it.
 func NewJob(j jobclient.JobSummary) Job {
-	v := Job{Head: headOf(j.ID, j.Status), Nodes: j.Nodes, Restarts: j.Status.Restarts, Message: j.Status.Message}
+	v := Job{Head: headOf(j.ID, j.Status), Nodes: j.Nodes, Restarts: j.Status.Restarts, Message: StatusMessage(j.Status)}
 	if j.Spec != nil {
 		v.Name = j.Spec.Name
 		if !j.Spec.CreatedAt.IsZero() {

@@ -32,6 +32,7 @@ type Status struct {
 	Restarts    int                          `json:"restarts"`
 	ExitCode    int                          `json:"exitCode"`
 	Message     string                       `json:"message"`
+	Malformed   string                       `json:"malformed,omitempty"`
 	LastRestart *Steps                       `json:"lastRestart"`
 	UpdatedAt   time.Time                    `json:"updatedAt"`
 	Bridge      *membership.BridgeStatus     `json:"bridge,omitempty"`
@@ -42,7 +43,20 @@ type Status struct {
 // NewStatus is the job's status without its name and nodes.
 func NewStatus(job string, s membership.Status) Status {
 	return Status{Head: headOf(job, s), WorldSize: s.WorldSize,
-		Restarts: s.Restarts, ExitCode: s.ExitCode, Message: s.Message, LastRestart: newSteps(s.Steps), UpdatedAt: s.UpdatedAt, Nodes: []Node{}}
+		Restarts: s.Restarts, ExitCode: s.ExitCode, Message: StatusMessage(s), Malformed: s.Malformed, LastRestart: newSteps(s.Steps), UpdatedAt: s.UpdatedAt, Nodes: []Node{}}
+}
+
+// StatusMessage is the status's message, and what of the job's records is
+// malformed, where the tables and pages show a message.
+func StatusMessage(s membership.Status) string {
+	if s.Malformed == "" {
+		return s.Message
+	}
+	bad := "malformed records, the last good values standing: " + s.Malformed
+	if s.Message == "" {
+		return bad
+	}
+	return s.Message + "; " + bad
 }
 
 // LoadStatus reads everything `status` shows of a job: its status, name,

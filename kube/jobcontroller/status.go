@@ -96,6 +96,9 @@ func (t *term) status(u *unstructured.Unstructured, j *Job, old jobv1.ElasticJob
 		if s.Phase == membership.JobRunning && s.Workers > 0 {
 			next.WorkersReady = s.Workers
 		}
+		if s.Malformed != "" {
+			problems = append(problems, "malformed records in etcd, the last good values standing: "+s.Malformed)
+		}
 		if s.Steps != nil {
 			next.LastRestartSeconds = fmt.Sprintf("%.2f", time.Duration(s.Steps.Total).Seconds())
 		}
