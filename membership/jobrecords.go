@@ -1,8 +1,9 @@
 package membership
 
 // JobRecords are the records of a job that followers of the jobs' keys
-// (the Kubernetes bridge, the job controller) keep: each decoded, or nil
-// when it is missing or malformed.
+// (the Kubernetes bridge, the job controller) keep: each decoded, nil
+// when it is missing. A malformed value is not taken: the last good one
+// stands (nil if there was none), as it does for the coordinator.
 type JobRecords struct {
 	Spec   *Spec
 	Plan   *Plan
@@ -22,23 +23,23 @@ type JobRecords struct {
 func (j *JobRecords) Apply(jk JobKey, kv KeyValue) {
 	switch jk.Kind {
 	case KindSpec:
-		j.Spec = decoded(kv, DecodeSpec)
+		j.Spec = decoded(j.Spec, kv, DecodeSpec)
 		j.SpecCreated = 0
 		if !kv.Deleted {
 			j.SpecCreated = kv.CreateRevision
 		}
 	case KindPlan:
-		j.Plan = decoded(kv, DecodePlan)
+		j.Plan = decoded(j.Plan, kv, DecodePlan)
 		j.resolvePlan()
 	case KindTable:
 		j.tables.Apply(jk, kv)
 		j.resolvePlan()
 	case KindStatus:
-		j.Status = decoded(kv, DecodeStatus)
+		j.Status = decoded(j.Status, kv, DecodeStatus)
 	case KindBridge:
-		j.Bridge = decoded(kv, DecodeBridgeStatus)
+		j.Bridge = decoded(j.Bridge, kv, DecodeBridgeStatus)
 	case KindAutoscaler:
-		j.Autoscaler = decoded(kv, DecodeAutoscalerStatus)
+		j.Autoscaler = decoded(j.Autoscaler, kv, DecodeAutoscalerStatus)
 	}
 }
 
@@ -58,15 +59,15 @@ func (j *JobRecords) resolvePlan() {
 	}
 }
 
-// decoded is the record a key holds, or nil if it was deleted or cannot be
-// read.
-func decoded[T any](kv KeyValue, decode func([]byte) (T, error)) *T {
+// decoded is the record a key holds now: nil if it was deleted, the last
+// good one (last) if the new value cannot be read.
+func decoded[T any](last *T, kv KeyValue, decode func([]byte) (T, error)) *T {
 	if kv.Deleted {
 		return nil
 	}
 	v, err := decode(kv.Value)
 	if err != nil {
-		return nil
+		return last
 	}
 	return &v
 }

@@ -16,8 +16,11 @@ func TestJobRecordsFollowTheirKeys(t *testing.T) {
 	assert.Equal(t, 2, j.Spec.NP.Max)
 
 	j.Apply(JobKey{Kind: KindSpec}, KeyValue{Value: []byte(`{"np": "abc"}`)})
-	assert.Nil(t, j.Spec, "a malformed record is no record")
-	j.Apply(JobKey{Kind: KindSpec}, KeyValue{Value: []byte(spec)})
+	require.NotNil(t, j.Spec, "a malformed record changes nothing: the last good one stands")
+	assert.Equal(t, 2, j.Spec.NP.Max)
+	var fresh JobRecords
+	fresh.Apply(JobKey{Kind: KindSpec}, KeyValue{Value: []byte(`{"np": "abc"}`)})
+	assert.Nil(t, fresh.Spec, "a malformed record with none good before is none")
 	j.Apply(JobKey{Kind: KindSpec}, KeyValue{Deleted: true})
 	assert.Nil(t, j.Spec, "a deleted record is gone")
 
