@@ -71,3 +71,61 @@ func FuzzJobRecords(f *testing.F) {
 		_ = decide(v, memo{}, limits{settle: time.Second, stopTimeout: time.Second, retention: time.Hour}, time.Now())
 	})
 }
+
+// TestARelistingKeepsTheLastGoodValues: a watch broken by an etcd election
+// lists the job's keys afresh (reset, then the listing). A key the listing
+// shows malformed keeps the value the actor held before: the spec, the
+// plan, a node's record, an eviction.
+func TestARelistingKeepsTheLastGoodValues(t *testing.T) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:1"}}) // never dialled
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	c, err := New(Config{Client: cli})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := c.cfg.Keys
+	nodes := live("n0", "n1")
+	goodSpec, _ := membership.Encode(spec("2"))
+	stored, err := membership.StorePlan(*runPlan(1, nodes), nil, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	goodNode, _ := membership.Encode(nodes[0].Node)
+	eviction, _ := membership.Encode(membership.Eviction{Node: "n1", Lease: 9, TTLSeconds: 5, By: "bridge"})
+	listing := func(spec, plan, node, evicted string) []membership.KeyValue {
+		kvs := []membership.KeyValue{
+			{Key: keys.Spec("job"), Value: []byte(spec), ModRevision: 2},
+			{Key: keys.Node("job", "n0"), Value: []byte(node), ModRevision: 3, CreateRevision: 3, Lease: nodes[0].Lease},
+			{Key: keys.Eviction("job", "n1", 9), Value: []byte(evicted), ModRevision: 3},
+		}
+		for i, chunk := range stored.Chunks {
+			kvs = append(kvs, membership.KeyValue{Key: keys.TableChunk("job", 1, i), Value: chunk, ModRevision: 4})
+		}
+		return append(kvs, membership.KeyValue{Key: keys.Plan("job"), Value: []byte(plan), ModRevision: 4})
+	}
+	a := newJobActor(newTerm(c, "leader", 1), "job")
+	a.apply(listing(goodSpec, stored.Record, goodNode, eviction))
+	a.reset()
+	a.apply(listing("not json {", "{{", "garbage", "garbage"))
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.spec == nil || a.spec.NP != membership.FixedNP(2) {
+		t.Errorf("the spec was lost: %+v", a.spec)
+	}
+	if a.plan == nil || a.plan.Generation != 1 || a.planErr != nil {
+		t.Errorf("the plan was lost: %+v, %v", a.plan, a.planErr)
+	}
+	if _, ok := a.nodes.lookup("n0"); !ok {
+		t.Error("the node's last good record was lost")
+	}
+	if e := a.evictions[evictionID{"n1", 9}]; e.TTLSeconds != 5 || e.By != "bridge" {
+		t.Errorf("the eviction was lost: %+v", e)
+	}
+	if got := len(a.malformed); got != 4 {
+		t.Errorf("%d malformed keys, want 4: %v", got, a.malformedSummary())
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,6 +54,10 @@ type jobActor struct {
 	planRecord []byte
 	// pending are events to write with the next decision.
 	pending []membership.Event
+	// relisted is what the actor held before a fresh listing (reset): a
+	// key the listing shows malformed takes its value from here, so that
+	// a watch broken by an etcd election forgets no last good value.
+	relisted relistedState
 	// goodTable is the last good snapshot of the plan's rank table, by
 	// chunk, as stored: put back over a malformed chunk.
 	goodTable    map[int][]byte
@@ -93,10 +98,24 @@ type evictionID struct {
 	lease int64
 }
 
-// reset forgets what etcd held, before a fresh listing is applied.
+// relistedState is the last good values held when a fresh listing began.
+type relistedState struct {
+	spec      *membership.Spec
+	plan      *membership.Plan
+	nodes     map[string]membership.LiveNode
+	evictions map[evictionID]membership.Eviction
+}
+
+// reset forgets what etcd held, before a fresh listing is applied, but for
+// the last good values a malformed key keeps (relisted).
 func (a *jobActor) reset() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.relisted = relistedState{spec: a.spec, plan: a.plan, nodes: map[string]membership.LiveNode{}, evictions: maps.Clone(a.evictions)}
+	for _, n := range a.nodes.joinOrder() {
+		a.relisted.nodes[n.ID] = n
+	}
+	clear(a.malformed)
 	a.spec, a.specErr, a.plan, a.planErr, a.status = nil, nil, nil, nil, nil
 	a.specRev, a.planRev, a.statusRev, a.planExists = 0, 0, 0, false
 	a.nodes.reset()
@@ -188,6 +207,9 @@ func (a *jobActor) applyLocked(jk membership.JobKey, kv membership.KeyValue, now
 		a.noteInvalid(kv, jk.Kind, err)
 		if err != nil {
 			a.specErr = err
+			if a.spec == nil {
+				a.spec = a.relisted.spec
+			}
 			return
 		}
 		a.spec, a.specErr = &s, nil
@@ -206,6 +228,10 @@ func (a *jobActor) applyLocked(jk membership.JobKey, kv membership.KeyValue, now
 		p, err := membership.DecodePlan(kv.Value)
 		a.noteInvalid(kv, jk.Kind, err)
 		if err != nil {
+			if a.plan == nil && a.relisted.plan != nil {
+				relisted := *a.relisted.plan
+				a.plan = &relisted
+			}
 			if a.plan == nil {
 				a.planErr = err
 			}
@@ -237,6 +263,10 @@ func (a *jobActor) applyLocked(jk membership.JobKey, kv membership.KeyValue, now
 		n, err := membership.DecodeLiveNode(kv, jk.Name)
 		if err == nil {
 			a.nodes.put(n, now)
+		} else if _, held := a.nodes.lookup(jk.Name); !held {
+			if last, ok := a.relisted.nodes[jk.Name]; ok {
+				a.nodes.put(last, now)
+			}
 		}
 		// A malformed record over a node's: its last good one stands
 		// while its lease lives (checkNodeLeases).
@@ -259,8 +289,17 @@ func (a *jobActor) applyLocked(jk membership.JobKey, kv membership.KeyValue, now
 			err = fmt.Errorf("%w: eviction of %s/%x under the key of %s/%x", membership.ErrInvalidRecord, e.Node, e.Lease, jk.Name, jk.Lease)
 		}
 		a.noteInvalid(kv, jk.Kind, err) // a good one before it stands: the fence waits on
-		if err == nil {
+		switch _, held := a.evictions[id]; {
+		case err == nil:
 			a.evictions[id] = e
+		case held:
+		case a.relisted.evictions[id].Lease != 0:
+			a.evictions[id] = a.relisted.evictions[id]
+		default:
+			// Never seen good: its key still names whom and which lease.
+			// Its TTL is unknown, so the longest is assumed.
+			a.evictions[id] = membership.Eviction{Node: jk.Name, Lease: jk.Lease, TTLSeconds: malformedEvictionTTL,
+				By: "unknown", Reason: "a malformed eviction record", At: now}
 		}
 	case membership.KindTakeover:
 		id := evictionID{jk.Name, jk.Lease}
@@ -286,6 +325,13 @@ func (a *jobActor) applyLocked(jk membership.JobKey, kv membership.KeyValue, now
 		}
 	}
 }
+
+// malformedEvictionTTL is the TTL assumed of an evicted node whose eviction
+// record is malformed and was never read good: an hour. The next
+// generation waits that long after the lease is gone, unless the node is
+// back under that lease, a takeover says its processes are dead, or a
+// valid value or a delete replaces the record.
+const malformedEvictionTTL = 3600
 
 // malformedRecord is what is wrong with a key's value, of which revision.
 type malformedRecord struct {
@@ -455,7 +501,7 @@ func (a *jobActor) reconcile(ctx context.Context) (wakeAt time.Time, wrote bool,
 		} else if err != nil {
 			return time.Time{}, wrote, err
 		}
-		a.checkMalformedNodes(ctx)
+		recheck := a.checkMalformedNodes(ctx)
 		if err := a.readPlanTable(ctx); err != nil {
 			return time.Time{}, wrote, err
 		}
@@ -479,6 +525,14 @@ func (a *jobActor) reconcile(ctx context.Context) (wakeAt time.Time, wrote bool,
 		a.mu.Unlock()
 		a.t.c.metrics.unacked.WithLabelValues(a.job).Set(float64(unacked))
 		a.memo = d.memo
+		if !recheck.IsZero() {
+			wakeEarlier(&d, recheck)
+		}
+		if (d.err != nil || d.deleteJob) && len(drained) > 0 {
+			a.mu.Lock()
+			a.pending = append(drained, a.pending...)
+			a.mu.Unlock()
+		}
 		if d.err != nil {
 			return time.Time{}, wrote, d.err
 		}
@@ -637,6 +691,9 @@ func (a *jobActor) restoreTable(ctx context.Context) error {
 		return a.notCommitted(resp)
 	}
 	a.mu.Lock()
+	if a.planRev == planRev {
+		a.noteValid(key) // the echo of the chunks checks them again
+	}
 	a.pending = append(a.pending, membership.Event{Generation: ref.Generation, Type: "TableRestored",
 		Message: fmt.Sprintf("a chunk of the rank table of generation %d was malformed (%v); the last good table is back", ref.Generation, m.err)})
 	a.mu.Unlock()
@@ -644,38 +701,68 @@ func (a *jobActor) restoreTable(ctx context.Context) error {
 	return nil
 }
 
-// checkMalformedNodes drops the last good record of a node whose key now
-// holds a malformed value once that record's lease is gone: a value put
-// without the lease outlives it, and would keep a dead node counted.
-func (a *jobActor) checkMalformedNodes(ctx context.Context) {
+// checkMalformedNodes keeps a node whose key holds a malformed value
+// while the lease of its last good record lives, and drops it once that
+// lease is gone: a value put without the lease outlives it, and would keep
+// a dead node counted. A member of the running generation whose record
+// was never read good (a leader that took over after the bad write) is
+// kept, as running, while the lease the table names lives. It returns when
+// to look again: while such a node is kept, every few seconds.
+func (a *jobActor) checkMalformedNodes(ctx context.Context) time.Time {
 	keys := a.t.c.cfg.Keys
+	type check struct {
+		lease  clientv3.LeaseID
+		member *membership.Member // the node is not held: keep it as this member
+		gen    int64
+	}
 	a.mu.Lock()
-	leases := map[string]clientv3.LeaseID{}
+	checks := map[string]check{}
 	for key, m := range a.malformed {
 		if m.kind != membership.KindNode {
 			continue
 		}
 		jk, ok := keys.ParseJobKey(key)
-		if n, found := a.nodes.lookup(jk.Name); ok && found {
-			leases[jk.Name] = n.Lease
+		if !ok {
+			continue
+		}
+		if n, held := a.nodes.lookup(jk.Name); held {
+			checks[jk.Name] = check{lease: n.Lease}
+		} else if a.plan != nil && a.plan.Phase == membership.PhaseRun && !a.plan.Unresolved() {
+			if mem, ok := a.plan.Member(jk.Name); ok {
+				checks[jk.Name] = check{lease: clientv3.LeaseID(mem.Lease), member: &mem, gen: a.plan.Generation}
+			}
 		}
 	}
 	a.mu.Unlock()
-	for id, lease := range leases {
+	var again time.Time
+	for id, c := range checks {
 		askCtx, cancel := context.WithTimeout(ctx, time.Second)
-		tl, err := a.t.c.cfg.Client.TimeToLive(askCtx, lease)
+		tl, err := a.t.c.cfg.Client.TimeToLive(askCtx, c.lease)
 		cancel()
-		if err != nil || tl.TTL > 0 {
-			continue
+		alive := err == nil && tl.TTL > 0
+		if err != nil || alive {
+			again = time.Now().Add(malformedNodeRecheck)
 		}
 		a.mu.Lock()
-		if n, found := a.nodes.lookup(id); found && n.Lease == lease {
+		n, held := a.nodes.lookup(id)
+		switch {
+		case alive && !held && c.member != nil:
+			m := c.member
+			a.nodes.put(membership.LiveNode{Node: membership.Node{ID: id, Role: m.Role, Host: m.Host, Ports: m.Ports, NProc: m.NProc,
+				State: membership.NodeRunning, Generation: c.gen}, Lease: c.lease}, a.t.c.now())
+			a.logger.Info("node whose record is malformed kept as the member its lease says it is", "node", id)
+		case err == nil && !alive && held && n.Lease == c.lease:
 			a.nodes.remove(id)
 			a.logger.Info("node whose record is malformed has lost its lease: gone", "node", id)
 		}
 		a.mu.Unlock()
 	}
+	return again
 }
+
+// malformedNodeRecheck is how often the lease of a node whose record is
+// malformed is looked at.
+const malformedNodeRecheck = 2 * time.Second
 
 // limits are the decisions' limits, from the coordinator's configuration.
 func (a *jobActor) limits() limits {

@@ -8,10 +8,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/presence"
 )
 
 func TestScaleRejectsBadInput(t *testing.T) {
@@ -154,6 +156,73 @@ func TestMalformedRecords(t *testing.T) {
 		assert.Empty(t, st.Malformed)
 		assert.Equal(t, before.Generation+1, st.Generation)
 	})
+}
+
+// TestANewLeaderFindingMalformedRecordsChangesNothing: a leader that takes
+// over after garbage was written knows no last good value of its own. A
+// member's record put without its lease (as etcdctl does) keeps the member
+// running while the lease its table names lives; a garbage spec leaves the
+// running generation alone; and an eviction record that is garbage still
+// holds a stop phase for the evicted member, whose TTL is unknown.
+func TestANewLeaderFindingMalformedRecordsChangesNothing(t *testing.T) {
+	h := newHarness(t)
+	c1 := h.startCoordinator("c1", nil)
+	h.scale("job", "2")
+	nodes := h.nodes("job", "n0", "n1")
+	before := h.waitRunning("job", 2, 0)
+	c1.Stop()
+
+	_, err := h.cli.Put(t.Context(), h.keys.Node("job", "n0"), "garbage")
+	require.NoError(t, err)
+	h.startCoordinator("c2", nil)
+	h.waitStatus("job", "said the node's record is malformed", func(s membership.Status) bool { return strings.Contains(s.Malformed, "nodes/n0") })
+	time.Sleep(3 * time.Second) // longer than the node's TTL: a lease check ran, and more
+	st, err := h.client.Status(t.Context(), "job")
+	require.NoError(t, err)
+	assert.Equal(t, before.Generation, st.Generation, "a new leader restarted the job over a malformed node record")
+
+	_, err = h.cli.Put(t.Context(), h.keys.Spec("job"), "not json {")
+	require.NoError(t, err)
+	st = h.waitStatus("job", "said the spec is malformed", func(s membership.Status) bool { return strings.Contains(s.Malformed, "spec") })
+	assert.Equal(t, membership.JobRunning, st.Phase)
+	assert.Equal(t, before.Generation, st.Generation)
+
+	// n0 goes, for real: its lease with it. The job notices.
+	nodes[0].Crash()
+	h.setSpec("job", membership.DefaultSpec(membership.NP{Min: 1, Max: 2}))
+	h.waitStatus("job", "restarted without n0", func(s membership.Status) bool { return s.Generation > before.Generation })
+}
+
+// TestAGarbageEvictionStillHoldsTheFence: a member evicted (its lease
+// revoked while its sidecar is gone and cannot say its processes are
+// dead, as for a frozen node) whose eviction record is then overwritten
+// with garbage, read by a leader that never saw it good, still holds the
+// next generation: the record's key names the node and the lease.
+func TestAGarbageEvictionStillHoldsTheFence(t *testing.T) {
+	h := newHarness(t)
+	c1 := h.startCoordinator("c1", nil)
+	h.scale("job", "2:2")
+	nodes := h.nodes("job", "n0", "n1")
+	before := h.waitRunning("job", 2, 0)
+	resp, err := h.cli.Get(t.Context(), h.keys.Node("job", "n1"))
+	require.NoError(t, err)
+	lease := resp.Kvs[0].Lease
+	c1.Stop()
+	nodes[1].Crash()
+	require.NoError(t, presence.Evict(t.Context(), h.cli, h.keys, presence.EvictRequest{Job: "job", Node: "n1", Lease: clientv3.LeaseID(lease), By: "test"}))
+	_, err = h.cli.Put(t.Context(), h.keys.Eviction("job", "n1", lease), "garbage")
+	require.NoError(t, err)
+	h.node("job", "n2")
+
+	h.startCoordinator("c2", nil)
+	time.Sleep(5 * time.Second) // more than the node's TTL and the stop timeout
+	st, err := h.client.Status(t.Context(), "job")
+	require.NoError(t, err)
+	assert.NotEqual(t, membership.JobRunning, st.Phase, "a generation ran beside an evicted node whose record was garbage: %+v", st)
+	assert.Contains(t, st.Malformed, "evictions/n1")
+	_, err = h.cli.Delete(t.Context(), h.keys.Eviction("job", "n1", lease))
+	require.NoError(t, err)
+	h.waitRunning("job", 2, before.Generation)
 }
 
 // metricValue reads a counter or gauge without labels from reg.

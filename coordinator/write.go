@@ -271,7 +271,13 @@ func (a *jobActor) committed(rev int64, v view, d decision, status *membership.S
 		a.plan, a.planErr, a.planRev, a.planExists = &p, nil, rev, true
 		a.planRecord = []byte(d.stored.Record)
 		a.noteValid(keys.Plan(a.job))
-		if p.Table != nil {
+		if p.Table != nil && len(d.stored.Chunks) == p.Table.Chunks {
+			// The table just written is good: kept to be put back.
+			a.goodTable, a.goodTableRef = map[int][]byte{}, *p.Table
+			for i, c := range d.stored.Chunks {
+				a.goodTable[i] = c
+			}
+		} else if p.Table != nil {
 			a.checkTableLocked(p.Table.Generation, rev)
 		}
 		if t := p.RankTable(); t != nil {

@@ -69,6 +69,10 @@ type RegistrationConfig struct {
 	// OnRenewal, if set, is told of every renewal sent: how long etcd
 	// took to answer, and its error. It must not block.
 	OnRenewal func(latency time.Duration, err error)
+	// ProcessesGone, if set, says whether every process of the node is
+	// known dead (a kill that failed is not): the stop of a lost lease is
+	// recorded (recordStopped) only then. Always, if nil.
+	ProcessesGone func() bool
 }
 
 func (c *RegistrationConfig) setDefaults() error {
@@ -288,6 +292,9 @@ func (r *Registration) Leave(ctx context.Context) error {
 // record, and the coordinator waits out the node's own deadline for it;
 // the node, alive and with its processes stopped, can say so at once.
 func (r *Registration) recordStopped(ctx context.Context, lease clientv3.LeaseID) error {
+	if r.cfg.ProcessesGone != nil && !r.cfg.ProcessesGone() {
+		return fmt.Errorf("the stop of lease %x is not recorded: the node's processes are not known dead", int64(lease))
+	}
 	err := TakeOver(ctx, r.cfg.Client, r.cfg.Keys, TakeoverRequest{Job: r.cfg.Job, Node: r.cfg.Node.ID, Lease: lease, TTL: r.cfg.TTL})
 	if err != nil {
 		return fmt.Errorf("record the stop of lease %x: %w", int64(lease), err)

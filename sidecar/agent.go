@@ -123,6 +123,9 @@ type Agent struct {
 	abandon chan struct{}
 	once    sync.Once
 	current atomic.Pointer[presence.Registration]
+	// unsure is set once a kill or stop of the workload failed: its
+	// processes are not known dead, and no lost lease's stop is recorded.
+	unsure atomic.Bool
 	// running is what Fence checks: the generation whose processes run
 	// and the lease they run under; zero when none runs.
 	runningNow atomic.Pointer[runningGen]
@@ -276,9 +279,11 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 			a.cfg.Observer.Fenced()
 			a.logger.Warn("lease lost: killing the workload")
 			if err := a.cfg.Workload.Kill(context.WithoutCancel(ctx)); err != nil {
+				a.unsure.Store(true)
 				a.logger.Error("kill workload", "error", err)
 			}
 		},
+		ProcessesGone: func() bool { return !a.unsure.Load() },
 	})
 	if err != nil {
 		return Result{}, fmt.Errorf("register node: %w", err)
@@ -454,6 +459,7 @@ func (a *Agent) stopWorkload(ctx context.Context, grace time.Duration) {
 		// is killed, as Stop does when its context ends.
 		a.logger.Info("stop cut short: the sidecar is stopping; the workload was killed")
 	case err != nil:
+		a.unsure.Store(true)
 		a.logger.Error("stop workload", "error", err)
 	}
 	a.exits, a.running = nil, false
