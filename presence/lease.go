@@ -189,6 +189,22 @@ func (r *Registration) create(ctx context.Context, lease clientv3.LeaseID, fence
 			continue // gone in between
 		}
 		holder, rev := clientv3.LeaseID(kvs[0].Lease), kvs[0].ModRevision
+		if holder == 0 {
+			// No sidecar's: a record is always written under a lease.
+			// Someone's hand or script put it there; it is replaced.
+			resp, err := r.cfg.Client.Txn(ctx).
+				If(clientv3.Compare(clientv3.ModRevision(r.key), "=", rev)).
+				Then(clientv3.OpPut(r.key, value, clientv3.WithLease(lease))).
+				Commit()
+			if err != nil {
+				return fenceAt, fmt.Errorf("replace a node record under no lease: %w", err)
+			}
+			if resp.Succeeded {
+				r.logger.Warn("replaced a node record that no lease held", "revision", rev)
+				return fenceAt, nil
+			}
+			continue
+		}
 		if old != 0 && holder == old {
 			if _, err := r.cfg.Client.Revoke(ctx, old); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 				return fenceAt, fmt.Errorf("revoke the previous lease: %w", err)

@@ -211,3 +211,23 @@ func TestAWaitLongerThanTheTTLKeepsTheNewLeaseAlive(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, int64(reg.Lease()), lease)
 }
+
+// TestARecordUnderNoLeaseIsReplaced: a value put over a node's key without
+// a lease, as etcdctl does, is no sidecar's: the node registers over it at
+// once instead of taking it for a live sidecar's.
+func TestARecordUnderNoLeaseIsReplaced(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	keys := membership.DefaultKeys()
+	_, err := cli.Put(t.Context(), keys.Node("job", "n0"), "garbage")
+	require.NoError(t, err)
+	reg, err := presence.Register(t.Context(), presence.RegistrationConfig{
+		Place: presence.Place{Client: cli, Keys: keys, Job: "job", Node: testNode("n0"), TTL: 3 * time.Second},
+	})
+	require.NoError(t, err)
+	t.Cleanup(reg.Close)
+	n, lease, ok := readNode(t, srv, reg.Key())
+	require.True(t, ok)
+	assert.Equal(t, "n0", n.ID)
+	assert.Equal(t, int64(reg.Lease()), lease)
+}
