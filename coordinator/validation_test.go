@@ -134,6 +134,20 @@ func TestMalformedRecords(t *testing.T) {
 		assert.Equal(t, before.Generation, st.Generation, "the generation stands")
 		assert.Equal(t, 1.0, metricValue(t, reg, "elastic_coordinator_invalid_records_total"))
 	})
+	t.Run("a job whose first spec is malformed waits, then starts", func(t *testing.T) {
+		h := newHarness(t)
+		h.startCoordinator("c1", nil)
+		_, err := h.cli.Put(t.Context(), h.keys.Spec("job"), `{"np": "0"}`)
+		require.NoError(t, err)
+		h.nodes("job", "n0", "n1")
+		st := h.waitStatus("job", "waiting, saying why", func(s membership.Status) bool {
+			return s.Phase == membership.JobWaiting && strings.Contains(s.Message, "the spec is malformed")
+		})
+		assert.Contains(t, st.Malformed, "spec")
+		h.setSpec("job", membership.DefaultSpec(membership.FixedNP(2)))
+		st = h.waitRunning("job", 2, 0)
+		assert.Empty(t, st.Malformed)
+	})
 	t.Run("a malformed or invalid spec changes nothing until a valid one", func(t *testing.T) {
 		h := newHarness(t)
 		reg := prometheus.NewRegistry()

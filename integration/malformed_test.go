@@ -175,6 +175,13 @@ func TestAMalformedRecordNeverStopsARunningJob(t *testing.T) {
 		cleared("the "+kind+" deleted", kind)
 	}
 
+	// The Kubernetes bridge's and the autoscaler's reports are theirs:
+	// garbage there changes nothing of the job.
+	put(keys.Bridge("bad"), "{not json")
+	put(keys.Autoscaler("bad"), "{not json")
+	time.Sleep(time.Second)
+	steady("malformed reports of the bridge and the autoscaler")
+
 	// With no coordinator to put it back, a malformed plan leaves the
 	// sidecars running what they run.
 	require.NoError(t, srv.cmd.Process.Signal(syscall.SIGTERM))
