@@ -316,6 +316,20 @@ func (a *jobActor) applyLocked(jk membership.JobKey, kv membership.KeyValue, now
 		if err == nil {
 			a.takenOver[id] = true
 		}
+	case membership.KindBridge, membership.KindAutoscaler:
+		// Their owners' reports, which the coordinator does not act on:
+		// only said when malformed.
+		if kv.Deleted {
+			a.noteValid(kv.Key)
+			return
+		}
+		var err error
+		if jk.Kind == membership.KindBridge {
+			_, err = membership.DecodeBridgeStatus(kv.Value)
+		} else {
+			_, err = membership.DecodeAutoscalerStatus(kv.Value)
+		}
+		a.noteInvalid(kv, jk.Kind, err)
 	case membership.KindTable:
 		a.tables.Apply(jk, kv)
 		a.checkTableLocked(jk.Generation, kv.ModRevision)

@@ -165,7 +165,7 @@ func (m *metrics) forget(job string) {
 // malformedKinds are the values of elastic_malformed_records' kind label:
 // every record a coordinator decodes.
 var malformedKinds = []membership.KeyKind{membership.KindSpec, membership.KindPlan, membership.KindStatus, membership.KindNode,
-	membership.KindEviction, membership.KindTakeover, membership.KindTable}
+	membership.KindEviction, membership.KindTakeover, membership.KindTable, membership.KindBridge, membership.KindAutoscaler}
 
 // observeMalformed sets how many of a job's records of each kind are
 // malformed now.

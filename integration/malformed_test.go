@@ -177,10 +177,14 @@ func TestAMalformedRecordNeverStopsARunningJob(t *testing.T) {
 
 	// The Kubernetes bridge's and the autoscaler's reports are theirs:
 	// garbage there changes nothing of the job.
-	put(keys.Bridge("bad"), "{not json")
-	put(keys.Autoscaler("bad"), "{not json")
-	time.Sleep(time.Second)
-	steady("malformed reports of the bridge and the autoscaler")
+	for kind, key := range map[string]string{"bridge": keys.Bridge("bad"), "autoscaler": keys.Autoscaler("bad")} {
+		put(key, "{not json")
+		said("a malformed "+kind+" report", kind)
+		steady("a malformed " + kind + " report")
+		_, err := c.cli.Delete(ctx, key)
+		require.NoError(t, err)
+		cleared("the "+kind+" report deleted", kind)
+	}
 
 	// With no coordinator to put it back, a malformed plan leaves the
 	// sidecars running what they run.
