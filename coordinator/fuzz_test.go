@@ -9,29 +9,45 @@ import (
 	"github.com/elastictraining/coordinator/membership"
 )
 
+// goodRecords are a coordinator that never reaches etcd (an actor only
+// reads what it is given) and the good records of a running job of two
+// nodes: its spec, its plan stored with its table, a node's record.
+type goodRecords struct {
+	c     *Coordinator
+	nodes []membership.LiveNode
+	spec  string
+	plan  membership.StoredPlan
+	node  string
+}
+
+func newGoodRecords(tb testing.TB) goodRecords {
+	tb.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:1"}}) // never dialled
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = cli.Close() })
+	c, err := New(Config{Client: cli})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r := goodRecords{c: c, nodes: live("n0", "n1")}
+	r.spec, _ = membership.Encode(spec("2"))
+	if r.plan, err = membership.StorePlan(*runPlan(1, r.nodes), nil, nil, 0); err != nil {
+		tb.Fatal(err)
+	}
+	r.node, _ = membership.Encode(r.nodes[0].Node)
+	return r
+}
+
 // FuzzJobRecords writes any value over each record of a running job, as
 // the actor reads them from etcd: whatever it is, the job keeps a spec and
 // a plan (the last good ones, or a new valid value), and a decision is
 // made on it without a panic. A value that does not decode is counted
 // malformed, never taken.
 func FuzzJobRecords(f *testing.F) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:1"}}) // never dialled: the actor only reads
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer cli.Close()
-	c, err := New(Config{Client: cli})
-	if err != nil {
-		f.Fatal(err)
-	}
-	keys := c.cfg.Keys
-	nodes := live("n0", "n1")
-	goodSpec, _ := membership.Encode(spec("2"))
-	stored, err := membership.StorePlan(*runPlan(1, nodes), nil, nil, 0)
-	if err != nil {
-		f.Fatal(err)
-	}
-	goodNode, _ := membership.Encode(nodes[0].Node)
+	r := newGoodRecords(f)
+	c, keys, nodes, goodSpec, stored, goodNode := r.c, r.c.cfg.Keys, r.nodes, r.spec, r.plan, r.node
 	targets := []string{
 		keys.Spec("job"), keys.Plan("job"), keys.Status("job"), keys.Node("job", "n0"),
 		keys.Eviction("job", "n0", 1), keys.Takeover("job", "n0", 1), keys.TableChunk("job", 1, 0), keys.Event("job", 7),
@@ -77,23 +93,8 @@ func FuzzJobRecords(f *testing.F) {
 // shows malformed keeps the value the actor held before: the spec, the
 // plan, a node's record, an eviction.
 func TestARelistingKeepsTheLastGoodValues(t *testing.T) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:1"}}) // never dialled
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	c, err := New(Config{Client: cli})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := c.cfg.Keys
-	nodes := live("n0", "n1")
-	goodSpec, _ := membership.Encode(spec("2"))
-	stored, err := membership.StorePlan(*runPlan(1, nodes), nil, nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	goodNode, _ := membership.Encode(nodes[0].Node)
+	r := newGoodRecords(t)
+	c, keys, nodes, goodSpec, stored, goodNode := r.c, r.c.cfg.Keys, r.nodes, r.spec, r.plan, r.node
 	eviction, _ := membership.Encode(membership.Eviction{Node: "n1", Lease: 9, TTLSeconds: 5, By: "bridge"})
 	listing := func(spec, plan, node, evicted string) []membership.KeyValue {
 		kvs := []membership.KeyValue{
