@@ -480,7 +480,9 @@ func (l *Launcher) stopping(fence bool) *guardProc {
 // Kill kills the running processes at once and refuses to start more until
 // the next deadline: the node is fenced out. It returns when nothing is
 // left; a guard that does not act in time is killed and its processes'
-// remains swept.
+// remains swept, and if some of them still run after that (stuck in the
+// kernel), it says so (ErrLeftRunning): the caller must not count them
+// dead.
 func (l *Launcher) Kill(ctx context.Context) error {
 	g := l.stopping(true)
 	if g == nil {
@@ -498,6 +500,10 @@ func (l *Launcher) Kill(ctx context.Context) error {
 		l.killKnown(g)
 		<-g.dead
 		l.guardDied(g)
+		needle := []byte(guard.EnvGuardID + "=" + g.marker + "\x00")
+		if len(marked(needle)) > 0 || populated(g.cgroupPath()) {
+			return fmt.Errorf("%w: some of guard %s's processes outlived their sweep", ErrLeftRunning, g.marker)
+		}
 	}
 	return nil
 }
