@@ -651,17 +651,9 @@ func (a *jobActor) restorePlan(ctx context.Context) error {
 	if !bad || record == nil || plan == nil {
 		return nil
 	}
-	a.t.c.metrics.writes.Inc()
-	resp, err := a.t.c.cfg.Client.Txn(ctx).
-		If(a.t.fence, clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-		Then(clientv3.OpPut(key, string(record))).
-		Else(clientv3.OpGet(a.t.electionKey), clientv3.OpGet(key)).
-		Commit()
+	resp, err := a.commitOnPlan(ctx, rev, clientv3.OpPut(key, string(record)))
 	if err != nil {
 		return fmt.Errorf("put the last good plan back: %w", err)
-	}
-	if !resp.Succeeded {
-		return a.notCommitted(resp)
 	}
 	a.mu.Lock()
 	if a.planRev == rev {
@@ -692,17 +684,8 @@ func (a *jobActor) restoreTable(ctx context.Context) error {
 	for i := range ref.Chunks {
 		ops = append(ops, clientv3.OpPut(keys.TableChunk(a.job, ref.Generation, i), string(good[i])))
 	}
-	a.t.c.metrics.writes.Inc()
-	resp, err := a.t.c.cfg.Client.Txn(ctx).
-		If(a.t.fence, clientv3.Compare(clientv3.ModRevision(keys.Plan(a.job)), "=", planRev)).
-		Then(ops...).
-		Else(clientv3.OpGet(a.t.electionKey), clientv3.OpGet(keys.Plan(a.job))).
-		Commit()
-	if err != nil {
+	if _, err := a.commitOnPlan(ctx, planRev, ops...); err != nil {
 		return fmt.Errorf("put the last good rank table back: %w", err)
-	}
-	if !resp.Succeeded {
-		return a.notCommitted(resp)
 	}
 	a.mu.Lock()
 	if a.planRev == planRev {

@@ -195,18 +195,8 @@ func (a *jobActor) tableOps(ctx context.Context, planRev int64, stored membershi
 		// Conditional like the plan's own write: a decision made on a
 		// plan that has moved since must not write over the chunks of
 		// the table the new plan names.
-		a.t.c.metrics.writes.Inc()
-		planKey := keys.Plan(a.job)
-		resp, err := a.t.c.cfg.Client.Txn(ctx).
-			If(a.t.fence, clientv3.Compare(clientv3.ModRevision(planKey), "=", planRev)).
-			Then(put).
-			Else(clientv3.OpGet(a.t.electionKey), clientv3.OpGet(planKey)).
-			Commit()
-		if err != nil {
+		if _, err := a.commitOnPlan(ctx, planRev, put); err != nil {
 			return nil, fmt.Errorf("store rank table chunk %d of %d: %w", i+1, len(stored.Chunks), err)
-		}
-		if !resp.Succeeded {
-			return nil, a.notCommitted(resp)
 		}
 	}
 	// Every other table, and chunks left by an attempt at this generation
@@ -222,6 +212,26 @@ func (a *jobActor) tableOps(ctx context.Context, planRev int64, stored membershi
 // transaction, with the plan record, status and events: etcd refuses a
 // request over 1.5 MiB. A larger one is written before it.
 const maxInlineTable = 1 << 20
+
+// commitOnPlan writes ops while this replica leads and the plan is still
+// at planRev; otherwise it returns notCommitted's error (ErrNotLeader, or
+// errPlanMoved with the actor holding the plan that is there).
+func (a *jobActor) commitOnPlan(ctx context.Context, planRev int64, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+	planKey := a.t.c.cfg.Keys.Plan(a.job)
+	a.t.c.metrics.writes.Inc()
+	resp, err := a.t.c.cfg.Client.Txn(ctx).
+		If(a.t.fence, clientv3.Compare(clientv3.ModRevision(planKey), "=", planRev)).
+		Then(ops...).
+		Else(clientv3.OpGet(a.t.electionKey), clientv3.OpGet(planKey)).
+		Commit()
+	if err != nil {
+		return nil, err
+	}
+	if !resp.Succeeded {
+		return nil, a.notCommitted(resp)
+	}
+	return resp, nil
+}
 
 // notCommitted says why a decision's transaction failed: the lead is lost,
 // or the plan moved, which the actor then takes from the answer.
