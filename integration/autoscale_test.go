@@ -81,6 +81,12 @@ func TestTheAutoscalerMakesRoomForAHigherPriorityAndGrowsBack(t *testing.T) {
 	}}
 	_, err := e.c.Client.CoreV1().ResourceQuotas(e.ns).Create(t.Context(), quota, metav1.CreateOptions{})
 	require.NoError(t, err)
+	// The quota holds once the controller-manager has counted it; before
+	// that, a loaded API server may admit a pod past it.
+	require.Eventually(t, func() bool {
+		q, err := e.c.Client.CoreV1().ResourceQuotas(e.ns).Get(t.Context(), quota.Name, metav1.GetOptions{})
+		return err == nil && q.Status.Hard != nil
+	}, 30*time.Second, 20*time.Millisecond, "the quota was never counted")
 	web := e.webDeployment(pool, high.Name, 4)
 	e.waitWorkers(jobs, "the jobs make room for the web pods to come", func(total int) bool { return total <= 6 && total >= 2 })
 	assert.Zero(t, kubetest.RunningPods(t.Context(), e.c.Client, e.ns, "app=web"), "the quota holds the web pods back")
