@@ -111,7 +111,7 @@ bench-recovery: build
 		-out bench/results/recovery.txt
 
 # Each fuzz target for FUZZTIME (the seed corpora also run in `make test`).
-FUZZ_PKGS := ./membership/ ./guard/ ./kube/jobcontroller/ ./trainerenv/ ./coordinator/ ./handover/ ./memckpt/
+FUZZ_PKGS := ./membership/ ./guard/ ./operatorbridge/jobcontroller/ ./trainerenv/ ./coordinator/ ./handover/ ./memckpt/
 fuzz:
 	@for pkg in $(FUZZ_PKGS); do \
 		for target in $$($(GO) test -list 'Fuzz.*' $$pkg | grep ^Fuzz); do \

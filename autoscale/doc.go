@@ -3,7 +3,7 @@
 // (Policy.Decide) over a snapshot of nodes, pods and jobs, with no
 // Kubernetes client in it, so that it is tested, simulated and replayed
 // without a cluster. The Kubernetes side (informers, the scale writes,
-// Events, metrics) is kube/autoscaler's.
+// Events, metrics) is operatorbridge/autoscaler's.
 //
 // It follows PaddlePaddle EDL's autoscaler and departs from it where EDL
 // fell short: a worker counts only where its whole request fits on one node

@@ -23,8 +23,8 @@ import (
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/internal/testkit/kubetest"
-	"github.com/elastictraining/coordinator/kube/bridge"
-	"github.com/elastictraining/coordinator/kube/crds"
+	"github.com/elastictraining/coordinator/operatorbridge"
+	"github.com/elastictraining/coordinator/operatorbridge/crds"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -137,7 +137,7 @@ func TestElasticJobRunsScalesThroughKubectlAndGoesWithItsResource(t *testing.T) 
 	svc, err := e.c.Client.CoreV1().Services(e.ns).Get(t.Context(), "train", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, "None", svc.Spec.ClusterIP)
-	_, err = e.c.Client.CoreV1().ConfigMaps(e.ns).Get(t.Context(), bridge.ConfigMapName("train"), metav1.GetOptions{})
+	_, err = e.c.Client.CoreV1().ConfigMaps(e.ns).Get(t.Context(), operatorbridge.ConfigMapName("train"), metav1.GetOptions{})
 	assert.NoError(t, err, "the bridge writes the endpoint ConfigMap")
 	assert.True(t, hasEvent(e.events("train"), "Created", "StatefulSet train-worker"))
 	table := strings.Fields(e.kubectl("", "get", "elasticjobs", "-o", "wide"))
@@ -211,7 +211,7 @@ func TestElasticJobRunsScalesThroughKubectlAndGoesWithItsResource(t *testing.T) 
 	require.Eventually(t, func() bool {
 		_, stsErr := e.c.Client.AppsV1().StatefulSets(e.ns).Get(t.Context(), "train-worker", metav1.GetOptions{})
 		_, svcErr := e.c.Client.CoreV1().Services(e.ns).Get(t.Context(), "train", metav1.GetOptions{})
-		_, cmErr := e.c.Client.CoreV1().ConfigMaps(e.ns).Get(t.Context(), bridge.ConfigMapName("train"), metav1.GetOptions{})
+		_, cmErr := e.c.Client.CoreV1().ConfigMaps(e.ns).Get(t.Context(), operatorbridge.ConfigMapName("train"), metav1.GetOptions{})
 		return apierrors.IsNotFound(stsErr) && apierrors.IsNotFound(svcErr) && apierrors.IsNotFound(cmErr) &&
 			kubetest.RunningPods(t.Context(), e.c.Client, e.ns, "elastic.job=train") == 0
 	}, 60*time.Second, 50*time.Millisecond, "what the job owned outlived it")
@@ -355,7 +355,7 @@ func TestAllNamespacesRunsTheJobsOfEveryNamespace(t *testing.T) {
 	require.NoError(t, far.createJob(elasticJobYAML("far", 2, "")))
 	far.jobStatus("far", "Running at 2", runningAt(2))
 	require.Eventually(t, func() bool {
-		_, err := e.c.Client.CoreV1().ConfigMaps(far.ns).Get(t.Context(), bridge.ConfigMapName("far"), metav1.GetOptions{})
+		_, err := e.c.Client.CoreV1().ConfigMaps(far.ns).Get(t.Context(), operatorbridge.ConfigMapName("far"), metav1.GetOptions{})
 		return err == nil
 	}, 30*time.Second, 50*time.Millisecond, "the bridge wrote no ConfigMap in the job's namespace")
 

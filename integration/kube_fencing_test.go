@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
-	"github.com/elastictraining/coordinator/kube/bridge"
+	"github.com/elastictraining/coordinator/operatorbridge"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -34,7 +34,7 @@ func TestConfigMapWriteIsRetriedUntilItSucceeds(t *testing.T) {
 
 	e.setRole("")
 	require.Eventually(t, func() bool {
-		cm, err := e.c.Client.CoreV1().ConfigMaps(e.ns).Get(t.Context(), bridge.ConfigMapName("retry"), metav1.GetOptions{})
+		cm, err := e.c.Client.CoreV1().ConfigMaps(e.ns).Get(t.Context(), operatorbridge.ConfigMapName("retry"), metav1.GetOptions{})
 		return err == nil && cm.Annotations[jobv1.AnnotationGeneration] == itoa64(st.Generation)
 	}, 60*time.Second, 20*time.Millisecond, "the ConfigMap of generation %d was never written once RBAC allowed it:\n%s", st.Generation, e.bridge.out)
 	now, err := e.client.Status(t.Context(), "retry")
@@ -51,7 +51,7 @@ func TestConfigMapOfANewerGenerationIsKept(t *testing.T) {
 	t.Parallel()
 	e := newKubeEnv(t, kubeOptions{toyEnv: []string{"TOY_STEPS=100000", "TOY_INTERVAL=1"}})
 	newer := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: bridge.ConfigMapName("kept"), Labels: map[string]string{"elastic.job": "kept"},
+		ObjectMeta: metav1.ObjectMeta{Name: operatorbridge.ConfigMapName("kept"), Labels: map[string]string{"elastic.job": "kept"},
 			Annotations: map[string]string{jobv1.AnnotationGeneration: "100"}},
 		Data: map[string]string{"ELASTIC_GENERATION": "100", "WORLD_SIZE": "8"},
 	}

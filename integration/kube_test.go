@@ -18,7 +18,7 @@ import (
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/internal/testkit/kubetest"
-	"github.com/elastictraining/coordinator/kube/bridge"
+	"github.com/elastictraining/coordinator/operatorbridge"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -117,7 +117,7 @@ func TestBridgeFollowsScaleWithPodsConfigMapAndServices(t *testing.T) {
 
 		var cm *corev1.ConfigMap
 		require.Eventually(t, func() bool {
-			got, err := e.c.Client.CoreV1().ConfigMaps(e.ns).Get(t.Context(), bridge.ConfigMapName("train"), metav1.GetOptions{})
+			got, err := e.c.Client.CoreV1().ConfigMaps(e.ns).Get(t.Context(), operatorbridge.ConfigMapName("train"), metav1.GetOptions{})
 			cm = got
 			return err == nil && got.Annotations[jobv1.AnnotationGeneration] == itoa64(gen)
 		}, 30*time.Second, 20*time.Millisecond, "the ConfigMap never described generation %d", gen)
@@ -150,7 +150,7 @@ func TestBridgeFollowsScaleWithPodsConfigMapAndServices(t *testing.T) {
 	// What the bridge created goes with the workload.
 	require.NoError(t, e.c.Client.AppsV1().StatefulSets(e.ns).Delete(t.Context(), sts.Name, metav1.DeleteOptions{}))
 	require.Eventually(t, func() bool {
-		_, cmErr := e.c.Client.CoreV1().ConfigMaps(e.ns).Get(t.Context(), bridge.ConfigMapName("train"), metav1.GetOptions{})
+		_, cmErr := e.c.Client.CoreV1().ConfigMaps(e.ns).Get(t.Context(), operatorbridge.ConfigMapName("train"), metav1.GetOptions{})
 		svcs, err := e.c.Client.CoreV1().Services(e.ns).List(t.Context(), metav1.ListOptions{LabelSelector: "elastic.job=train"})
 		return apierrors.IsNotFound(cmErr) && err == nil && len(svcs.Items) == 0
 	}, 60*time.Second, 50*time.Millisecond, "the ConfigMap and Services outlived the workload")

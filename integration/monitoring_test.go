@@ -98,7 +98,7 @@ func TestMetricsPassPromtoolAndTheDashboardAndAlertsUseThem(t *testing.T) {
 	}
 	// The bridge's and the autoscaler's are exported with --kubernetes
 	// only: they are looked for in their code.
-	for _, file := range []string{"kube/bridge/metrics.go", "kube/autoscaler/metrics.go"} {
+	for _, file := range []string{"operatorbridge/metrics.go", "operatorbridge/autoscaler/metrics.go"} {
 		src, err := os.ReadFile(filepath.Join(repoRoot, file))
 		require.NoError(t, err)
 		for _, m := range regexp.MustCompile(`Name: "(elastic_\w+)"`).FindAllStringSubmatch(string(src), -1) {

@@ -6,8 +6,9 @@
 // The types are plain structs read from and written to the API server as
 // unstructured objects, so that the project needs no generated code.
 //
-// It is also the Kubernetes wing's shared vocabulary (kube/...): the labels
-// and annotations that tie workloads and pods to a job, the job kinds served
-// (ElasticJob, PaddleJob, MSJob) and the owner a job's etcd spec names.
+// It is also the Kubernetes wing's shared vocabulary (operatorbridge/...):
+// the labels and annotations that tie workloads and pods to a job, the job
+// kinds served (ElasticJob, PaddleJob, MSJob) and the owner a job's etcd
+// spec names.
 // Constants, types and small pure helpers only.
 package v1

@@ -24,7 +24,7 @@ import (
 	"github.com/elastictraining/coordinator/internal/etcdclient"
 	"github.com/elastictraining/coordinator/internal/testkit/kubetest"
 	"github.com/elastictraining/coordinator/jobclient"
-	"github.com/elastictraining/coordinator/kube/bridge"
+	"github.com/elastictraining/coordinator/operatorbridge"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/trainerenv"
 )
@@ -202,7 +202,7 @@ func waitUp(ctx context.Context, c *kubetest.Cluster, ns string, n int) (time.Ti
 			podsAt = time.Now()
 		}
 		if cmAt.IsZero() {
-			cm, err := c.Client.CoreV1().ConfigMaps(ns).Get(ctx, bridge.ConfigMapName("bench"), metav1.GetOptions{})
+			cm, err := c.Client.CoreV1().ConfigMaps(ns).Get(ctx, operatorbridge.ConfigMapName("bench"), metav1.GetOptions{})
 			if err == nil && cm.Data[trainerenv.PaddleTrainersNum] == strconv.Itoa(n) {
 				cmAt = time.Now()
 			}
@@ -228,7 +228,7 @@ func waitSize(ctx context.Context, c *kubetest.Cluster, client *jobclient.Client
 	}
 	for ctx.Err() == nil {
 		pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		cm, cmErr := c.Client.CoreV1().ConfigMaps(ns).Get(ctx, bridge.ConfigMapName("bench"), metav1.GetOptions{})
+		cm, cmErr := c.Client.CoreV1().ConfigMaps(ns).Get(ctx, operatorbridge.ConfigMapName("bench"), metav1.GetOptions{})
 		if err == nil && len(pods.Items) == n && cmErr == nil && cm.Data[trainerenv.PaddleTrainersNum] == strconv.Itoa(n) {
 			return nil
 		}

@@ -25,11 +25,11 @@ import (
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/autoscale"
 	"github.com/elastictraining/coordinator/coordinator"
-	"github.com/elastictraining/coordinator/kube/autoscaler"
-	"github.com/elastictraining/coordinator/kube/bridge"
-	"github.com/elastictraining/coordinator/kube/controller"
-	"github.com/elastictraining/coordinator/kube/jobcontroller"
-	"github.com/elastictraining/coordinator/kube/unserved"
+	"github.com/elastictraining/coordinator/operatorbridge/autoscaler"
+	"github.com/elastictraining/coordinator/operatorbridge"
+	"github.com/elastictraining/coordinator/operatorbridge/controller"
+	"github.com/elastictraining/coordinator/operatorbridge/jobcontroller"
+	"github.com/elastictraining/coordinator/operatorbridge/unserved"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -216,7 +216,7 @@ func (o *kubeOptions) leaderTasks(ctx context.Context, cli *clientv3.Client, key
 		jobsNamespace = "" // every namespace
 	}
 	clients := controller.Clients{Kube: c.kube, Dynamic: c.dyn, Etcd: cli, Keys: keys, Namespace: jobsNamespace, Logger: logger}
-	br, err := bridge.New(bridge.Config{Clients: clients, Workloads: gvrs, Registerer: reg})
+	br, err := operatorbridge.New(operatorbridge.Config{Clients: clients, Workloads: gvrs, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}

@@ -1,2 +1,2 @@
-// Command crds renders the CRDs of kube/crds into deploy/.
+// Command crds renders the CRDs of operatorbridge/crds into deploy/.
 package main

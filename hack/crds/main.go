@@ -5,7 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/elastictraining/coordinator/kube/crds"
+	"github.com/elastictraining/coordinator/operatorbridge/crds"
 )
 
 func main() {

@@ -1,14 +1,18 @@
 // Package layers checks that the project's packages stand in the layers
 // docs/developers.md draws: every import runs down, never up or sideways,
 // the test kit is imported by tests and harnesses only, and no package of
-// the library reaches into internal/, which is the binary's own.
+// the library reaches into internal/, which is the binary's own. It also
+// keeps the top-level folders the user's design card names, with the
+// Kubernetes side in one of them.
 package layers
 
 import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -32,9 +36,9 @@ var layers = [][]string{
 	// The leader's loop, the client API, the trainers' supervisor.
 	{"coordinator", "jobclient", "launcher"},
 	// The sidecar; the Kubernetes wing's shared parts.
-	{"sidecar", "handover", "kube/controller", "kube/crds"},
+	{"sidecar", "handover", "operatorbridge/controller", "operatorbridge/crds"},
 	// The Kubernetes wing.
-	{"kube/bridge", "kube/jobcontroller", "kube/autoscaler", "kube/unserved"},
+	{"operatorbridge", "operatorbridge/jobcontroller", "operatorbridge/autoscaler", "operatorbridge/unserved"},
 	// The binary's own parts.
 	{"internal/embedetcd", "internal/etcdclient", "internal/pki", "internal/ociimage", "internal/timeline",
 		"internal/printers", "internal/etcdprobe"},
@@ -47,12 +51,22 @@ var layers = [][]string{
 // harnesses may import anything, and nothing shipped imports them.
 var harnesses = []string{"bench/", "integration/", "hack/", "internal/testkit/"}
 
+// designCard names the top-level folders of the user's design card; each
+// holds what the card says it holds.
+var designCard = []string{"coordinator", "membership", "launcher", "operatorbridge", "cmd", "testdata", "integration"}
+
+// kubernetesWing is the card's folder for the Kubernetes side: every shipped
+// package that talks to an API server lives beneath it, except the binary's
+// own wiring (cmd/, internal/).
+const kubernetesWing = "operatorbridge"
+
 type pkg struct {
 	ImportPath string
 	Imports    []string
 }
 
 func listPackages(t *testing.T) []pkg {
+	t.Helper()
 	cmd := exec.Command("go", "list", "-json", module+"...")
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
@@ -120,4 +134,47 @@ func TestTheLayersNameRealPackages(t *testing.T) {
 			assert.True(t, have[p], "layers names %s, which is not a package", p)
 		}
 	}
+}
+
+// TestTheDesignCardsFoldersStand keeps the layout the design card names at
+// the top of the repository, and no second home for the Kubernetes side.
+func TestTheDesignCardsFoldersStand(t *testing.T) {
+	root := repoRoot(t)
+	for _, dir := range designCard {
+		info, err := os.Stat(filepath.Join(root, dir))
+		if assert.NoError(t, err, "the design card names the folder %s/", dir) {
+			assert.True(t, info.IsDir(), "%s is not a folder", dir)
+		}
+	}
+	_, err := os.Stat(filepath.Join(root, "kube"))
+	assert.True(t, os.IsNotExist(err), "kube/ is back: the Kubernetes side lives in %s/", kubernetesWing)
+}
+
+// TestKubernetesLivesInTheWing finds every shipped package that imports a
+// Kubernetes client and requires it beneath operatorbridge/.
+func TestKubernetesLivesInTheWing(t *testing.T) {
+	wing := 0
+	for _, p := range listPackages(t) {
+		if isHarness(p.ImportPath) || strings.HasPrefix(p.ImportPath, "cmd/") || strings.HasPrefix(p.ImportPath, "internal/") {
+			continue
+		}
+		inWing := p.ImportPath == kubernetesWing || strings.HasPrefix(p.ImportPath, kubernetesWing+"/")
+		if inWing {
+			wing++
+		}
+		for _, imp := range p.Imports {
+			if strings.HasPrefix(imp, "k8s.io/client-go/") {
+				assert.True(t, inWing, "%s imports %s: the Kubernetes side lives in %s/", p.ImportPath, imp, kubernetesWing)
+				break
+			}
+		}
+	}
+	assert.GreaterOrEqual(t, wing, 6, "%s/ holds the bridge, the job controller, the autoscaler, the CRDs, the controller helper and the unserved reporter", kubernetesWing)
+}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	require.NoError(t, err)
+	return strings.TrimSpace(string(out))
 }

@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
-	"github.com/elastictraining/coordinator/kube/crds"
+	"github.com/elastictraining/coordinator/operatorbridge/crds"
 )
 
 // ApplyElasticJobCRD creates the ElasticJob CRD and waits until ElasticJobs

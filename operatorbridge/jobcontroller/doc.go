@@ -5,7 +5,7 @@
 // the job in the resource's status, with Events. Everything it creates is
 // owned by the job's resource and goes with it.
 //
-// It leaves to the bridge (kube/bridge) what the bridge does for any job:
+// It leaves to the bridge (operatorbridge) what the bridge does for any job:
 // replicas (np's maximum of workers), the endpoint ConfigMap, the per-pod
 // Services of Service mode, evictions and cleanPodPolicy. The resource is
 // the job's source of truth: its spec is written to etcd, and a change of

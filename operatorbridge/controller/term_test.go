@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/elastictraining/coordinator/internal/testkit/etcdtest"
-	"github.com/elastictraining/coordinator/kube/controller"
+	"github.com/elastictraining/coordinator/operatorbridge/controller"
 	"github.com/elastictraining/coordinator/membership"
 )
 

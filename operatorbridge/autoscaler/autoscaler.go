@@ -15,7 +15,7 @@ import (
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/autoscale"
-	"github.com/elastictraining/coordinator/kube/controller"
+	"github.com/elastictraining/coordinator/operatorbridge/controller"
 	"github.com/elastictraining/coordinator/membership"
 )
 

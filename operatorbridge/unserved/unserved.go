@@ -24,7 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
-	"github.com/elastictraining/coordinator/kube/controller"
+	"github.com/elastictraining/coordinator/operatorbridge/controller"
 )
 
 // Defaults of Config.

@@ -1,4 +1,4 @@
-package bridge
+package operatorbridge
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/elastictraining/coordinator/kube/controller"
+	"github.com/elastictraining/coordinator/operatorbridge/controller"
 	"github.com/elastictraining/coordinator/membership"
 )
 

@@ -1,4 +1,4 @@
-package bridge
+package operatorbridge
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
-	"github.com/elastictraining/coordinator/kube/controller"
+	"github.com/elastictraining/coordinator/operatorbridge/controller"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/trainerenv"
 )
