@@ -23,9 +23,9 @@ import (
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/internal/testkit/kubetest"
+	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/operatorbridge"
 	"github.com/elastictraining/coordinator/operatorbridge/crds"
-	"github.com/elastictraining/coordinator/membership"
 )
 
 // applyCRDs applies the CRDs of deploy/ to the shared control plane.

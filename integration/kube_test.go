@@ -18,8 +18,8 @@ import (
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/internal/testkit/kubetest"
-	"github.com/elastictraining/coordinator/operatorbridge"
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/operatorbridge"
 )
 
 func TestDeployManifestsApplyServerSide(t *testing.T) {

@@ -24,8 +24,8 @@ import (
 	"github.com/elastictraining/coordinator/internal/etcdclient"
 	"github.com/elastictraining/coordinator/internal/testkit/kubetest"
 	"github.com/elastictraining/coordinator/jobclient"
-	"github.com/elastictraining/coordinator/operatorbridge"
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/operatorbridge"
 	"github.com/elastictraining/coordinator/trainerenv"
 )
 

@@ -25,12 +25,12 @@ import (
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/autoscale"
 	"github.com/elastictraining/coordinator/coordinator"
-	"github.com/elastictraining/coordinator/operatorbridge/autoscaler"
+	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/operatorbridge"
+	"github.com/elastictraining/coordinator/operatorbridge/autoscaler"
 	"github.com/elastictraining/coordinator/operatorbridge/controller"
 	"github.com/elastictraining/coordinator/operatorbridge/jobcontroller"
 	"github.com/elastictraining/coordinator/operatorbridge/unserved"
-	"github.com/elastictraining/coordinator/membership"
 )
 
 // kubeOptions are the flags of the Kubernetes side of serve.

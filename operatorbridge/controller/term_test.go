@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/elastictraining/coordinator/internal/testkit/etcdtest"
-	"github.com/elastictraining/coordinator/operatorbridge/controller"
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/operatorbridge/controller"
 )
 
 // clients are a controller's, with an etcd client of etcd (none if nil)
