@@ -165,6 +165,7 @@ func decide(v view, m memo, lim limits, now time.Time) decision {
 	if d.plan != nil {
 		d = seal(v, d, lim, now)
 	}
+	carrySpec(v, &d)
 	// An eviction whose lease is not known gone yet is asked about again
 	// soon: the actor asks etcd before each decision.
 	for _, e := range v.fencing() {

@@ -430,6 +430,11 @@ func ptrOrNil[T any](v T, err error) *T {
 // is made under the actor's lock, and only reads it.
 func (a *jobActor) viewLocked() view {
 	v := view{job: a.job, spec: a.spec, specErr: a.specErr, specRev: a.specRev, idx: a.nodes, plan: a.plan, planErr: a.planErr, status: a.status}
+	if v.spec == nil && v.specErr != nil && a.status != nil && a.status.Spec != nil {
+		// A leader new to a job whose spec is malformed: the last good
+		// one is what the status says the job ran under.
+		v.spec = a.status.Spec
+	}
 	if a.planExists {
 		v.planRev = a.planRev
 	}

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -105,6 +106,26 @@ func baseStatus(v view, phase membership.JobPhase, ready int, msg string) *membe
 	return s
 }
 
+// carrySpec makes the status carry the spec the job runs under, so that
+// a client can start a change from it while the stored spec is malformed,
+// and a new leader can run the job on it (Status.Spec). A status that
+// differs only there is written over.
+func carrySpec(v view, d *decision) {
+	if v.spec == nil {
+		return
+	}
+	switch {
+	case d.status != nil && !sameSpec(d.status.Spec, v.spec):
+		s := *d.status
+		s.Spec = v.spec
+		d.status = &s
+	case d.status == nil && v.status != nil && !sameSpec(v.status.Spec, v.spec):
+		s := *v.status
+		s.Spec = v.spec
+		d.status = &s
+	}
+}
+
 // sameStatus compares statuses without their time stamps.
 func sameStatus(a, b *membership.Status) bool {
 	if a == nil || b == nil {
@@ -115,8 +136,18 @@ func sameStatus(a, b *membership.Status) bool {
 	if (x.Steps == nil) != (y.Steps == nil) || (x.Steps != nil && *x.Steps != *y.Steps) {
 		return false
 	}
-	x.Steps, y.Steps = nil, nil
+	if !sameSpec(x.Spec, y.Spec) {
+		return false
+	}
+	x.Steps, y.Steps, x.Spec, y.Spec = nil, nil, nil, nil
 	return x == y
+}
+
+func sameSpec(a, b *membership.Spec) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return reflect.DeepEqual(*a, *b)
 }
 
 // allOf is "all 3 workers succeeded", or "the worker succeeded" for one.

@@ -76,14 +76,51 @@ func TestScaleKeepsTheRestOfTheSpec(t *testing.T) {
 	spec.NP = membership.NP{Min: 2, Max: 6}
 	assert.Equal(t, spec, got)
 
-	// A malformed stored spec is reported and left alone.
+	// A malformed stored spec with no good one behind it (no coordinator
+	// has run the job) is refused, saying what to write, and left alone.
 	_, err = h.cli.Put(t.Context(), h.keys.Spec("job"), "{not json")
 	require.NoError(t, err)
 	_, err = h.client.Scale(t.Context(), "job", membership.FixedNP(3))
-	require.ErrorIs(t, err, membership.ErrInvalidRecord)
+	require.ErrorIs(t, err, membership.ErrNoGoodSpec)
+	assert.ErrorContains(t, err, `write a valid one to /elastic/jobs/job/spec, such as {"np":"2"}`)
 	resp, err := h.cli.Get(t.Context(), h.keys.Spec("job"))
 	require.NoError(t, err)
 	assert.Equal(t, "{not json", string(resp.Kvs[0].Value))
+}
+
+// TestScaleRepairsAMalformedSpec writes garbage, then an np that cannot be,
+// over a running job's spec: the job runs on, and a scale writes the last
+// good spec with the new np, saying that it replaced a malformed value. A
+// coordinator that takes over while the spec is malformed runs the job on
+// the last good spec the status keeps.
+func TestScaleRepairsAMalformedSpec(t *testing.T) {
+	h := newHarness(t)
+	leader := h.startCoordinator("c1", nil)
+	spec := membership.DefaultSpec(membership.FixedNP(2))
+	spec.MaxRestarts = 7
+	h.setSpec("job", spec)
+	h.nodes("job", "n0", "n1", "n2")
+	running := h.waitRunning("job", 2, 0)
+
+	for i, garbage := range []string{"\x00garbage", `{"np":-3,"maxRestarts":7}`} {
+		_, err := h.cli.Put(t.Context(), h.keys.Spec("job"), garbage)
+		require.NoError(t, err)
+		st := h.waitStatus("job", "the spec said malformed", func(s membership.Status) bool { return strings.Contains(s.Malformed, "spec") })
+		assert.Equal(t, running.Generation, st.Generation, "the job runs on under its last good spec")
+		if i == 1 {
+			// A leader new to the job meets the malformed spec first.
+			leader.Stop()
+			leader = h.startCoordinator("c2", nil)
+		}
+
+		np := membership.FixedNP(3 - i)
+		written, err := h.client.Resize(t.Context(), jobclient.ScaleRequest{Job: "job", NP: np})
+		require.NoError(t, err)
+		require.ErrorIs(t, written.Repaired, membership.ErrInvalidRecord)
+		assert.Equal(t, np, written.Spec.NP)
+		assert.Equal(t, 7, written.Spec.MaxRestarts, "the rest of the last good spec")
+		running = h.waitRunning("job", 3-i, running.Generation)
+	}
 }
 
 func TestMalformedRecords(t *testing.T) {

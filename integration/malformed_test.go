@@ -223,3 +223,38 @@ func TestAMalformedRecordNeverStopsARunningJob(t *testing.T) {
 	require.NoError(t, err)
 	c.running(st.Generation+2, 2)
 }
+
+// TestScaleRepairsAMalformedSpec writes garbage, then np -3, over a running
+// job's spec with a plain etcd client; the job runs on under its last good
+// spec, and `coordinator scale --np 3` then takes it to three nodes,
+// writing the last good spec with the new np and saying in one line that it
+// replaced a malformed value.
+func TestScaleRepairsAMalformedSpec(t *testing.T) {
+	t.Parallel()
+	c := newJobCluster(t, "repair")
+	c.serve()
+	for i := range 3 {
+		c.sidecar(fmt.Sprintf("n%d", i), []string{"FT_BEAT=0.05"}, "--np", "2", "--max-restarts", "9")
+	}
+	st := c.running(1, 2)
+	ctx := t.Context()
+	for _, bad := range []string{"\x00garbage {", `{"np": -3, "maxRestarts": 9}`} {
+		_, err := c.cli.Put(ctx, membership.DefaultKeys().Spec("repair"), bad)
+		require.NoError(t, err)
+		said := c.status("said its spec malformed", func(s membership.Status) bool { return strings.Contains(s.Malformed, "spec") })
+		assert.Equal(t, st.Generation, said.Generation, "spec %q: the job runs on", bad)
+	}
+
+	code, stdout, stderr := cli(t, nil, "scale", "--etcd-endpoints", c.etcdURL, "--job", "repair", "--np", "3", "--wait", "--timeout", "60s")
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	assert.Regexp(t, `^job repair: the stored spec was malformed \(.*np.*\); replaced it with the last good spec and np 3\n$`, stderr)
+	assert.Contains(t, stdout, "job repair: np 2 → 3\n")
+	assert.Contains(t, stdout, "job repair runs at np 3")
+
+	c.running(st.Generation+1, 3)
+	spec, err := c.client.Spec(ctx, "repair")
+	require.NoError(t, err, "the stored spec is good again")
+	assert.Equal(t, membership.FixedNP(3), spec.NP)
+	assert.Equal(t, 9, spec.MaxRestarts, "the rest of the spec is the last good one's")
+	c.status("no longer said malformed", func(s membership.Status) bool { return s.Malformed == "" })
+}

@@ -31,9 +31,10 @@ func New(cli *clientv3.Client, keys membership.Keys) *Client {
 
 // Scale sets a job's target np, creating the job's spec with defaults if it
 // has none, and returns the spec as stored. A stored spec that is malformed
-// is left as it is and reported.
+// is replaced by the last good one with the new np (Resize says so).
 func (c *Client) Scale(ctx context.Context, job string, np membership.NP) (membership.Spec, error) {
-	return c.Resize(ctx, ScaleRequest{Job: job, NP: np, Create: true})
+	w, err := c.Resize(ctx, ScaleRequest{Job: job, NP: np, Create: true})
+	return w.Spec, err
 }
 
 // ScaleRequest is a change of a job's target np.
@@ -50,35 +51,39 @@ type ScaleRequest struct {
 }
 
 // Resize changes a job's target np as req says and returns the spec as
-// stored.
-func (c *Client) Resize(ctx context.Context, req ScaleRequest) (membership.Spec, error) {
+// stored. A stored spec that is malformed is replaced by the last good one
+// the coordinator keeps, with the new np, and the result's Repaired says
+// why the old value was malformed; with no good one ever stored it is
+// membership.ErrNoGoodSpec.
+func (c *Client) Resize(ctx context.Context, req ScaleRequest) (membership.SpecWrite, error) {
 	job := req.Job
 	if err := membership.ValidateJobID(job); err != nil {
-		return membership.Spec{}, err
+		return membership.SpecWrite{}, err
 	}
 	target := req.NP
 	if err := target.Validate(); err != nil {
-		return membership.Spec{}, err
+		return membership.SpecWrite{}, err
 	}
-	resp, err := c.cli.Txn(ctx).Then(
-		clientv3.OpGet(c.keys.Spec(job)),
-		clientv3.OpGet(c.keys.Job(job), clientv3.WithPrefix(), clientv3.WithCountOnly()),
-	).Commit()
-	if err != nil {
-		return membership.Spec{}, fmt.Errorf("read spec: %w", err)
-	}
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
-		// A spec written from a Kubernetes resource follows that
-		// resource: a change here would be undone at once.
-		if s, err := membership.DecodeSpec(kvs[0].Value); err == nil && s.Owner != "" {
-			return membership.Spec{}, fmt.Errorf("job %s is run by %s: scale that resource (kubectl scale)", job, s.Owner)
+	if !req.Create {
+		resp, err := c.cli.Get(ctx, c.keys.Job(job), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return membership.SpecWrite{}, fmt.Errorf("read job: %w", err)
 		}
-	} else if resp.Responses[1].GetResponseRange().Count == 0 && !req.Create {
-		return membership.Spec{}, fmt.Errorf("%w: %s", ErrJobNotFound, job)
+		if resp.Count == 0 {
+			return membership.SpecWrite{}, fmt.Errorf("%w: %s", ErrJobNotFound, job)
+		}
 	}
 	initial := membership.DefaultSpec(target)
 	initial.Name = req.Name
-	return membership.UpdateSpec(ctx, c.cli, c.keys, job, func(s *membership.Spec) { s.NP, s.Target = target, 0 }, initial)
+	return membership.UpdateSpec(ctx, c.cli, c.keys, job, func(s *membership.Spec) error {
+		// A spec written from a Kubernetes resource follows that
+		// resource: a change here would be undone at once.
+		if s.Owner != "" {
+			return fmt.Errorf("job %s is run by %s: scale that resource (kubectl scale)", job, s.Owner)
+		}
+		s.NP, s.Target = target, 0
+		return nil
+	}, initial)
 }
 
 // Spec returns a job's spec; ErrJobNotFound when it has none.

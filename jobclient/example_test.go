@@ -29,11 +29,11 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	spec, err := jobs.Resize(ctx, jobclient.ScaleRequest{Job: "resnet", NP: np, Create: true})
+	written, err := jobs.Resize(ctx, jobclient.ScaleRequest{Job: "resnet", NP: np, Create: true})
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("np", spec.NP)
+	fmt.Println("np", written.Spec.NP)
 
 	// No coordinator runs here: the job waits for one, and for its nodes.
 	st, err := jobs.Status(ctx, "resnet")

@@ -177,7 +177,7 @@ func (c *Client) Cancel(ctx context.Context, job, reason string) (membership.Sta
 		if _, err := membership.CreateSpec(ctx, c.cli, c.keys, job, spec); err != nil {
 			return membership.Status{}, err
 		}
-	} else if _, err := membership.UpdateSpec(ctx, c.cli, c.keys, job, func(s *membership.Spec) { s.Cancel = reason }, membership.Spec{}); err != nil {
+	} else if _, err := membership.UpdateSpec(ctx, c.cli, c.keys, job, func(s *membership.Spec) error { s.Cancel = reason; return nil }, membership.Spec{}); err != nil {
 		return membership.Status{}, err
 	}
 	var final membership.Status

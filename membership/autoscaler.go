@@ -45,38 +45,33 @@ var ErrTargetMoot = errors.New("membership: the spec changed; target not set")
 // SetTarget sets a job's Target, provided its np is still np and no
 // resource owns it, in one transaction with the conditions in also (a
 // leader's fence, say). Someone who sets np meanwhile wins: the autoscaler
-// decides again from what they set.
-func SetTarget(ctx context.Context, cli *clientv3.Client, keys Keys, job string, np NP, target int, also ...clientv3.Cmp) (Spec, error) {
+// decides again from what they set. A stored spec that is malformed is
+// replaced by the last good one with the target, as UpdateSpec does.
+func SetTarget(ctx context.Context, cli *clientv3.Client, keys Keys, job string, np NP, target int, also ...clientv3.Cmp) (SpecWrite, error) {
 	key := keys.Spec(job)
-	resp, err := cli.Get(ctx, key)
+	base, err := readSpecBase(ctx, cli, keys, job)
 	if err != nil {
-		return Spec{}, fmt.Errorf("read spec: %w", err)
+		return SpecWrite{}, err
 	}
-	if len(resp.Kvs) != 1 {
-		return Spec{}, ErrTargetMoot
-	}
-	s, err := DecodeSpec(resp.Kvs[0].Value)
-	if err != nil {
-		return Spec{}, fmt.Errorf("job %s: %w", job, err)
-	}
-	if s.NP != np || s.Owner != "" {
-		return Spec{}, ErrTargetMoot
+	s := base.spec
+	if base.rev == 0 || s.NP != np || s.Owner != "" {
+		return SpecWrite{}, ErrTargetMoot
 	}
 	s.Target = target
 	if err := s.Validate(); err != nil {
-		return Spec{}, err
+		return SpecWrite{}, err
 	}
 	val, err := Encode(s)
 	if err != nil {
-		return Spec{}, err
+		return SpecWrite{}, err
 	}
-	conds := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)}, also...)
+	conds := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", base.rev)}, also...)
 	txn, err := cli.Txn(ctx).If(conds...).Then(clientv3.OpPut(key, val)).Commit()
 	if err != nil {
-		return Spec{}, fmt.Errorf("write spec: %w", err)
+		return SpecWrite{}, fmt.Errorf("write spec: %w", err)
 	}
 	if !txn.Succeeded {
-		return Spec{}, ErrTargetMoot
+		return SpecWrite{}, ErrTargetMoot
 	}
-	return s, nil
+	return SpecWrite{Spec: s, Before: &base.spec, Repaired: base.malformed}, nil
 }

@@ -17,18 +17,18 @@ func TestSetTargetYieldsToWhoeverSetNP(t *testing.T) {
 	keys := membership.DefaultKeys()
 	ctx := t.Context()
 	np := membership.NP{Min: 2, Max: 60}
-	_, err := membership.UpdateSpec(ctx, cli, keys, "j", func(s *membership.Spec) {}, membership.DefaultSpec(np))
+	_, err := membership.UpdateSpec(ctx, cli, keys, "j", func(*membership.Spec) error { return nil }, membership.DefaultSpec(np))
 	require.NoError(t, err)
 
 	s, err := membership.SetTarget(ctx, cli, keys, "j", np, 15)
 	require.NoError(t, err)
-	assert.Equal(t, membership.NP{Min: 2, Max: 15}, s.Workers())
+	assert.Equal(t, membership.NP{Min: 2, Max: 15}, s.Spec.Workers())
 
 	_, err = membership.SetTarget(ctx, cli, keys, "j", np, 61)
 	assert.ErrorContains(t, err, "target 61: want 0 (none) or within np 2:60")
 
 	// A decision made on np 2:60 is moot once someone set np 4.
-	_, err = membership.UpdateSpec(ctx, cli, keys, "j", func(s *membership.Spec) { s.NP, s.Target = membership.NP{Min: 4, Max: 4}, 0 }, membership.Spec{})
+	_, err = membership.UpdateSpec(ctx, cli, keys, "j", func(s *membership.Spec) error { s.NP, s.Target = membership.NP{Min: 4, Max: 4}, 0; return nil }, membership.Spec{})
 	require.NoError(t, err)
 	_, err = membership.SetTarget(ctx, cli, keys, "j", np, 20)
 	assert.ErrorIs(t, err, membership.ErrTargetMoot)
@@ -41,7 +41,7 @@ func TestSetTargetYieldsToWhoeverSetNP(t *testing.T) {
 	assert.ErrorIs(t, err, membership.ErrTargetMoot)
 
 	// A spec a resource owns is the resource's to change.
-	_, err = membership.UpdateSpec(ctx, cli, keys, "owned", func(s *membership.Spec) {},
+	_, err = membership.UpdateSpec(ctx, cli, keys, "owned", func(*membership.Spec) error { return nil },
 		membership.Spec{NP: np, FaultTolerance: 1, SuccessPolicy: membership.SuccessAllWorkers, CleanPodPolicy: membership.CleanPodNever, Owner: "ElasticJob/ns/owned/uid"})
 	require.NoError(t, err)
 	_, err = membership.SetTarget(ctx, cli, keys, "owned", np, 4)

@@ -101,7 +101,12 @@ type Status struct {
 	Malformed string `json:"malformed,omitempty"`
 	ExitCode  int    `json:"exitCode,omitempty"`
 	// Steps are the durations of the last generation that reached Running.
-	Steps     *Steps    `json:"steps,omitempty"`
+	Steps *Steps `json:"steps,omitempty"`
+	// Spec is the spec the job runs under: the stored one, or while that
+	// is malformed the last good one. A client that rewrites a malformed
+	// spec starts from it (UpdateSpec), and a new leader runs the job on
+	// it.
+	Spec      *Spec     `json:"spec,omitempty"`
 	UpdatedAt time.Time `json:"updatedAt"`
 }
 
@@ -114,6 +119,11 @@ func (s Status) Validate() error {
 	}
 	if s.Generation < 0 || s.Members < 0 || s.Workers < 0 || s.Workers > s.Members || s.Ready < 0 || s.WorldSize < 0 || s.Restarts < 0 || s.Interruptions < 0 {
 		return fmt.Errorf("status: negative count")
+	}
+	if s.Spec != nil {
+		if err := s.Spec.Validate(); err != nil {
+			return fmt.Errorf("status: spec: %v", err)
+		}
 	}
 	return nil
 }

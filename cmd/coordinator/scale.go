@@ -68,14 +68,22 @@ PaddlePaddle's spelling works too: --elastic_server for --etcd-endpoints and
 					// nothing but the record of how it ended.
 					return fmt.Errorf("job %s has ended (%s: %s); delete it (coordinator delete --job %s) to run it again", name, before.Phase, printers.OrDash(before.Message), name)
 				}
-				spec, err := client.Resize(ctx, jobclient.ScaleRequest{Job: id, NP: target, Create: create, Name: job.specName(id)})
+				written, err := client.Resize(ctx, jobclient.ScaleRequest{Job: id, NP: target, Create: create, Name: job.specName(id)})
 				if errors.Is(err, jobclient.ErrJobNotFound) {
 					return fmt.Errorf("job %s does not exist (no spec, node or status under %s); check --job, or add --create to start it", name, keys.Job(id))
 				}
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(out, "job %s: np %s\n", name, describeChange(before.NP, spec.NP))
+				if written.Repaired != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "job %s: the stored spec was malformed (%s); replaced it with the last good spec and np %s\n",
+						name, english.OneLine(written.Repaired.Error()), written.Spec.NP)
+				}
+				var was membership.NP
+				if written.Before != nil {
+					was = written.Before.NP
+				}
+				fmt.Fprintf(out, "job %s: np %s\n", name, describeChange(was, written.Spec.NP))
 				if !wait {
 					return nil
 				}
@@ -93,12 +101,16 @@ PaddlePaddle's spelling works too: --elastic_server for --etcd-endpoints and
 	return cmd
 }
 
+// describeChange is "2 → 3"; a range given up for an exact np says so,
+// since the job no longer moves within it.
 func describeChange(before, after membership.NP) string {
-	switch before {
-	case membership.NP{}:
+	switch {
+	case before == membership.NP{}:
 		return after.String()
-	case after:
+	case before == after:
 		return after.String() + " (unchanged)"
+	case before.Min != before.Max && after.Min == after.Max:
+		return fmt.Sprintf("%s → %s (the range %s is replaced: the job now runs at exactly %d)", before, after, before, after.Min)
 	}
 	return before.String() + " → " + after.String()
 }

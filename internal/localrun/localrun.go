@@ -97,7 +97,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	if st, err := client.Status(ctx, cfg.Job); err == nil && st.Phase.Done() {
 		return 1, fmt.Errorf("job %s already ended (%s) in %s; use another --job or --data-dir", cfg.Job, st.Phase, dataDir)
 	}
-	if _, err := membership.UpdateSpec(ctx, cli, keys, cfg.Job, func(s *membership.Spec) { *s = cfg.Spec }, cfg.Spec); err != nil {
+	if _, err := membership.UpdateSpec(ctx, cli, keys, cfg.Job, func(s *membership.Spec) error { *s = cfg.Spec; return nil }, cfg.Spec); err != nil {
 		return 1, fmt.Errorf("store the job's spec: %w", err)
 	}
 	fmt.Fprintf(cfg.Out, "coordinator run: etcd serves on %s; job %s, np %s\n", srv.ClientURL(), cfg.Job, cfg.Spec.NP)

@@ -28,7 +28,15 @@ func (t *term) apply(ctx context.Context, j *jobView, workers int) error {
 		if f, ok := presence.LeaderFence(ctx); ok {
 			fence = append(fence, f)
 		}
-		_, err := membership.SetTarget(ctx, t.cfg.Etcd, t.cfg.Keys, j.id, j.spec.NP, workers, fence...)
+		w, err := membership.SetTarget(ctx, t.cfg.Etcd, t.cfg.Keys, j.id, j.spec.NP, workers, fence...)
+		if err == nil && w.Repaired != nil {
+			t.logger.Warn("the job's stored spec was malformed; replaced with the last good one and the new target",
+				"job", j.id, "target", workers, "malformed", w.Repaired)
+			if ref := t.eventRef(j); ref != nil {
+				t.Recorder.Eventf(ref, corev1.EventTypeWarning, "MalformedSpecReplaced",
+					"the stored spec was malformed (%v); replaced with the last good spec, target %d", w.Repaired, workers)
+			}
+		}
 		return err
 	}
 	kind, _ := jobv1.JobKindNamed(j.owner.Kind)

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
+	"github.com/elastictraining/coordinator/english"
 	"github.com/elastictraining/coordinator/etcdauth"
 	"github.com/elastictraining/coordinator/membership"
 )
@@ -115,6 +116,7 @@ func (t *term) writeSpec(ctx context.Context, u *unstructured.Unstructured, j Jo
 	}
 	cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
 	var before *membership.Spec
+	var malformed error
 	if len(resp.Kvs) == 1 {
 		stored, err := membership.DecodeSpec(resp.Kvs[0].Value)
 		switch {
@@ -138,6 +140,7 @@ func (t *term) writeSpec(ctx context.Context, u *unstructured.Unstructured, j Jo
 			cmp = clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)
 		default:
 			// Malformed: this resource's spec replaces it.
+			malformed = err
 			cmp = clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)
 		}
 	}
@@ -156,6 +159,10 @@ func (t *term) writeSpec(ctx context.Context, u *unstructured.Unstructured, j Jo
 		return "", fmt.Errorf("the etcd spec of job %s changed while it was written, or the lead was lost", j.ID)
 	}
 	switch {
+	case malformed != nil:
+		t.logger.Warn("the job's etcd spec was malformed; replaced with the resource's", "job", j.ID, "malformed", malformed)
+		t.Recorder.Eventf(u, corev1.EventTypeWarning, "MalformedSpecReplaced", "the etcd spec of job %s was malformed (%s); replaced with this %s's, np %s",
+			j.ID, english.OneLine(malformed.Error()), j.Owner.Kind, j.Spec.Workers())
 	case before == nil:
 		t.logger.Info("job spec written", "job", j.ID, "np", j.Spec.Workers().String())
 	case before.Workers() != j.Spec.Workers():
