@@ -10,6 +10,7 @@ import (
 	"path"
 	"reflect"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -329,7 +330,9 @@ func goMessage(p Proc, env []string) ([]byte, error) {
 			return nil, err
 		}
 	}
-	m := map[string]any{"argv": py.sysArgv(), "cwd": dir}
+	// title is the command line ps and pgrep -f show of the rank: the
+	// user's command, as a cold start shows it.
+	m := map[string]any{"argv": py.sysArgv(), "cwd": dir, "title": strings.Join(p.Argv, " ")}
 	vars := map[string]string{}
 	for _, kv := range env {
 		if i := bytes.IndexByte([]byte(kv), '='); i > 0 {

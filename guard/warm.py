@@ -5,8 +5,33 @@
 # unchanged command. It starts no thread, keeps no socket open and touches no
 # device: all it holds when the command starts is what the imports made, in a
 # process that was exec'd, never forked.
+# Its command line (ps, pgrep -f) reads as a warm interpreter while it waits,
+# and as the user's command once it becomes it.
 # Standard library only; Python 3.8 and later.
 import sys
+
+
+def _retitle(title):
+    # The kernel shows a process's command line from its arguments' memory,
+    # arg_start..arg_end in /proc/self/stat (fields 48 and 49), here this
+    # bootstrap's source. The title is written over it in place, as
+    # setproctitle(3) does: ended by a NUL, the rest NULs but the last
+    # byte, which tells the kernel to read one string up to that NUL.
+    # Python copied its arguments at start-up; nothing reads these bytes.
+    try:
+        import ctypes
+
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read()
+        fields = stat[stat.rindex(b")") + 2:].split()
+        start, end = int(fields[45]), int(fields[46])
+        size = end - start
+        data = title.encode("utf-8", "replace")[: size - 2] + b"\0"
+        if size < 2 or not data.strip(b"\0"):
+            return
+        ctypes.memmove(start, data + b"\0" * (size - len(data) - 1) + b" ", size)
+    except Exception:
+        pass
 
 
 def _warm():
@@ -17,6 +42,8 @@ def _warm():
     # sys.argv: -c, sys.path[0] as the command will have it, the modules.
     path0, modules = sys.argv[1], sys.argv[2:]
     del sys.argv[1:]
+    interpreter = os.path.basename(getattr(sys, "orig_argv", [sys.executable])[0] or "python")
+    _retitle("%s [warm interpreter, preloaded: %s]" % (interpreter, ", ".join(modules)))
     safe_path = getattr(sys.flags, "safe_path", False) or sys.flags.isolated
     if not safe_path and sys.path and sys.path[0] == "" and path0:
         # Imported as the command would import them.
@@ -75,6 +102,8 @@ def _warm():
         sys.path[at:at] = new
 
     _await_store(msg["env"])
+    if msg.get("title"):
+        _retitle(msg["title"])
     sys.argv[:] = msg["argv"]
     if "script" in msg:
         _run_script(msg["script"], safe_path)

@@ -28,11 +28,14 @@ with open(os.path.join(os.environ["WARM_DIR"], "imports"), "a") as f:
 `
 
 // trainScript prints what it sees, then does what MODE says.
+// Its command line, as ps shows it, is printed with "_" for a space.
 const trainScript = `import os, signal, sys, time
 import warmmark
-print("pid=%d preloaded_by=%d rank=%s gen=%s name=%s argv=%s cwd=%s keep=%s" % (
+with open("/proc/self/cmdline", "rb") as f:
+    cmdline = f.read().replace(b"\0", b" ").strip().decode().replace(" ", "_")
+print("pid=%d preloaded_by=%d rank=%s gen=%s name=%s argv=%s cwd=%s keep=%s cmdline=%s" % (
     os.getpid(), warmmark.IMPORTED_BY, os.environ.get("RANK"), os.environ.get("ELASTIC_GENERATION"),
-    __name__, ",".join(sys.argv), os.getcwd(), os.environ.get("KEEP")), flush=True)
+    __name__, ",".join(sys.argv), os.getcwd(), os.environ.get("KEEP"), cmdline), flush=True)
 mode = os.environ.get("MODE", "ok")
 if mode == "raise" and os.environ.get("RANK") == "1":
     raise ValueError("boom")
@@ -163,6 +166,11 @@ func TestAWarmInterpreterBecomesTheScript(t *testing.T) {
 			assert.Equal(t, 0, wait(t, j.run(t, 3)).Code, "the first generation runs cold")
 			warm := j.warmReady(t, 2)
 			assert.Len(t, j.imports()["cold"], 2)
+			for _, pid := range warm {
+				// An idle warm interpreter says what it is, not its
+				// bootstrap's source, and not the user's command.
+				assert.Equal(t, "python3 [warm interpreter, preloaded: warmmark]", cmdline(pid))
+			}
 
 			assert.Equal(t, 0, wait(t, j.run(t, 4)).Code)
 			for rank := range 2 {
@@ -175,6 +183,9 @@ func TestAWarmInterpreterBecomesTheScript(t *testing.T) {
 				assert.Equal(t, "train.py,a1", f["argv"])
 				assert.Equal(t, j.dir, f["cwd"])
 				assert.Equal(t, "base", f["keep"])
+				// ps and pgrep -f show the user's command, as for a
+				// cold start.
+				assert.Equal(t, "python3_-u_train.py_a1", f["cmdline"])
 			}
 			assert.Len(t, j.imports()["cold"], 2, "a warm generation imports nothing again")
 			assert.Len(t, j.imports()["warm"], 2, "each warm interpreter imported the module once")
@@ -339,4 +350,10 @@ func TestPreloadIsIgnoredForAnotherProgram(t *testing.T) {
 
 	_, err = launcher.New(launcher.Config{Command: []string{"python3", "x.py"}, Guard: guardCommand("auto"), Preload: []string{"a-b"}})
 	require.ErrorContains(t, err, `preload "a-b": not a Python module name`)
+}
+
+// cmdline is a process's command line as ps shows it.
+func cmdline(pid int) string {
+	data, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	return strings.TrimSpace(strings.ReplaceAll(string(data), "\x00", " "))
 }

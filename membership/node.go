@@ -83,6 +83,10 @@ type Node struct {
 	// killed by a signal).
 	ExitCode int    `json:"exitCode,omitempty"`
 	Message  string `json:"message,omitempty"`
+	// PIDs are, while State is running, the process ids of the node's
+	// training processes by local rank, as the node's PID namespace (its
+	// pod's) numbers them: what a person looks for in ps or py-spy.
+	PIDs []int `json:"pids,omitempty"`
 	// CannotStart, with State failed, says the training command could not
 	// be started at all (not found, not executable): no restart mends
 	// that, and the job fails without spending one.

@@ -37,6 +37,13 @@ type Workload interface {
 	SetDeadline(lease int64, at time.Time)
 }
 
+// processIDs is a workload whose processes have ids, which the node's
+// record shows while they run (status's PIDS).
+type processIDs interface {
+	// Pids are the running processes' ids by local rank.
+	Pids() []int
+}
+
 // Assignment is one node's part in a generation.
 type Assignment struct {
 	Job    string
@@ -427,7 +434,13 @@ func (a *Agent) follow(ctx context.Context, p membership.Plan) (Result, bool) {
 		a.exits, a.running, a.startedLease = exits, true, m.Lease
 		a.cfg.Observer.Started(p.Generation)
 		a.logger.Info("started", "generation", p.Generation, "rank", m.Rank, "world_size", p.WorldSize)
-		a.ack(ctx, membership.NodeRunning, p.Generation, 0)
+		var pids []int
+		if w, ok := a.cfg.Workload.(processIDs); ok {
+			pids = w.Pids()
+		}
+		a.write(ctx, membership.NodeRunning, p.Generation, func(n *membership.Node) {
+			n.State, n.Generation, n.ExitCode, n.Message, n.CannotStart, n.PIDs = membership.NodeRunning, p.Generation, 0, "", false, pids
+		})
 	}
 	return Result{}, false
 }
@@ -474,7 +487,7 @@ func (a *Agent) ack(ctx context.Context, state membership.NodeState, gen int64, 
 // over) or ctx is done.
 func (a *Agent) ackMessage(ctx context.Context, state membership.NodeState, gen int64, code int, msg string) bool {
 	return a.write(ctx, state, gen, func(n *membership.Node) {
-		n.State, n.Generation, n.ExitCode, n.Message, n.CannotStart = state, gen, code, msg, false
+		n.State, n.Generation, n.ExitCode, n.Message, n.CannotStart, n.PIDs = state, gen, code, msg, false, nil
 	})
 }
 
@@ -482,7 +495,7 @@ func (a *Agent) ackMessage(ctx context.Context, state membership.NodeState, gen 
 // restart can start it.
 func (a *Agent) ackFailure(ctx context.Context, gen int64, code int, msg string, cannot bool) bool {
 	return a.write(ctx, membership.NodeFailed, gen, func(n *membership.Node) {
-		n.State, n.Generation, n.ExitCode, n.Message, n.CannotStart = membership.NodeFailed, gen, code, msg, cannot
+		n.State, n.Generation, n.ExitCode, n.Message, n.CannotStart, n.PIDs = membership.NodeFailed, gen, code, msg, cannot, nil
 	})
 }
 

@@ -93,7 +93,7 @@ func (f *etcdFlags) keys() (membership.Keys, error) {
 // signals go.
 func (f *etcdFlags) untilSignalled(ctx context.Context) (_ context.Context, _ *clientv3.Client, _ membership.Keys, stop func(), _ error) {
 	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
-	cli, keys, err := f.client(ctx)
+	cli, keys, err := f.client(ctx, etcdprobe.WaitForEtcd)
 	if err != nil {
 		stopSignals()
 		return nil, nil, keys, nil, err
@@ -102,8 +102,10 @@ func (f *etcdFlags) untilSignalled(ctx context.Context) (_ context.Context, _ *c
 }
 
 // client builds an etcd client from the flags and checks that etcd answers
-// within the dial timeout, so that an unreachable etcd is one clear error.
-func (f *etcdFlags) client(ctx context.Context) (*clientv3.Client, membership.Keys, error) {
+// within the dial timeout, so that an unreachable etcd is one clear error;
+// wait says whether a refused connection is waited out (a daemon) or said
+// at once (a command).
+func (f *etcdFlags) client(ctx context.Context, wait etcdprobe.Wait) (*clientv3.Client, membership.Keys, error) {
 	if f.envErr != nil && !f.fs.Changed("dial-timeout") {
 		return nil, membership.Keys{}, usageError{f.envErr}
 	}
@@ -135,7 +137,7 @@ func (f *etcdFlags) client(ctx context.Context) (*clientv3.Client, membership.Ke
 	// What answers at the endpoints, found out at once: a wrong port or a
 	// TLS mismatch is not a timeout. One endpoint that may be etcd is
 	// enough to go on.
-	answering, err := etcdprobe.Endpoints(ctx, endpoints, tlsConfig, f.dialTimeout)
+	answering, err := etcdprobe.Endpoints(ctx, endpoints, tlsConfig, f.dialTimeout, wait)
 	if err != nil {
 		return nil, keys, fmt.Errorf("etcd at %s: %w", strings.Join(endpoints, ","), err)
 	}

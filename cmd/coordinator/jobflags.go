@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 
+	"github.com/elastictraining/coordinator/internal/etcdprobe"
 	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
@@ -12,7 +13,7 @@ import (
 // withJobs connects to etcd as the flags say, for a command that reads or
 // changes jobs, runs it with the client of the jobs, and disconnects.
 func (f *etcdFlags) withJobs(ctx context.Context, run func(client *jobclient.Client, keys membership.Keys) error) error {
-	cli, keys, err := f.client(ctx)
+	cli, keys, err := f.client(ctx, etcdprobe.FailAtOnce)
 	if err != nil {
 		return err
 	}

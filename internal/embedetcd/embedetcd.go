@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -255,16 +256,23 @@ func resolveURL(raw string) (*url.URL, error) {
 	if raw == "" {
 		raw = "http://127.0.0.1:0"
 	}
+	if !strings.Contains(raw, "://") {
+		// HOST:PORT, as the clients' --etcd-endpoints takes it.
+		if _, _, err := net.SplitHostPort(raw); err != nil {
+			return nil, fmt.Errorf("%q: want http://HOST:PORT, https://HOST:PORT or HOST:PORT", raw)
+		}
+		raw = "http://" + raw
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%q: want http://HOST:PORT, https://HOST:PORT or HOST:PORT", raw)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return nil, fmt.Errorf("%q: scheme must be http or https", raw)
 	}
 	host, port, err := net.SplitHostPort(u.Host)
 	if err != nil {
-		return nil, fmt.Errorf("%q: %w", raw, err)
+		return nil, fmt.Errorf("%q: want http://HOST:PORT, https://HOST:PORT or HOST:PORT", raw)
 	}
 	if port == "0" {
 		free, err := FreePort(host)

@@ -30,14 +30,26 @@ type unreachableError struct{ why string }
 
 func (e unreachableError) Error() string { return "unreachable: " + e.why }
 
+// Wait says whether Endpoints waits for an etcd nothing answers at.
+type Wait bool
+
+const (
+	// WaitForEtcd tries again while nothing answers, until the dial
+	// timeout: a daemon started beside its etcd waits for it.
+	WaitForEtcd Wait = true
+	// FailAtOnce reports a refused connection or an unknown host at once:
+	// a command a person typed says so without making them wait.
+	FailAtOnce Wait = false
+)
+
 // Endpoints probes each endpoint until one may be etcd, and returns the
 // first that may be. cfg is the TLS configuration for https endpoints
-// (nil: TLS 1.2 or later with the system's roots). While nothing answers
-// at all it tries again until timeout, the client's dial timeout, has
-// passed, as the client would, so that a sidecar started beside its etcd
-// waits for it; a server that answers as something else is an error at
-// once.
-func Endpoints(ctx context.Context, endpoints []string, cfg *tls.Config, timeout time.Duration) (string, error) {
+// (nil: TLS 1.2 or later with the system's roots); timeout is the client's
+// dial timeout, which bounds each probe's steps. While nothing answers at
+// all it tries again until timeout has passed if wait says so, as the
+// client would, so that a sidecar started beside its etcd waits for it; a
+// server that answers as something else is an error at once.
+func Endpoints(ctx context.Context, endpoints []string, cfg *tls.Config, timeout time.Duration, wait Wait) (string, error) {
 	deadline := time.Now().Add(timeout)
 	for {
 		var err error
@@ -47,7 +59,7 @@ func Endpoints(ctx context.Context, endpoints []string, cfg *tls.Config, timeout
 			}
 		}
 		var unreachable unreachableError
-		if !errors.As(err, &unreachable) || time.Until(deadline) < probeRetry {
+		if !bool(wait) || !errors.As(err, &unreachable) || time.Until(deadline) < probeRetry {
 			return "", err
 		}
 		select {

@@ -25,7 +25,7 @@ func TestProbeWaitsForAnEtcdThatIsStarting(t *testing.T) {
 	require.NoError(t, reserved.Close())
 
 	endpoint := "http://" + addr
-	_, err = etcdprobe.Endpoints(context.Background(), []string{endpoint}, nil, 300*time.Millisecond)
+	_, err = etcdprobe.Endpoints(context.Background(), []string{endpoint}, nil, 300*time.Millisecond, etcdprobe.WaitForEtcd)
 	require.Error(t, err, "nothing listens yet")
 	assert.Equal(t, "unreachable: connection refused (nothing listens on "+addr+")", err.Error())
 
@@ -44,8 +44,23 @@ func TestProbeWaitsForAnEtcdThatIsStarting(t *testing.T) {
 		t.Cleanup(func() { _ = srv.Close() })
 		_ = srv.Serve(l)
 	}()
-	found, err := etcdprobe.Endpoints(context.Background(), []string{endpoint}, nil, 10*time.Second)
+	found, err := etcdprobe.Endpoints(context.Background(), []string{endpoint}, nil, 10*time.Second, etcdprobe.WaitForEtcd)
 	assert.NoError(t, err, "an etcd that starts within the dial timeout is found")
 	assert.Equal(t, endpoint, found)
 	<-started
+}
+
+// A command a person typed says at once that nothing listens, whatever the
+// dial timeout.
+func TestProbeFailsAtOnceForACommand(t *testing.T) {
+	reserved, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := reserved.Addr().String()
+	require.NoError(t, reserved.Close())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = etcdprobe.Endpoints(ctx, []string{"http://" + addr}, nil, time.Hour, etcdprobe.FailAtOnce)
+	require.NoError(t, ctx.Err(), "the probe waited")
+	assert.EqualError(t, err, "unreachable: connection refused (nothing listens on "+addr+")")
 }

@@ -32,7 +32,7 @@ func ExampleWriteStatusTable() {
 		Restarts: 1, Steps: &membership.Steps{Detect: membership.Duration(time.Second), Total: membership.Duration(1500 * time.Millisecond)}}
 	v := printers.NewStatus("default", st)
 	rank := 0
-	v.Nodes = []printers.Node{{Node: "n0", Role: "worker", Rank: &rank, Host: "10.0.0.1", State: "running", Generation: 2},
+	v.Nodes = []printers.Node{{Node: "n0", Role: "worker", Rank: &rank, Host: "10.0.0.1", State: "running", Generation: 2, PIDs: []int{4242}},
 		{Node: "n1", Role: "worker", Host: "10.0.0.2", State: "running", Generation: 2}}
 	printers.WriteStatusTable(os.Stdout, v)
 	_ = printers.WriteJSON(os.Stdout, v)
@@ -40,8 +40,8 @@ func ExampleWriteStatusTable() {
 	// JOB      PHASE    GENERATION  NP  NODES  READY  WORLD SIZE  RESTARTS  LAST RESTART  MESSAGE
 	// default  Running  2           2   2      2      2           1         1.5s          -
 	//
-	// NODE  ROLE    RANK     HOST      STATE    GENERATION  EXIT CODE
-	// n0    worker  0        10.0.0.1  running  2           0
-	// n1    worker  standby  10.0.0.2  running  2           0
-	// {"job":"default","phase":"Running","generation":2,"np":{"min":2,"max":2},"members":2,"ready":2,"worldSize":2,"restarts":1,"exitCode":0,"message":"","lastRestart":{"detect":1,"stop":0,"wait":0,"start":0,"total":1.5},"updatedAt":"0001-01-01T00:00:00Z","nodes":[{"node":"n0","role":"worker","rank":0,"host":"10.0.0.1","state":"running","generation":2,"exitCode":0},{"node":"n1","role":"worker","rank":null,"host":"10.0.0.2","state":"running","generation":2,"exitCode":0}]}
+	// NODE  ROLE    RANK     HOST      STATE    GENERATION  EXIT CODE  PIDS
+	// n0    worker  0        10.0.0.1  running  2           0          4242
+	// n1    worker  standby  10.0.0.2  running  2           0          -
+	// {"job":"default","phase":"Running","generation":2,"np":{"min":2,"max":2},"members":2,"ready":2,"worldSize":2,"restarts":1,"exitCode":0,"message":"","lastRestart":{"detect":1,"stop":0,"wait":0,"start":0,"total":1.5},"updatedAt":"0001-01-01T00:00:00Z","nodes":[{"node":"n0","role":"worker","rank":0,"host":"10.0.0.1","state":"running","generation":2,"exitCode":0,"pids":[4242]},{"node":"n1","role":"worker","rank":null,"host":"10.0.0.2","state":"running","generation":2,"exitCode":0}]}
 }

@@ -52,3 +52,25 @@ func TestNPIsADashWhenThereIsNone(t *testing.T) {
 	assert.Equal(t, "2:4", (&printers.NP{Min: 2, Max: 4}).String())
 	assert.Nil(t, printers.NewStatus("j", membership.Status{}).NP)
 }
+
+// Nodes are listed by role and rank, standby nodes last, ids compared with
+// their numbers as numbers: not in the order they joined.
+func TestNodesAreSortedByRoleAndRank(t *testing.T) {
+	rank := func(r int) *int { return &r }
+	nodes := []printers.Node{
+		{Node: "j-1", Role: membership.RoleWorker, Rank: rank(1)},
+		{Node: "j-10", Role: membership.RoleWorker},
+		{Node: "ps-0", Role: membership.RolePS, Rank: rank(0)},
+		{Node: "j-0", Role: membership.RoleWorker, Rank: rank(0)},
+		{Node: "j-2", Role: membership.RoleWorker},
+		{Node: "sched", Role: membership.RoleScheduler, Rank: rank(0)},
+		{Node: "j-9", Role: membership.RoleWorker, Rank: rank(10)},
+		{Node: "j-8", Role: membership.RoleWorker, Rank: rank(2)},
+	}
+	printers.SortNodes(nodes)
+	var ids []string
+	for _, n := range nodes {
+		ids = append(ids, n.Node)
+	}
+	assert.Equal(t, []string{"j-0", "j-1", "j-8", "j-9", "j-2", "j-10", "ps-0", "sched"}, ids)
+}

@@ -1,9 +1,11 @@
 package printers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -22,6 +24,9 @@ type Node struct {
 	State      membership.NodeState `json:"state"`
 	Generation int64                `json:"generation"`
 	ExitCode   int                  `json:"exitCode"`
+	// PIDs are the node's training processes while they run, by local
+	// rank, as the node numbers them (its pod's PID namespace).
+	PIDs []int `json:"pids,omitempty"`
 }
 
 // Status is a job as `status` shows it, and as its JSON is read by
@@ -83,7 +88,8 @@ func LoadStatus(ctx context.Context, client *jobclient.Client, job string) (Stat
 	return view, nil
 }
 
-// LoadNodes reads the job's nodes with their ranks in the running plan.
+// LoadNodes reads the job's nodes with their ranks in the running plan,
+// in the order a person reads them (SortNodes).
 func LoadNodes(ctx context.Context, client *jobclient.Client, job string) ([]Node, error) {
 	nodes, err := client.Nodes(ctx, job)
 	if err != nil {
@@ -101,9 +107,67 @@ func LoadNodes(ctx context.Context, client *jobclient.Client, job string) ([]Nod
 		if r, ok := ranks[n.ID]; ok {
 			v.Rank = &r
 		}
+		if n.State == membership.NodeRunning {
+			v.PIDs = n.PIDs
+		}
 		out = append(out, v)
 	}
+	SortNodes(out)
 	return out, nil
+}
+
+// roleOrder is the order of the roles in a table of nodes: the workers,
+// whose ranks a person looks for first, then the servers.
+var roleOrder = map[membership.Role]int{membership.RoleWorker: 0, membership.RoleHeter: 1, membership.RolePS: 2, membership.RoleScheduler: 3}
+
+// SortNodes orders nodes by role, then rank, standby nodes after the
+// ranked ones, then by id with its numbers compared as numbers (w-2
+// before w-10).
+func SortNodes(nodes []Node) {
+	slices.SortStableFunc(nodes, func(a, b Node) int {
+		if c := cmp.Compare(roleOrder[a.Role], roleOrder[b.Role]); c != 0 {
+			return c
+		}
+		switch {
+		case a.Rank != nil && b.Rank != nil:
+			if c := cmp.Compare(*a.Rank, *b.Rank); c != 0 {
+				return c
+			}
+		case a.Rank != nil:
+			return -1
+		case b.Rank != nil:
+			return 1
+		}
+		return naturalCompare(a.Node, b.Node)
+	})
+}
+
+// naturalCompare compares strings with their runs of digits as numbers.
+func naturalCompare(a, b string) int {
+	for a != "" && b != "" {
+		da, db := digitsPrefix(a), digitsPrefix(b)
+		if da != "" && db != "" {
+			na, nb := strings.TrimLeft(da, "0"), strings.TrimLeft(db, "0")
+			if c := cmp.Or(cmp.Compare(len(na), len(nb)), strings.Compare(na, nb)); c != 0 {
+				return c
+			}
+			a, b = a[len(da):], b[len(db):]
+			continue
+		}
+		if a[0] != b[0] {
+			return cmp.Compare(a[0], b[0])
+		}
+		a, b = a[1:], b[1:]
+	}
+	return cmp.Compare(len(a), len(b))
+}
+
+func digitsPrefix(s string) string {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	return s[:i]
 }
 
 // statusColumns are the status table's columns with the width a watch
@@ -190,13 +254,17 @@ func WriteStatusTable(w io.Writer, v Status) {
 		return
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(tw, "NODE\tROLE\tRANK\tHOST\tSTATE\tGENERATION\tEXIT CODE")
+	fmt.Fprintln(tw, "NODE\tROLE\tRANK\tHOST\tSTATE\tGENERATION\tEXIT CODE\tPIDS")
 	for _, n := range v.Nodes {
 		rank := "standby"
 		if n.Rank != nil {
 			rank = strconv.Itoa(*n.Rank)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\n", n.Node, n.Role, rank, n.Host, n.State, n.Generation, n.ExitCode)
+		pids := make([]string, len(n.PIDs))
+		for i, pid := range n.PIDs {
+			pids[i] = strconv.Itoa(pid)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", n.Node, n.Role, rank, n.Host, n.State, n.Generation, n.ExitCode, OrDash(strings.Join(pids, ",")))
 	}
 	tw.Flush()
 }
