@@ -49,9 +49,9 @@ each generation over time, and each restart's duration, step by step.`,
 			}
 			ctx, out := cmd.Context(), cmd.OutOrStdout()
 			var events []membership.Event
-			err = etcd.withJobs(ctx, func(client *jobclient.Client, _ membership.Keys) error {
+			err = etcd.withJobs(ctx, func(client *jobclient.Client, keys membership.Keys) error {
 				if _, err := client.Status(ctx, id); err != nil {
-					return err
+					return notFound(err, job.displayName(id), id, keys, listJobsHint)
 				}
 				events, err = client.Events(ctx, id)
 				return err

@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/elastictraining/coordinator/internal/etcdprobe"
 	"github.com/elastictraining/coordinator/jobclient"
@@ -20,6 +22,19 @@ func (f *etcdFlags) withJobs(ctx context.Context, run func(client *jobclient.Cli
 	defer cli.Close()
 	return run(jobclient.New(cli, keys), keys)
 }
+
+// notFound says what a person can do about a job id that names nothing,
+// where err says so; other errors are returned as they are. hint is the
+// way out the command offers.
+func notFound(err error, name, id string, keys membership.Keys, hint string) error {
+	if !errors.Is(err, jobclient.ErrJobNotFound) {
+		return err
+	}
+	return fmt.Errorf("job %s does not exist (no spec, node or status under %s); check --job, %s", name, keys.Job(id), hint)
+}
+
+// listJobsHint points at the jobs that do exist.
+const listJobsHint = "or list the jobs with `coordinator jobs`"
 
 // checkOutput refuses an -o that is neither table nor json.
 func checkOutput(output string) error {

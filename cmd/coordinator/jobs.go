@@ -106,7 +106,7 @@ serve deletes finished jobs by itself after --finished-job-retention.`,
 					return fmt.Errorf("job %s is %s (generation %d, %d of %s ready): it has not ended; wait for it, or add --force to end it first",
 						name, st.Phase, st.Generation, st.Ready, english.Count(st.Members, "member"))
 				case errors.Is(err, jobclient.ErrJobNotFound):
-					return fmt.Errorf("job %s does not exist (nothing under %s)", name, keys.Job(id))
+					return notFound(err, name, id, keys, listJobsHint)
 				case err != nil:
 					return err
 				}

@@ -119,6 +119,9 @@ training code resumes from its own checkpoint.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// --version, as `coordinator version` says it.
+	root.Version = versionLine()
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.SetGlobalNormalizationFunc(paddleSpelling)
 	root.CompletionOptions.DisableDefaultCmd = true

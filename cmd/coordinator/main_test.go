@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -156,10 +157,33 @@ func TestEnvironmentFallbacks(t *testing.T) {
 	assert.Contains(t, stdout, `"np":{"min":2,"max":4}`)
 	assert.Contains(t, stdout, `"phase":"Waiting"`)
 
-	code, _, stderr = runCLI(t, env, "status", "--job", "nosuchjob")
-	assert.Equal(t, 1, code)
-	assert.Contains(t, stderr, "job not found: nosuchjob")
-	assert.NotContains(t, stderr, "jobclient: job", "no package prefix")
+	code, stdout, _ = runCLI(t, env, "scale", "--np", "5")
+	require.Equal(t, 0, code)
+	assert.Equal(t, "job paddle-job: np 2:4 → 5 (the range 2:4 is replaced: the job now runs at exactly 5)\n", stdout)
+
+	for _, command := range []string{"status", "events"} {
+		code, _, stderr = runCLI(t, env, command, "--job", "nosuchjob")
+		assert.Equal(t, 1, code)
+		assert.Equal(t, "coordinator "+command+": job nosuchjob does not exist (no spec, node or status under /elastic/jobs/nosuchjob/); "+
+			"check --job, or list the jobs with `coordinator jobs`\n", stderr)
+	}
+}
+
+// A command a person typed says at once that nothing listens at the
+// endpoint: a dial timeout of an hour is not waited out.
+func TestARefusedEtcdIsSaidAtOnce(t *testing.T) {
+	for _, command := range []string{"status", "scale", "jobs", "events", "delete"} {
+		args := []string{command, "--etcd-endpoints", "127.0.0.1:1", "--dial-timeout", "1h"}
+		if command != "jobs" {
+			args = append(args, "--job", "j")
+		}
+		if command == "scale" {
+			args = append(args, "--np", "2")
+		}
+		code, _, stderr := runCLI(t, nil, args...)
+		assert.Equal(t, 1, code, command)
+		assert.Equal(t, "coordinator "+command+": etcd at 127.0.0.1:1: unreachable: connection refused (nothing listens on 127.0.0.1:1)\n", stderr)
+	}
 }
 
 // A job that has ended is not scaled: its sidecars have gone, and the
@@ -180,10 +204,16 @@ func TestScaleRefusesAJobThatHasEnded(t *testing.T) {
 	assert.JSONEq(t, `{"np":"2"}`, string(resp.Kvs[0].Value), "the spec is as it was")
 }
 
+// Every build says the project's version, the repository's VERSION, with
+// `version` and with --version.
 func TestVersion(t *testing.T) {
-	code, stdout, _ := runCLI(t, nil, "version")
-	require.Equal(t, 0, code)
-	assert.Regexp(t, `^coordinator \S+ \(go\S+, etcd client \S+\)\n$`, stdout)
+	release, err := os.ReadFile("../../VERSION")
+	require.NoError(t, err)
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		code, stdout, _ := runCLI(t, nil, args...)
+		require.Equal(t, 0, code)
+		assert.Regexp(t, `^coordinator `+regexp.QuoteMeta(strings.TrimSpace(string(release)))+` \(go\S+, etcd client \S+\)\n$`, stdout)
+	}
 }
 
 func TestInstallCopiesTheBinary(t *testing.T) {

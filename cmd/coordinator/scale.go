@@ -69,11 +69,8 @@ PaddlePaddle's spelling works too: --elastic_server for --etcd-endpoints and
 					return fmt.Errorf("job %s has ended (%s: %s); delete it (coordinator delete --job %s) to run it again", name, before.Phase, printers.OrDash(before.Message), name)
 				}
 				written, err := client.Resize(ctx, jobclient.ScaleRequest{Job: id, NP: target, Create: create, Name: job.specName(id)})
-				if errors.Is(err, jobclient.ErrJobNotFound) {
-					return fmt.Errorf("job %s does not exist (no spec, node or status under %s); check --job, or add --create to start it", name, keys.Job(id))
-				}
 				if err != nil {
-					return err
+					return notFound(err, name, id, keys, "or add --create to start it")
 				}
 				if written.Repaired != nil {
 					fmt.Fprintf(cmd.ErrOrStderr(), "job %s: the stored spec was malformed (%s); replaced it with the last good spec and np %s\n",

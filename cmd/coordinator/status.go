@@ -41,10 +41,10 @@ durations in seconds, np as {"min":N,"max":M} and the nodes.`,
 				return err
 			}
 			ctx, out := cmd.Context(), cmd.OutOrStdout()
-			return etcd.withJobs(ctx, func(client *jobclient.Client, _ membership.Keys) error {
+			return etcd.withJobs(ctx, func(client *jobclient.Client, keys membership.Keys) error {
 				view, err := printers.LoadStatus(ctx, client, id)
 				if err != nil {
-					return err
+					return notFound(err, job.displayName(id), id, keys, listJobsHint)
 				}
 				if watch {
 					return watchJob(ctx, out, client, id, output)

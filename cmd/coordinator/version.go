@@ -1,14 +1,24 @@
 package main
 
 import (
+	_ "embed"
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
 
-// version is set at build time with -ldflags "-X main.version=v1.2.3".
+// releaseVersion is the project's version, from the file VERSION (the
+// repository's VERSION links to it), so that every build says it, `go run`
+// included.
+//
+//go:embed VERSION
+var releaseVersion string
+
+// version, when set at build time with -ldflags "-X main.version=v1.2.3",
+// overrides releaseVersion.
 var version = ""
 
 func newVersionCommand() *cobra.Command {
@@ -28,8 +38,11 @@ func newVersionCommand() *cobra.Command {
 // `run` compares it with the sidecar binary's before it uses that.
 func versionLine() string {
 	v, etcdVersion, revision := version, "unknown", ""
+	if v == "" {
+		v = strings.TrimSpace(releaseVersion)
+	}
 	if info, ok := debug.ReadBuildInfo(); ok {
-		if v == "" {
+		if v == "" || v == "(devel)" {
 			v = info.Main.Version
 		}
 		for _, d := range info.Deps {
