@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -64,7 +66,12 @@ log/NODE/rank-R.log (--log-dir, --tee). The choice is made at start: give
 run exits 0 when the job succeeds, with the failed training process's exit
 code when it fails, 127 or 126 at once when the command cannot be started, and
 130 or 143 after SIGINT or SIGTERM, once every node has stopped (a second
-signal kills them at once).`,
+signal kills them at once); 141 when the reader of its output has gone
+(run ... | head), also once every node has stopped.
+
+Without --data-dir, etcd's data goes to a directory in $TMPDIR that run
+removes when it ends; a run killed with SIGKILL cannot, and the next run
+removes what such runs left.`,
 		Example: `  coordinator run --np 2 -- testdata/toytrainer.sh
   coordinator run --np 2:4 --nproc-per-node 2 --listen-client-urls http://127.0.0.1:2379 -- python train.py
   coordinator run --np 8 --log-dir logs --tee none -- python train.py`,
@@ -141,7 +148,11 @@ signal kills them at once).`,
 			if err := spec.Validate(); err != nil {
 				return usageError{specFlagError(err, npOrigin)}
 			}
-			logger, err := newLogger(cmd.ErrOrStderr(), "run", logLevel)
+			// `run ... | head`: once the reader is gone, what run and
+			// the ranks write is dropped, and the SIGPIPE stops the job
+			// as SIGTERM would, with its grace (signalContext).
+			stdout, stderr := &pipeOutput{w: cmd.OutOrStdout()}, &pipeOutput{w: cmd.ErrOrStderr()}
+			logger, err := newLogger(stderr, "run", logLevel)
 			if err != nil {
 				return err
 			}
@@ -178,7 +189,7 @@ signal kills them at once).`,
 			code, err := localrun.Run(ctx, localrun.Config{
 				Executable: exe, Job: id, Spec: spec, NProc: nproc, Command: args, Devices: nodeDevs, DataDir: dataDir, ClientURL: listen,
 				TTL: ttl, Grace: grace, SidecarArgs: sidecarArgs, SidecarLogLevel: logLevel, Env: os.Environ(),
-				Out: cmd.OutOrStdout(), Err: cmd.ErrOrStderr(), Logger: logger, LogNote: note, KillNow: signals.again,
+				Out: stdout, Err: stderr, Logger: logger, LogNote: note, KillNow: signals.again,
 			})
 			signals.stop()
 			switch {
@@ -272,12 +283,17 @@ func (s *runSignals) first() syscall.Signal {
 	return s.sig
 }
 
-// signalContext is ctx, cancelled at the first SIGINT or SIGTERM.
+// signalContext is ctx, cancelled at the first SIGINT, SIGTERM or SIGPIPE
+// (the reader of run's output has gone). A SIGPIPE is never the second
+// signal that kills the nodes at once: a write to the gone reader is not
+// a person asking.
 func signalContext(parent context.Context) (context.Context, *runSignals) {
 	ctx, cancel := context.WithCancel(parent)
 	s := &runSignals{again: make(chan struct{})}
 	ch := make(chan os.Signal, 2)
-	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	// Asked for, SIGPIPE no longer ends the process at a write to a
+	// broken standard output: the write fails with EPIPE (pipeOutput).
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGPIPE)
 	done := make(chan struct{})
 	go func() {
 		for {
@@ -289,9 +305,10 @@ func signalContext(parent context.Context) (context.Context, *runSignals) {
 					s.sig = sig.(syscall.Signal)
 				}
 				s.mu.Unlock()
-				if first {
+				switch {
+				case first:
 					cancel()
-				} else {
+				case sig != syscall.SIGPIPE:
 					close(s.again)
 					return
 				}
@@ -309,6 +326,26 @@ func signalContext(parent context.Context) (context.Context, *runSignals) {
 		})
 	}
 	return ctx, s
+}
+
+// pipeOutput is one of run's outputs: once its reader has gone (EPIPE),
+// what is written is dropped, so that the ranks' output, which run copies
+// here, never blocks nor breaks the nodes while they stop.
+type pipeOutput struct {
+	w      io.Writer
+	broken atomic.Bool
+}
+
+func (p *pipeOutput) Write(b []byte) (int, error) {
+	if p.broken.Load() {
+		return len(b), nil
+	}
+	n, err := p.w.Write(b)
+	if errors.Is(err, syscall.EPIPE) {
+		p.broken.Store(true)
+		return len(b), nil
+	}
+	return n, err
 }
 
 // sidecarBinary is the program the sidecars are started from: the

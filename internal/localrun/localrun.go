@@ -72,7 +72,11 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	}
 	dataDir := cfg.DataDir
 	if dataDir == "" {
-		tmp, err := os.MkdirTemp("", "coordinator-run-")
+		if swept := sweepDataDirs(os.TempDir()); swept.count > 0 {
+			fmt.Fprintf(cfg.Out, "coordinator run: removed %s of runs that were killed (%d MB) from %s\n",
+				english.Count(swept.count, "data directory"), swept.bytes>>20, os.TempDir())
+		}
+		tmp, err := os.MkdirTemp("", dataDirPrefix)
 		if err != nil {
 			return 1, err
 		}
