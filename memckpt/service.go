@@ -20,9 +20,10 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultCopies       = 2
-	DefaultMemory       = 1 << 30
-	DefaultDiskInterval = 30 * time.Second
+	DefaultCopies             = 2
+	DefaultMemory             = 1 << 30
+	DefaultDiskInterval       = 30 * time.Second
+	DefaultRefusedLogInterval = time.Minute
 )
 
 // Node is what the store asks of its node's sidecar; the sidecar's Agent
@@ -60,7 +61,12 @@ type Config struct {
 	// ModuleDir is where elastic.py is written; a new temporary directory
 	// if empty.
 	ModuleDir string
-	Logger    hclog.Logger
+	// RefusedLogInterval is how often an address whose peer connections
+	// are refused is said in the log: its first refusal at once, then one
+	// line an interval with the count of its refusals since and the last
+	// reason; DefaultRefusedLogInterval if 0.
+	RefusedLogInterval time.Duration
+	Logger             hclog.Logger
 }
 
 // Service is one node's checkpoint store: the trainers' socket, the peers'
@@ -76,6 +82,10 @@ type Service struct {
 	peers  net.Listener
 	addr   string
 	tmpDir string // removed on Close, if New made it
+
+	// refusals counts refused peer connections, under refusedMu.
+	refusedMu sync.Mutex
+	refusals  *refusals
 
 	node     Node
 	pushKick chan struct{}
@@ -118,6 +128,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.Listen == "" {
 		cfg.Listen = ":0"
 	}
+	if cfg.RefusedLogInterval == 0 {
+		cfg.RefusedLogInterval = DefaultRefusedLogInterval
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
@@ -128,6 +141,8 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("memckpt: memory %s: want at least 1MiB", FormatSize(cfg.Memory))
 	case cfg.DiskInterval < 0:
 		return nil, fmt.Errorf("memckpt: disk interval %s: must not be negative", cfg.DiskInterval)
+	case cfg.RefusedLogInterval < 0:
+		return nil, fmt.Errorf("memckpt: refused log interval %s: must not be negative", cfg.RefusedLogInterval)
 	case cfg.Host == "":
 		return nil, errors.New("memckpt: the node's host is required")
 	}
@@ -141,7 +156,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, logger: cfg.Logger.Named("checkpoint").With("job", cfg.Job, "node", cfg.NodeID),
-		store: newStore(cfg.Copies, cfg.Memory), auth: a,
+		store: newStore(cfg.Copies, cfg.Memory), auth: a, refusals: newRefusals(cfg.RefusedLogInterval, refusedAddresses),
 		pushKick: make(chan struct{}, 1), diskKick: make(chan struct{}, 1),
 	}
 	if err := s.open(); err != nil {
@@ -204,6 +219,7 @@ func (s *Service) Start(node Node) {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.goRun(s.serveLocal)
 	s.goRun(s.servePeers)
+	s.goRun(s.refusedLoop)
 	s.goRun(s.pushLoop)
 	s.goRun(s.diskLoop)
 }
@@ -234,6 +250,13 @@ func (s *Service) Close() {
 			return true
 		})
 		s.wg.Wait()
+		// What is left of the refused peers' counts.
+		s.refusedMu.Lock()
+		lines := s.refusals.rest(time.Now())
+		s.refusedMu.Unlock()
+		for _, l := range lines {
+			s.sayRefused(l)
+		}
 		if s.tmpDir != "" {
 			_ = os.RemoveAll(s.tmpDir)
 		}
