@@ -19,28 +19,6 @@ import (
 // idleTimeout closes a peer connection that asks nothing for this long.
 const idleTimeout = 5 * time.Minute
 
-// servePeers accepts the other sidecars of the job. Refusals are counted
-// per address and said once an interval.
-func (s *Service) servePeers() {
-	for {
-		raw, err := s.peers.Accept()
-		if err != nil {
-			return
-		}
-		host := hostOf(raw.RemoteAddr())
-		conn := tls.Server(raw, s.auth.server)
-		untrack := s.track(conn)
-		s.goRun(func() {
-			defer untrack()
-			if err := s.auth.accept(conn); err != nil {
-				s.refused(host, err)
-				return
-			}
-			s.servePeer(conn)
-		})
-	}
-}
-
 // servePeer answers one authenticated peer until it hangs up.
 func (s *Service) servePeer(conn *tls.Conn) {
 	for {

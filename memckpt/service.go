@@ -20,9 +20,16 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultCopies             = 2
-	DefaultMemory             = 1 << 30
-	DefaultDiskInterval       = 30 * time.Second
+	DefaultCopies       = 2
+	DefaultMemory       = 1 << 30
+	DefaultDiskInterval = 30 * time.Second
+	// DefaultMaxUnauthenticated is far more than a job's peers open at
+	// once (one push and one load of each other node), and few enough
+	// goroutines and TLS states to hold for a flood.
+	DefaultMaxUnauthenticated = 64
+	// DefaultHandshakeTimeout is the longest a peer waits for a
+	// handshake (auth.dial): a peer's handshake takes milliseconds.
+	DefaultHandshakeTimeout   = 10 * time.Second
 	DefaultRefusedLogInterval = time.Minute
 )
 
@@ -61,6 +68,15 @@ type Config struct {
 	// ModuleDir is where elastic.py is written; a new temporary directory
 	// if empty.
 	ModuleDir string
+	// MaxUnauthenticated bounds the peer connections held before they
+	// have proven the job's secret; DefaultMaxUnauthenticated if 0. One
+	// over it is closed at once, unless another address holds more than
+	// its own (see gate).
+	MaxUnauthenticated int
+	// HandshakeTimeout is how long a peer connection has, from its
+	// accept, to prove the job's secret (TLS handshake and hello) before
+	// it is closed; DefaultHandshakeTimeout if 0.
+	HandshakeTimeout time.Duration
 	// RefusedLogInterval is how often an address whose peer connections
 	// are refused is said in the log: its first refusal at once, then one
 	// line an interval with the count of its refusals since and the last
@@ -83,6 +99,8 @@ type Service struct {
 	addr   string
 	tmpDir string // removed on Close, if New made it
 
+	// gate holds the peer connections not yet authenticated.
+	gate *gate
 	// refusals counts refused peer connections, under refusedMu.
 	refusedMu sync.Mutex
 	refusals  *refusals
@@ -128,6 +146,12 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.Listen == "" {
 		cfg.Listen = ":0"
 	}
+	if cfg.MaxUnauthenticated == 0 {
+		cfg.MaxUnauthenticated = DefaultMaxUnauthenticated
+	}
+	if cfg.HandshakeTimeout == 0 {
+		cfg.HandshakeTimeout = DefaultHandshakeTimeout
+	}
 	if cfg.RefusedLogInterval == 0 {
 		cfg.RefusedLogInterval = DefaultRefusedLogInterval
 	}
@@ -141,6 +165,10 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("memckpt: memory %s: want at least 1MiB", FormatSize(cfg.Memory))
 	case cfg.DiskInterval < 0:
 		return nil, fmt.Errorf("memckpt: disk interval %s: must not be negative", cfg.DiskInterval)
+	case cfg.MaxUnauthenticated < 1:
+		return nil, fmt.Errorf("memckpt: %d unauthenticated connections: want at least 1", cfg.MaxUnauthenticated)
+	case cfg.HandshakeTimeout < 0:
+		return nil, fmt.Errorf("memckpt: handshake timeout %s: must not be negative", cfg.HandshakeTimeout)
 	case cfg.RefusedLogInterval < 0:
 		return nil, fmt.Errorf("memckpt: refused log interval %s: must not be negative", cfg.RefusedLogInterval)
 	case cfg.Host == "":
@@ -156,7 +184,8 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, logger: cfg.Logger.Named("checkpoint").With("job", cfg.Job, "node", cfg.NodeID),
-		store: newStore(cfg.Copies, cfg.Memory), auth: a, refusals: newRefusals(cfg.RefusedLogInterval, refusedAddresses),
+		store: newStore(cfg.Copies, cfg.Memory), auth: a,
+		gate: newGate(cfg.MaxUnauthenticated), refusals: newRefusals(cfg.RefusedLogInterval, refusedAddresses),
 		pushKick: make(chan struct{}, 1), diskKick: make(chan struct{}, 1),
 	}
 	if err := s.open(); err != nil {
