@@ -26,7 +26,11 @@
 // random value under the job's etcd prefix, readable only with the job's
 // credentials) by an HMAC over the TLS session's exported keying material:
 // a peer of another job, or one without the secret, is refused, and a
-// proof cannot be replayed on another connection.
+// proof cannot be replayed on another connection. A connection has
+// Config.HandshakeTimeout to prove the secret, and at most
+// Config.MaxUnauthenticated are held before they have, shared between the
+// addresses they come from; refusals are said once per address and
+// Config.RefusedLogInterval, with their count.
 //
 // A save that names a path is also written there, atomically, at a slower
 // interval and when the node leaves, only while the node holds its lease.
