@@ -57,6 +57,7 @@ type sidecarOptions struct {
 	namespace      string // from POD_NAMESPACE
 	intranet       string
 	holdWhenDone   bool
+	quietResult    bool
 	logs           logOptions
 	listenMetrics  string
 	stateDir       string
@@ -159,6 +160,8 @@ it; --tee says whose output still reaches the terminal.`,
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.BoolVar(&o.holdWhenDone, "hold-when-done", false,
 		"once the job has ended, wait for SIGTERM instead of exiting: a pod that must keep running (a StatefulSet's) shows the job's end, not a restart loop")
+	fs.BoolVar(&o.quietResult, "quiet-result", false, "exit with the job's code without printing its result (run prints it once for every node)")
+	_ = fs.MarkHidden("quiet-result")
 	o.logs.register(fs, "all")
 	fs.StringVar(&o.stateDir, "state-dir", fromEnv(env, "", "ELASTIC_STATE_DIR"),
 		"where the sidecar keeps what its successor on this machine needs to take the node back at once (a file per job and node); "+
@@ -482,6 +485,8 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 		return err
 	case res.Phase == membership.JobSucceeded:
 		return nil
+	case o.quietResult:
+		return exitError{code: res.ExitCode}
 	default:
 		return exitError{code: res.ExitCode, msg: fmt.Sprintf("job %s failed: %s", o.job.displayName(jobID), res.Message)}
 	}

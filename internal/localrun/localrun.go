@@ -209,6 +209,8 @@ func (r *runner) run(ctx context.Context) (int, error) {
 			if r.pending[n.index] == n {
 				r.restart(n)
 			}
+		case <-progress.due():
+			progress.flush()
 		case st := <-statuses:
 			progress.report(ctx, st)
 			if st.Phase.Done() {

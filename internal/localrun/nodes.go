@@ -166,6 +166,7 @@ func (r *runner) start(index int, old *node) (*node, error) {
 		"--port", strconv.Itoa(n.port), "--master-port", strconv.Itoa(n.masterPort),
 		"--nproc-per-node", strconv.Itoa(nproc), "--ttl", r.cfg.TTL.String(), "--grace-period", r.cfg.Grace.String(),
 		"--log-level", r.cfg.SidecarLogLevel, "--state-dir", r.stateDir, "--role", string(role),
+		"--quiet-result", // run says how the job ended, once
 	}
 	env := r.cfg.Env
 	if devices := r.devicesOf(n, nproc); len(devices) > 0 {
