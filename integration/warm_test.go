@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,6 +72,37 @@ func TestPreloadedGenerationRunsWarm(t *testing.T) {
 	}, time.Minute, 10*time.Millisecond)
 	first := imports("warm")
 	require.Len(t, first, 2, "generation 1 started in the interpreters warmed before the nodes joined")
+
+	// Each rank can be found: status gives its pid, and ps and pgrep -f
+	// show the user's command, not the warm bootstrap.
+	var rankPids []int
+	for rank := range 2 {
+		var pid int
+		require.Eventually(t, func() bool {
+			data, err := os.ReadFile(filepath.Join(dir, "pid-"+strconv.Itoa(rank)))
+			pid, _ = strconv.Atoi(string(data))
+			return err == nil && pid > 0
+		}, time.Minute, 10*time.Millisecond)
+		rankPids = append(rankPids, pid)
+		cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		require.NoError(t, err)
+		assert.Equal(t, "python3 w.py x", strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " ")), "rank %d's command line", rank)
+	}
+	code, stdout, stderr := cli(t, nil, "status", "--etcd-endpoints", r.endpoint, "--job", "warm", "-o", "json")
+	require.Equal(t, 0, code, stderr)
+	var st struct {
+		Nodes []struct {
+			Rank *int  `json:"rank"`
+			PIDs []int `json:"pids"`
+		} `json:"nodes"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &st))
+	require.Len(t, st.Nodes, 2, stdout)
+	for i, n := range st.Nodes {
+		require.NotNil(t, n.Rank, stdout)
+		assert.Equal(t, i, *n.Rank, "nodes by rank")
+		assert.Equal(t, []int{rankPids[i]}, n.PIDs, "rank %d's pid in status", i)
+	}
 	require.Eventually(t, func() bool { return len(imports("warm")) >= 4 }, time.Minute, 20*time.Millisecond,
 		"the used warm interpreters were not replaced:\n%s", r.out.String())
 	warm := imports("warm")[2:]

@@ -35,12 +35,9 @@ type Workload interface {
 	// must be dead unless the deadline is extended again. Start refuses an
 	// assignment made for another lease.
 	SetDeadline(lease int64, at time.Time)
-}
-
-// processIDs is a workload whose processes have ids, which the node's
-// record shows while they run (status's PIDS).
-type processIDs interface {
-	// Pids are the running processes' ids by local rank.
+	// Pids are the running processes' ids by local rank, which the node's
+	// record shows while they run (status's PIDS); none where the workload
+	// has no processes of its own.
 	Pids() []int
 }
 
@@ -434,10 +431,7 @@ func (a *Agent) follow(ctx context.Context, p membership.Plan) (Result, bool) {
 		a.exits, a.running, a.startedLease = exits, true, m.Lease
 		a.cfg.Observer.Started(p.Generation)
 		a.logger.Info("started", "generation", p.Generation, "rank", m.Rank, "world_size", p.WorldSize)
-		var pids []int
-		if w, ok := a.cfg.Workload.(processIDs); ok {
-			pids = w.Pids()
-		}
+		pids := a.cfg.Workload.Pids()
 		a.write(ctx, membership.NodeRunning, p.Generation, func(n *membership.Node) {
 			n.State, n.Generation, n.ExitCode, n.Message, n.CannotStart, n.PIDs = membership.NodeRunning, p.Generation, 0, "", false, pids
 		})

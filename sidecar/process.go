@@ -98,10 +98,8 @@ func (p *Processes) Stop(ctx context.Context, grace time.Duration) error {
 	return p.Launcher.Stop(ctx, grace)
 }
 
-// Pids are the running processes' ids by local rank.
+// Pids implements Workload.
 func (p *Processes) Pids() []int { return p.Launcher.Pids() }
-
-var _ processIDs = (*Processes)(nil)
 
 // Kill implements Workload.
 func (p *Processes) Kill(ctx context.Context) error { return p.Launcher.Kill(ctx) }

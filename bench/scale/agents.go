@@ -105,6 +105,7 @@ func (w *workload) started() bool {
 func (w *workload) Stop(context.Context, time.Duration) error { return nil }
 func (w *workload) Kill(context.Context) error                { return nil }
 func (w *workload) SetDeadline(int64, time.Time)              {}
+func (w *workload) Pids() []int                               { return nil }
 
 // agentNode is one simulated node of the process.
 type agentNode struct {

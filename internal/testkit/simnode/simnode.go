@@ -79,6 +79,9 @@ func (w *Workload) Kill(context.Context) error {
 	return nil
 }
 
+// Pids implements sidecar.Workload: a simulated node has no processes.
+func (w *Workload) Pids() []int { return nil }
+
 // SetDeadline implements sidecar.Workload; the deadline itself is not
 // simulated.
 func (w *Workload) SetDeadline(lease int64, _ time.Time) {
