@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,7 +98,12 @@ type Config struct {
 	// before the lease is revoked: the last moment the node still acts for
 	// the job, as the in-memory checkpoint's last write to disk needs.
 	BeforeLeave func(ctx context.Context)
-	Logger      hclog.Logger
+	// Notes, if set, hears a line for a person reading the trainers'
+	// output: that a rank's failure followed another node's, which
+	// stopped the generation (a peer's loss reads as gloo's "Connection
+	// reset by peer" traceback).
+	Notes  io.Writer
+	Logger hclog.Logger
 }
 
 // Observer is told what an agent does. Its methods must not block.
@@ -141,6 +148,13 @@ type Agent struct {
 	startedGen   int64 // highest generation started (or fenced out of)
 	startedLease int64 // the lease the running processes were started under
 	ackedStop    int64
+	// startedRanks names the ranks of the processes started ("rank 1");
+	// failed is the generation whose processes failed, and its exit code.
+	startedRanks string
+	failed       struct {
+		gen  int64
+		code int
+	}
 }
 
 // New validates cfg.
@@ -397,6 +411,7 @@ func (a *Agent) follow(ctx context.Context, p membership.Plan) (Result, bool) {
 		if a.ackedStop >= p.Generation {
 			return Result{}, false
 		}
+		a.noteFollowedFailure(p)
 		a.stopWorkload(ctx, a.cfg.StopGrace)
 		if a.ack(ctx, membership.NodeStopped, p.Generation, 0) {
 			a.ackedStop = p.Generation
@@ -407,7 +422,7 @@ func (a *Agent) follow(ctx context.Context, p membership.Plan) (Result, bool) {
 			return Result{}, false // standby, a stale table, or already started
 		}
 		a.stopWorkload(ctx, a.cfg.StopGrace)
-		a.startedGen = p.Generation
+		a.startedGen, a.startedRanks = p.Generation, ranksOf(m)
 		// Fence lets the processes store from their first instant.
 		a.runningNow.Store(&runningGen{generation: p.Generation, lease: m.Lease, members: p.Members})
 		exits, err := a.cfg.Workload.Start(ctx, Assignment{Job: a.cfg.Job, Plan: p, Member: m})
@@ -453,7 +468,23 @@ func (a *Agent) childExited(ctx context.Context, ex Exit) {
 		state = membership.NodeFailed
 	}
 	a.logger.Info("workload exited", "generation", a.startedGen, "exit_code", ex.Code)
+	if ex.Code != 0 {
+		a.failed.gen, a.failed.code = a.startedGen, ex.Code
+	}
 	a.ackMessage(ctx, state, a.startedGen, ex.Code, ex.Message)
+}
+
+// noteFollowedFailure says, when the generation this node's processes
+// failed in is stopped for another node's failure, that theirs followed
+// from it: a peer that dies mid-collective makes every other rank fail
+// with a traceback of its own, which reads as a second fault.
+func (a *Agent) noteFollowedFailure(stop membership.Plan) {
+	if a.cfg.Notes == nil || a.failed.gen == 0 || stop.Generation != a.failed.gen+1 ||
+		strings.Contains(stop.Reason, "node "+a.cfg.Node.ID+" ") {
+		return
+	}
+	fmt.Fprintf(a.cfg.Notes, "[%s] exited with code %d as generation %d was stopped, after %s: an error such as gloo's \"Connection reset by peer\" above is that, not a fault of its own\n",
+		a.startedRanks, a.failed.code, a.failed.gen, stop.Reason)
 }
 
 // stopWorkload stops the workload and returns when nothing of it is left,
@@ -559,4 +590,12 @@ func (w *waitTimer) stop() {
 	if w.timer != nil {
 		w.timer.Stop()
 	}
+}
+
+// ranksOf names a member's processes' global ranks: "rank 1", "ranks 2-3".
+func ranksOf(m membership.Member) string {
+	if m.NProc <= 1 {
+		return fmt.Sprintf("rank %d", m.GlobalRank)
+	}
+	return fmt.Sprintf("ranks %d-%d", m.GlobalRank, m.GlobalRank+m.NProc-1)
 }

@@ -1,6 +1,7 @@
 package sidecar_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/elastictraining/coordinator/internal/testkit/etcdtest"
+	"github.com/elastictraining/coordinator/internal/testkit/proctest"
 	"github.com/elastictraining/coordinator/internal/testkit/simnode"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/presence"
@@ -84,6 +86,41 @@ func TestAgentFollowsStopAndRun(t *testing.T) {
 	n := f.record("reported the failure", func(n membership.Node) bool { return n.State == membership.NodeFailed })
 	assert.Equal(t, 9, n.ExitCode)
 	assert.Equal(t, int64(2), n.Generation)
+}
+
+// A rank that fails because a peer did (gloo's "Connection reset by peer")
+// is said to have followed the peer's failure, once the generation is
+// stopped for the peer's; a generation stopped for its own is not.
+func TestAgentSaysItsFailureFollowedAnothers(t *testing.T) {
+	srv := etcdtest.Start(t)
+	keys := membership.DefaultKeys()
+	notes := &proctest.Buffer{}
+	np := membership.DefaultSpec(membership.NP{Min: 1, Max: 1})
+	node := simnode.Start(t, simnode.Config{Client: srv.Client(t), Keys: keys, Job: "job", ID: "n0", TTL: 2 * time.Second, Spec: &np, Notes: notes})
+	require.Eventually(t, func() bool { return node.Registration() != nil }, 10*time.Second, time.Millisecond)
+	f := &fixture{t: t, srv: srv, keys: keys, node: node}
+	lease := int64(node.Registration().Lease())
+	member := f.member(lease)
+	member.GlobalRank = 1
+	run := func(gen int64) {
+		f.putPlan(membership.Plan{Generation: gen, Phase: membership.PhaseRun, Members: []membership.Member{member}, WorldSize: 2, Master: "127.0.0.1:20000"})
+		f.record("acked running", func(n membership.Node) bool { return n.State == membership.NodeRunning && n.Generation == gen })
+		require.True(t, node.Workload.Exit(1))
+		f.record("reported the failure", func(n membership.Node) bool { return n.State == membership.NodeFailed && n.Generation == gen })
+	}
+
+	run(1)
+	f.putPlan(membership.Plan{Generation: 2, Phase: membership.PhaseStop, Members: []membership.Member{member},
+		Reason: "node n1 (worker rank 0) failed with exit code 137"})
+	f.record("acked stopped 2", func(n membership.Node) bool { return n.State == membership.NodeStopped && n.Generation == 2 })
+	assert.Equal(t, "[rank 1] exited with code 1 as generation 1 was stopped, after node n1 (worker rank 0) failed with exit code 137: "+
+		"an error such as gloo's \"Connection reset by peer\" above is that, not a fault of its own\n", notes.String())
+
+	run(2)
+	f.putPlan(membership.Plan{Generation: 3, Phase: membership.PhaseStop, Members: []membership.Member{member},
+		Reason: "node n0 (worker rank 1) failed with exit code 1"})
+	f.record("acked stopped 3", func(n membership.Node) bool { return n.State == membership.NodeStopped && n.Generation == 3 })
+	assert.Equal(t, 1, strings.Count(notes.String(), "\n"), "a generation stopped for this node's own failure says nothing more")
 }
 
 func TestAgentNeverStartsATableMadeForAnotherLease(t *testing.T) {

@@ -463,7 +463,7 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 	agent, err = sidecar.New(sidecar.Config{
 		Place: presence.Place{Client: cli, Keys: keys, Job: jobID, Node: node, TTL: o.ttl, FenceMargin: o.fenceMargin}, Spec: spec,
 		Workload: workload, StopGrace: o.grace, WaitTimeout: o.waitTimeout,
-		Observer: observer, Logger: logger, OnLease: keeper.Lease, BeforeLeave: beforeLeave,
+		Observer: observer, Logger: logger, OnLease: keeper.Lease, BeforeLeave: beforeLeave, Notes: cmd.ErrOrStderr(),
 	})
 	if err != nil {
 		return usageError{err}

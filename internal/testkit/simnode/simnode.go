@@ -3,6 +3,7 @@ package simnode
 import (
 	"context"
 	"fmt"
+	"io"
 	"sync"
 	"testing"
 	"time"
@@ -170,6 +171,8 @@ type Config struct {
 	Tables *membership.TableCache
 	// Logger is silent if nil.
 	Logger hclog.Logger
+	// Notes hears what the agent says for a person (sidecar.Config.Notes).
+	Notes io.Writer
 }
 
 // Node is a running simulated node.
@@ -218,7 +221,7 @@ func Launch(cfg Config) (*Node, error) {
 		Place: presence.Place{Client: cfg.Client, Keys: cfg.Keys, Job: cfg.Job, TTL: cfg.TTL,
 			Node: membership.Node{ID: cfg.ID, Role: cfg.Role, Host: cfg.Host, Ports: ports, NProc: cfg.NProc, MasterPort: cfg.Port,
 				Pod: cfg.Pod, PodUID: cfg.PodUID}},
-		Spec: cfg.Spec, Workload: w, Logger: cfg.Logger, Tables: cfg.Tables,
+		Spec: cfg.Spec, Workload: w, Logger: cfg.Logger, Tables: cfg.Tables, Notes: cfg.Notes,
 	})
 	if err != nil {
 		return nil, err
