@@ -3,6 +3,7 @@ package integration
 import (
 	"encoding/hex"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -131,4 +132,44 @@ func mustGetClient(t *testing.T, r *localRun, key string) []byte {
 	require.NoError(t, err)
 	require.Len(t, resp.Kvs, 1)
 	return resp.Kvs[0].Value
+}
+
+// The snippet of docs/frameworks.md that resumes with elastic.load runs as
+// written outside a sidecar, with the module `coordinator python-module`
+// writes: a first run starts at step 0, the next resumes after the last
+// step the first saved.
+func TestTheElasticSnippetRunsOnItsOwn(t *testing.T) {
+	t.Parallel()
+	doc := mustRead(t, filepath.Join(repoRoot, "docs", "frameworks.md"))
+	_, rest, ok := strings.Cut(doc, "### Checkpoints in memory: `import elastic`")
+	require.True(t, ok)
+	_, rest, ok = strings.Cut(rest, "```python\n")
+	require.True(t, ok)
+	snippet, _, ok := strings.Cut(rest, "```")
+	require.True(t, ok)
+
+	moduleDir, work := t.TempDir(), t.TempDir()
+	code, stdout, stderr := cli(t, nil, "python-module", moduleDir)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "PYTHONPATH="+moduleDir)
+	// What the snippet leaves to the user: a model, its optimizer, a step.
+	script := `import os, torch
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+steps, rank = int(os.environ["STEPS"]), 0
+def train_one_step():
+    optimizer.zero_grad()
+    model(torch.ones(4)).sum().backward()
+    optimizer.step()
+` + snippet + `print("started at", start)
+`
+	require.NoError(t, os.WriteFile(filepath.Join(work, "train.py"), []byte(script), 0o644))
+	for _, run := range []struct{ steps, start string }{{"5", "0"}, {"8", "5"}} {
+		py := exec.Command("/usr/bin/python3", "train.py")
+		py.Dir = work
+		py.Env = append(os.Environ(), "PYTHONPATH="+moduleDir, "STEPS="+run.steps)
+		out, err := py.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		assert.Equal(t, "started at "+run.start+"\n", string(out))
+	}
 }

@@ -2,6 +2,7 @@
 
     import elastic
 
+    start = 0
     state = elastic.load("ckpt.pt")   # the newest copy the job has, or None
     if state is not None:
         model.load_state_dict(state["model"])

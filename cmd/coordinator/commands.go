@@ -25,6 +25,7 @@ func subcommands(env lookupEnv) []*cobra.Command {
 		newDeleteCommand(env),
 		newEventsCommand(env),
 		newInstallCommand(),
+		newPythonModuleCommand(),
 		newCommitCommand(env),
 		newGuardCommand(),
 		newFenceWatchCommand(),
