@@ -99,9 +99,9 @@ type Config struct {
 	// the job, as the in-memory checkpoint's last write to disk needs.
 	BeforeLeave func(ctx context.Context)
 	// Notes, if set, hears a line for a person reading the trainers'
-	// output: that a rank's failure followed another node's, which
-	// stopped the generation (a peer's loss reads as gloo's "Connection
-	// reset by peer" traceback).
+	// output: that another node's fault stopped the generation, so that a
+	// rank's error as it stopped is that fault seen from there (a peer's
+	// loss reads as gloo's "Connection reset by peer" traceback).
 	Notes  io.Writer
 	Logger hclog.Logger
 }
@@ -148,13 +148,12 @@ type Agent struct {
 	startedGen   int64 // highest generation started (or fenced out of)
 	startedLease int64 // the lease the running processes were started under
 	ackedStop    int64
-	// startedRanks names the ranks of the processes started ("rank 1");
-	// failed is the generation whose processes failed, and its exit code.
-	startedRanks string
-	failed       struct {
-		gen  int64
-		code int
-	}
+	// startedRanks names the ranks of the processes started ("rank 1"),
+	// startedInterruptions their plan's count of faults; noted is the
+	// last generation noteFaultElsewhere spoke of.
+	startedRanks         string
+	startedInterruptions int
+	noted                int64
 }
 
 // New validates cfg.
@@ -411,18 +410,20 @@ func (a *Agent) follow(ctx context.Context, p membership.Plan) (Result, bool) {
 		if a.ackedStop >= p.Generation {
 			return Result{}, false
 		}
-		a.noteFollowedFailure(p)
 		a.stopWorkload(ctx, a.cfg.StopGrace)
 		if a.ack(ctx, membership.NodeStopped, p.Generation, 0) {
 			a.ackedStop = p.Generation
 		}
+		a.noteFaultElsewhere(p)
 	case membership.PhaseRun:
 		m, ok := p.Member(a.cfg.Node.ID)
 		if !ok || m.Lease != int64(a.reg.Lease()) || a.startedGen >= p.Generation {
 			return Result{}, false // standby, a stale table, or already started
 		}
 		a.stopWorkload(ctx, a.cfg.StopGrace)
-		a.startedGen, a.startedRanks = p.Generation, ranksOf(m)
+		// A stop phase no node had to ack may have passed unseen.
+		a.noteFaultElsewhere(p)
+		a.startedGen, a.startedRanks, a.startedInterruptions = p.Generation, ranksOf(m), p.Interruptions
 		// Fence lets the processes store from their first instant.
 		a.runningNow.Store(&runningGen{generation: p.Generation, lease: m.Lease, members: p.Members})
 		exits, err := a.cfg.Workload.Start(ctx, Assignment{Job: a.cfg.Job, Plan: p, Member: m})
@@ -468,23 +469,29 @@ func (a *Agent) childExited(ctx context.Context, ex Exit) {
 		state = membership.NodeFailed
 	}
 	a.logger.Info("workload exited", "generation", a.startedGen, "exit_code", ex.Code)
-	if ex.Code != 0 {
-		a.failed.gen, a.failed.code = a.startedGen, ex.Code
-	}
 	a.ackMessage(ctx, state, a.startedGen, ex.Code, ex.Message)
 }
 
-// noteFollowedFailure says, when the generation this node's processes
-// failed in is stopped for another node's failure, that theirs followed
-// from it: a peer that dies mid-collective makes every other rank fail
-// with a traceback of its own, which reads as a second fault.
-func (a *Agent) noteFollowedFailure(stop membership.Plan) {
-	if a.cfg.Notes == nil || a.failed.gen == 0 || stop.Generation != a.failed.gen+1 ||
-		strings.Contains(stop.Reason, "node "+a.cfg.Node.ID+" ") {
+// noteFaultElsewhere says, when a fault of another node stopped the
+// generation this node's processes ran in, that what they printed as they
+// stopped may be that fault seen from here: a peer that dies in the middle
+// of a collective makes every other rank fail with a traceback of its own
+// (gloo's "Connection reset by peer"), which reads as a second fault. Its
+// exit code cannot tell: such a rank is often still exiting when the
+// stop's SIGTERM ends it. next is the stop's plan, or the next run's when
+// the stop passed unseen; it is said once.
+func (a *Agent) noteFaultElsewhere(next membership.Plan) {
+	if a.cfg.Notes == nil || a.noted >= next.Generation || a.startedGen == 0 || a.startedGen != next.Generation-1 ||
+		next.Interruptions <= a.startedInterruptions || strings.Contains(next.Reason, "node "+a.cfg.Node.ID+" ") {
 		return
 	}
-	fmt.Fprintf(a.cfg.Notes, "[%s] exited with code %d as generation %d was stopped, after %s: an error such as gloo's \"Connection reset by peer\" above is that, not a fault of its own\n",
-		a.startedRanks, a.failed.code, a.failed.gen, stop.Reason)
+	a.noted = next.Generation
+	these := "this rank"
+	if strings.HasPrefix(a.startedRanks, "ranks") {
+		these = "these ranks"
+	}
+	fmt.Fprintf(a.cfg.Notes, "[%s] generation %d was stopped after %s: an error %s printed as it stopped, such as gloo's \"Connection reset by peer\", is that fault seen from here, not one of its own\n",
+		a.startedRanks, a.startedGen, next.Reason, these)
 }
 
 // stopWorkload stops the workload and returns when nothing of it is left,

@@ -88,10 +88,11 @@ func TestAgentFollowsStopAndRun(t *testing.T) {
 	assert.Equal(t, int64(2), n.Generation)
 }
 
-// A rank that fails because a peer did (gloo's "Connection reset by peer")
-// is said to have followed the peer's failure, once the generation is
-// stopped for the peer's; a generation stopped for its own is not.
-func TestAgentSaysItsFailureFollowedAnothers(t *testing.T) {
+// A rank whose generation another node's fault stopped is said to have
+// seen that fault, whatever it printed (gloo's "Connection reset by peer");
+// a generation stopped for this node's own fault, or for a change of
+// membership, is not.
+func TestAgentSaysAFaultElsewhereStoppedIt(t *testing.T) {
 	srv := etcdtest.Start(t)
 	keys := membership.DefaultKeys()
 	notes := &proctest.Buffer{}
@@ -99,28 +100,36 @@ func TestAgentSaysItsFailureFollowedAnothers(t *testing.T) {
 	node := simnode.Start(t, simnode.Config{Client: srv.Client(t), Keys: keys, Job: "job", ID: "n0", TTL: 2 * time.Second, Spec: &np, Notes: notes})
 	require.Eventually(t, func() bool { return node.Registration() != nil }, 10*time.Second, time.Millisecond)
 	f := &fixture{t: t, srv: srv, keys: keys, node: node}
-	lease := int64(node.Registration().Lease())
-	member := f.member(lease)
+	member := f.member(int64(node.Registration().Lease()))
 	member.GlobalRank = 1
-	run := func(gen int64) {
-		f.putPlan(membership.Plan{Generation: gen, Phase: membership.PhaseRun, Members: []membership.Member{member}, WorldSize: 2, Master: "127.0.0.1:20000"})
+	// A run's reason is its stop's.
+	run := func(gen int64, faults int, reason string) {
+		f.putPlan(membership.Plan{Generation: gen, Phase: membership.PhaseRun, Members: []membership.Member{member}, WorldSize: 2,
+			Master: "127.0.0.1:20000", Interruptions: faults, Reason: reason})
 		f.record("acked running", func(n membership.Node) bool { return n.State == membership.NodeRunning && n.Generation == gen })
-		require.True(t, node.Workload.Exit(1))
-		f.record("reported the failure", func(n membership.Node) bool { return n.State == membership.NodeFailed && n.Generation == gen })
+	}
+	stop := func(gen int64, faults int, reason string) {
+		f.putPlan(membership.Plan{Generation: gen, Phase: membership.PhaseStop, Members: []membership.Member{member}, Interruptions: faults, Reason: reason})
+		f.record("acked stopped", func(n membership.Node) bool { return n.State == membership.NodeStopped && n.Generation == gen })
 	}
 
-	run(1)
-	f.putPlan(membership.Plan{Generation: 2, Phase: membership.PhaseStop, Members: []membership.Member{member},
-		Reason: "node n1 (worker rank 0) failed with exit code 137"})
-	f.record("acked stopped 2", func(n membership.Node) bool { return n.State == membership.NodeStopped && n.Generation == 2 })
-	assert.Equal(t, "[rank 1] exited with code 1 as generation 1 was stopped, after node n1 (worker rank 0) failed with exit code 137: "+
-		"an error such as gloo's \"Connection reset by peer\" above is that, not a fault of its own\n", notes.String())
+	run(1, 0, "first generation")
+	stop(2, 1, "node n1 (worker rank 0) failed with exit code 137")
+	said := "[rank 1] generation 1 was stopped after node n1 (worker rank 0) failed with exit code 137: an error this rank printed as it stopped, " +
+		"such as gloo's \"Connection reset by peer\", is that fault seen from here, not one of its own\n"
+	assert.Equal(t, said, notes.String())
 
-	run(2)
-	f.putPlan(membership.Plan{Generation: 3, Phase: membership.PhaseStop, Members: []membership.Member{member},
-		Reason: "node n0 (worker rank 1) failed with exit code 1"})
-	f.record("acked stopped 3", func(n membership.Node) bool { return n.State == membership.NodeStopped && n.Generation == 3 })
-	assert.Equal(t, 1, strings.Count(notes.String(), "\n"), "a generation stopped for this node's own failure says nothing more")
+	run(2, 1, "node n1 (worker rank 0) failed with exit code 137")
+	stop(3, 2, "node n0 (worker rank 1) failed with exit code 1")
+	run(3, 2, "node n0 (worker rank 1) failed with exit code 1")
+	stop(4, 2, "membership change: 2 → 3 workers")
+	// A stop no node had to ack, seen only as the next run: said once.
+	run(4, 2, "membership change: 2 → 3 workers")
+	f.putPlan(membership.Plan{Generation: 5, Phase: membership.PhaseRun, Members: []membership.Member{member}, WorldSize: 2,
+		Master: "127.0.0.1:20000", Interruptions: 3, Reason: "node n1 (worker rank 0) was lost"})
+	f.record("acked running 5", func(n membership.Node) bool { return n.State == membership.NodeRunning && n.Generation == 5 })
+	assert.Equal(t, said+strings.Replace(strings.Replace(said, "generation 1", "generation 4", 1),
+		"node n1 (worker rank 0) failed with exit code 137", "node n1 (worker rank 0) was lost", 1), notes.String())
 }
 
 func TestAgentNeverStartsATableMadeForAnotherLease(t *testing.T) {
