@@ -165,6 +165,9 @@ func WatchMain(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "coordinator fence-watch: started by the guard only: fence-watch --deadline-fd N --pid P --lease L [--pidfd M]")
 		return 2
 	}
+	// Started from /proc/self/exe, its name would be "exe" in pstree and
+	// top: it is the fence watchdog.
+	_ = os.WriteFile("/proc/self/comm", []byte("fence-watch"), 0)
 	// A graceful stop sends SIGTERM to the trainer's process group, which
 	// the watchdog is in: it stays until the trainer is gone.
 	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
