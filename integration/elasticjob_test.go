@@ -243,16 +243,17 @@ func TestABadElasticJobIsRefusedNamingTheField(t *testing.T) {
 	for _, tc := range []struct{ name, manifest, want string }{
 		{"clean pod policy", elasticJobYAML("bad1", 2, "cleanPodPolicy: Sometimes"), `spec.cleanPodPolicy: Unsupported value: "Sometimes"`},
 		{"two schedulers", elasticJobYAML("bad2", 2, "scheduler: {replicas: 2, template: {spec: {containers: [{name: s, image: s}]}}}"),
-			"spec.scheduler.replicas: Invalid value"},
+			"spec.scheduler.replicas: Invalid value: 2: MindSpore runs one scheduler at most"},
 		{"min above max", strings.Replace(elasticJobYAML("bad3", 2, ""), "replicas: 2", "replicas: 2\n    minReplicas: 3", 1),
-			"spec.worker.minReplicas: Invalid value"},
-		{"no workers", elasticJobYAML("bad4", 0, ""), "spec.worker.replicas: Invalid value: 0"},
+			"spec.worker.minReplicas: Invalid value: 3: must not exceed spec.worker.replicas (2)"},
+		{"no workers", elasticJobYAML("bad4", 0, ""), "spec.worker.replicas: Invalid value: 0: must be at least 1: a job needs a worker"},
 		{"fault tolerance", elasticJobYAML("bad5", 2, "faultTolerance: 3"), "spec.faultTolerance: Unsupported value: 3"},
 		{"no worker", "apiVersion: elastictraining.io/v1\nkind: ElasticJob\nmetadata: {name: bad6}\nspec: {maxRestarts: 1}\n", "spec.worker: Required value"},
 		{"no containers", "apiVersion: elastictraining.io/v1\nkind: ElasticJob\nmetadata: {name: bad7}\nspec: {worker: {replicas: 1, template: {spec: {containers: []}}}}\n",
 			"spec.worker.template.spec.containers: Invalid value"},
-		{"long name", elasticJobYAML("a-job-whose-name-is-far-too-long-for-its-pods", 2, ""), "metadata.name: at most 40 characters"},
-		{"dotted name", elasticJobYAML("bad.name", 2, ""), "metadata.name: a DNS-1123 label"},
+		{"long name", elasticJobYAML("a-job-whose-name-is-far-too-long-for-its-pods", 2, ""),
+			`metadata.name: Invalid value: "a-job-whose-name-is-far-too-long-for-its-pods": 45 characters, at most 40`},
+		{"dotted name", elasticJobYAML("bad.name", 2, ""), `metadata.name: Invalid value: "bad.name": not a DNS-1123 label`},
 		{"command a string", strings.Replace(elasticJobYAML("bad8", 2, ""), "command: [", "command: x #", 1),
 			"spec.worker.template.spec.containers[0].command: Invalid value: \"string\""},
 		{"container name", strings.Replace(elasticJobYAML("bad9", 2, ""), "name: trainer", "name: Bad_Name", 1),
@@ -262,12 +263,42 @@ func TestABadElasticJobIsRefusedNamingTheField(t *testing.T) {
 		{"a label", strings.Replace(elasticJobYAML("bad11", 2, ""), "    template:\n", "    template:\n      metadata: {labels: {tier: 1}}\n", 1),
 			"spec.worker.template.metadata.labels.tier: Invalid value: \"integer\""},
 		{"above the autoscaler's bound", strings.Replace(elasticJobYAML("bad12", 4, ""), "replicas: 4", "replicas: 4\n    maxReplicas: 3", 1),
-			"spec.worker.replicas: Invalid value: must not exceed spec.worker.maxReplicas"},
+			"spec.worker.replicas: Invalid value: 4: must not exceed spec.worker.maxReplicas (3)"},
 	} {
 		err := e.createJob(tc.manifest)
 		require.Error(t, err, tc.name)
 		assert.True(t, apierrors.IsInvalid(err), "%s: %v", tc.name, err)
 		assert.Contains(t, err.Error(), tc.want, tc.name)
+	}
+
+	// A job with no worker, of each kind, is refused, in one message
+	// that names the field and its value; a negative count too.
+	template := "template: {spec: {containers: [{name: t, image: t}]}}"
+	for _, tc := range []struct{ name, manifest, want string }{
+		{"ElasticJob, -1 workers", elasticJobYAML("neg", -1, ""),
+			`The ElasticJob "neg" is invalid: .spec.worker.replicas: Invalid value: -1: should be a non-negative integer`},
+		{"PaddleJob, 0 workers", "apiVersion: batch.paddlepaddle.org/v1\nkind: PaddleJob\nmetadata: {name: nowork}\nspec: {worker: {replicas: 0, " + template + "}}\n",
+			`The PaddleJob "nowork" is invalid: spec.worker.replicas: Invalid value: 0: must be at least 1: a PaddleJob needs a worker`},
+		{"PaddleJob, -1 workers", "apiVersion: batch.paddlepaddle.org/v1\nkind: PaddleJob\nmetadata: {name: neg}\nspec: {worker: {replicas: -1, " + template + "}}\n",
+			`The PaddleJob "neg" is invalid: .spec.worker.replicas: Invalid value: -1: should be a non-negative integer`},
+		{"MSJob, 0 workers", "apiVersion: mindspore.gitee.com/v1\nkind: MSJob\nmetadata: {name: nowork}\nspec: {msReplicaSpecs: {Worker: {replicas: 0, " + template + "}}}\n",
+			`The MSJob "nowork" is invalid: spec.msReplicaSpecs.Worker.replicas: Invalid value: 0: must be at least 1: an MSJob needs a worker`},
+		{"MSJob, -1 workers", "apiVersion: mindspore.gitee.com/v1\nkind: MSJob\nmetadata: {name: neg}\nspec: {msReplicaSpecs: {Worker: {replicas: -1, " + template + "}}}\n",
+			`The MSJob "neg" is invalid: .spec.msReplicaSpecs.Worker.replicas: Invalid value: -1: should be a non-negative integer`},
+	} {
+		_, stderr, err := c.Kubectl(t.Context(), repoRoot, tc.manifest, "create", "-n", e.ns, "-f", "-")
+		require.Error(t, err, tc.name)
+		assert.Equal(t, tc.want, strings.TrimSpace(stderr), tc.name)
+	}
+	for _, tc := range []struct{ name, manifest, want string }{
+		{"PaddleJob", "apiVersion: batch.paddlepaddle.org/v1\nkind: PaddleJob\nmetadata: {name: ps-only}\nspec: {ps: {replicas: 1, " + template + "}}\n",
+			"spec.worker: Required value"},
+		{"MSJob", "apiVersion: mindspore.gitee.com/v1\nkind: MSJob\nmetadata: {name: ps-only}\nspec: {msReplicaSpecs: {PS: {replicas: 1, " + template + "}}}\n",
+			"spec.msReplicaSpecs.Worker: Required value"},
+	} {
+		_, stderr, err := c.Kubectl(t.Context(), repoRoot, tc.manifest, "create", "-n", e.ns, "-f", "-")
+		require.Error(t, err, tc.name)
+		assert.Contains(t, stderr, tc.want, "%s without a worker", tc.name)
 	}
 }
 

@@ -101,30 +101,50 @@ func ElasticJob() *apiextensionsv1.CustomResourceDefinition {
 			Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{
 				Type: "string", MaxLength: ptr(int64(256)), Pattern: `^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`}}},
 	}, "worker")
+	// Each message starts with the value refused, as the API server's own
+	// do ("Invalid value: 2: ...").
 	spec.XValidations = apiextensionsv1.ValidationRules{
 		{Rule: "!has(self.scheduler) || self.scheduler.replicas <= 1",
-			Message: "MindSpore runs one scheduler at most", FieldPath: ".scheduler.replicas"},
+			Message:           "MindSpore runs one scheduler at most",
+			MessageExpression: `"%d: MindSpore runs one scheduler at most".format([self.scheduler.replicas])`, FieldPath: ".scheduler.replicas"},
 		// On create only: `kubectl scale` below the minimum is not refused,
 		// the job then runs at exactly its replicas.
 		{Rule: "oldSelf.hasValue() || !has(self.worker.minReplicas) || self.worker.minReplicas <= self.worker.replicas",
-			Message: "must not exceed spec.worker.replicas", FieldPath: ".worker.minReplicas", OptionalOldSelf: ptr(true)},
+			Message:           "must not exceed spec.worker.replicas",
+			MessageExpression: `"%d: must not exceed spec.worker.replicas (%d)".format([self.worker.minReplicas, self.worker.replicas])`,
+			FieldPath:         ".worker.minReplicas", OptionalOldSelf: ptr(true)},
 		{Rule: "!has(self.worker.maxReplicas) || (has(self.worker.minReplicas) ? self.worker.minReplicas : 1) <= self.worker.maxReplicas",
-			Message: "must not be below spec.worker.minReplicas", FieldPath: ".worker.maxReplicas"},
+			Message: "must not be below spec.worker.minReplicas",
+			MessageExpression: `"%d: must not be below spec.worker.minReplicas (%d)".format([self.worker.maxReplicas, ` +
+				`has(self.worker.minReplicas) ? self.worker.minReplicas : 1])`,
+			FieldPath: ".worker.maxReplicas"},
 		// `kubectl scale` past the autoscaler's bound is refused, not
 		// clamped out of sight.
 		{Rule: "!has(self.worker.maxReplicas) || self.worker.replicas <= self.worker.maxReplicas",
-			Message: "must not exceed spec.worker.maxReplicas", FieldPath: ".worker.replicas"},
+			Message:           "must not exceed spec.worker.maxReplicas",
+			MessageExpression: `"%d: must not exceed spec.worker.maxReplicas (%d)".format([self.worker.replicas, self.worker.maxReplicas])`,
+			FieldPath:         ".worker.replicas"},
 	}
-	root := object(map[string]apiextensionsv1.JSONSchemaProps{"spec": spec, "status": elasticJobStatus()}, "spec")
+	// metadata.name is in the schema only for the rules below to name it
+	// as the field at fault.
+	root := object(map[string]apiextensionsv1.JSONSchemaProps{
+		"metadata": object(map[string]apiextensionsv1.JSONSchemaProps{"name": {Type: "string"}}),
+		"spec":     spec, "status": elasticJobStatus(),
+	}, "spec")
 	root.XValidations = apiextensionsv1.ValidationRules{{
 		// A StatefulSet's pods carry a controller-revision-hash label of
 		// its name and 11 more characters, 63 at most; its name is the
 		// job's and the role's.
-		Rule:    "size(self.metadata.name) <= 40",
-		Message: "metadata.name: at most 40 characters; it names the job's StatefulSets and pods",
+		Rule:              "size(self.metadata.name) <= 40",
+		Message:           "at most 40 characters: it names the job's StatefulSets and pods",
+		MessageExpression: `"\"%s\": %d characters, at most 40: it names the job's StatefulSets and pods".format([self.metadata.name, size(self.metadata.name)])`,
+		FieldPath:         ".metadata.name",
 	}, {
 		Rule:    "self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",
-		Message: "metadata.name: a DNS-1123 label (lowercase letters, digits and '-'); it names the job's StatefulSets, Services and pods",
+		Message: "not a DNS-1123 label (lowercase letters, digits and '-'): it names the job's StatefulSets, Services and pods",
+		MessageExpression: `"\"%s\": not a DNS-1123 label (lowercase letters, digits and '-'): ` +
+			`it names the job's StatefulSets, Services and pods".format([self.metadata.name])`,
+		FieldPath: ".metadata.name",
 	}}
 	return &apiextensionsv1.CustomResourceDefinition{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinition"},
@@ -177,15 +197,17 @@ func PaddleJob() *apiextensionsv1.CustomResourceDefinition {
 		s.Description = description
 		return s
 	}
+	worker := res("trainers")
+	worker.Properties["replicas"] = workerReplicas("a PaddleJob needs a worker")
 	spec := object(map[string]apiextensionsv1.JSONSchemaProps{
 		"ps":             res("parameter servers"),
-		"worker":         res("trainers"),
+		"worker":         worker,
 		"heter":          res("heterogeneous trainers"),
 		"withGloo":       intEnum("0 off, 1 workers (the default), 2 workers and servers", 0, 1, 2),
 		"intranet":       stringEnum("how pods reach each other", "PodIP", "Service", "Host"),
 		"cleanPodPolicy": stringEnum("which pods go when the job ends", "Always", "Never", "OnFailure", "OnCompletion"),
 		"elastic":        {Type: "integer", Description: "elastic level"},
-	})
+	}, "worker")
 	spec.XPreserveUnknownFields = ptr(true) // sampleSetRef, schedulingPolicy, ...
 	return crd(jobv1.PaddleJobs, []string{"pdj"}, spec, ".spec.worker.replicas", ".status.worker.running",
 		[]apiextensionsv1.CustomResourceColumnDefinition{
@@ -218,14 +240,16 @@ func MSJob() *apiextensionsv1.CustomResourceDefinition {
 		"cleanPodPolicy": stringEnum("which pods go when the job ends", "All", "Running", "None"),
 	})
 	runPolicy.XPreserveUnknownFields = ptr(true) // ttlSecondsAfterFinished, backoffLimit, ...
+	worker := replica("trainers")
+	worker.Properties["replicas"] = workerReplicas("an MSJob needs a worker")
 	spec := object(map[string]apiextensionsv1.JSONSchemaProps{
 		"runPolicy":     runPolicy,
 		"successPolicy": stringEnum(`"": worker 0 succeeded; AllWorkers: every worker did`, "", "AllWorkers"),
 		"msReplicaSpecs": object(map[string]apiextensionsv1.JSONSchemaProps{
 			"Scheduler": replica("MindSpore's scheduler"),
 			"PS":        replica("parameter servers"),
-			"Worker":    replica("trainers"),
-		}),
+			"Worker":    worker,
+		}, "Worker"),
 	}, "msReplicaSpecs")
 	spec.XPreserveUnknownFields = ptr(true)
 	return crd(jobv1.MSJobs, nil, spec, ".spec.msReplicaSpecs.Worker.replicas", ".status.replicaStatuses.Worker.active",
@@ -273,13 +297,14 @@ func crd(k jobv1.JobKind, short []string, spec apiextensionsv1.JSONSchemaProps, 
 // pod template that the API server checks no further than having
 // containers (the pods it becomes are checked when they are created).
 func role(description string, ranged bool) apiextensionsv1.JSONSchemaProps {
-	least := 0.0
+	replicas := apiextensionsv1.JSONSchemaProps{Type: "integer", Format: "int32", Minimum: ptr(0.0), Maximum: ptr(float64(membership.MaxNP)),
+		Default: &apiextensionsv1.JSON{Raw: []byte("1")}, Description: "number of pods"}
 	if ranged {
-		least = 1 // a job has a worker; np 0 is no job
+		replicas = workerReplicas("a job needs a worker")
+		replicas.Default, replicas.Description = &apiextensionsv1.JSON{Raw: []byte("1")}, "number of pods"
 	}
 	props := map[string]apiextensionsv1.JSONSchemaProps{
-		"replicas": {Type: "integer", Format: "int32", Minimum: ptr(least), Maximum: ptr(float64(membership.MaxNP)),
-			Default: &apiextensionsv1.JSON{Raw: []byte("1")}, Description: "number of pods"},
+		"replicas": replicas,
 		"template": podTemplate(),
 	}
 	if ranged {
@@ -293,6 +318,18 @@ func role(description string, ranged bool) apiextensionsv1.JSONSchemaProps {
 	s := object(props, "template")
 	s.Description = description
 	return s
+}
+
+// workerReplicas is the schema of the workers' replicas, the field the
+// scale subresource reads: at least 1, a job having no np 0, and at most
+// membership.MaxNP. A negative count is left to the API server's own
+// check of the scale subresource's field, which says it whatever the
+// schema ("should be a non-negative integer"): a minimum here would say
+// it a second time, under another spelling of the path.
+func workerReplicas(why string) apiextensionsv1.JSONSchemaProps {
+	return apiextensionsv1.JSONSchemaProps{Type: "integer", Format: "int32", Maximum: ptr(float64(membership.MaxNP)),
+		// A rule on the field itself: the API server names the value.
+		XValidations: apiextensionsv1.ValidationRules{{Rule: "self != 0", Message: "must be at least 1: " + why}}}
 }
 
 // podTemplate is a pod template's schema: the fields users most often

@@ -83,9 +83,12 @@ func fromPaddleJob(u *unstructured.Unstructured) (Job, error) {
 		return Job{}, fmt.Errorf("read PaddleJob %s: %w", u.GetName(), err)
 	}
 	s := pj.Spec
+	// The CRD of deploy/ refuses these; paddle-operator's own does not.
 	switch {
-	case s.Worker == nil || s.Worker.Replicas < 1:
-		return Job{}, fmt.Errorf("spec.worker.replicas: a PaddleJob needs a worker")
+	case s.Worker == nil:
+		return Job{}, fmt.Errorf("spec.worker: a PaddleJob needs a worker")
+	case s.Worker.Replicas < 1:
+		return Job{}, fmt.Errorf("spec.worker.replicas %d: a PaddleJob needs a worker", s.Worker.Replicas)
 	}
 	spec := membership.DefaultSpec(membership.NP{Min: s.Worker.Replicas, Max: s.Worker.Replicas})
 	clamp := ""
@@ -189,9 +192,13 @@ func fromMSJob(u *unstructured.Unstructured) (Job, error) {
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	// The CRD of deploy/ refuses these; ms-operator's own does not.
 	worker, ok := s.MSReplicaSpecs["Worker"]
-	if !ok || deref(worker.Replicas, 1) < 1 {
+	switch {
+	case !ok:
 		return Job{}, fmt.Errorf("spec.msReplicaSpecs.Worker: an MSJob needs a worker")
+	case deref(worker.Replicas, 1) < 1:
+		return Job{}, fmt.Errorf("spec.msReplicaSpecs.Worker.replicas %d: an MSJob needs a worker", *worker.Replicas)
 	}
 	workers := deref(worker.Replicas, 1)
 	spec := membership.DefaultSpec(membership.NP{Min: workers, Max: workers})

@@ -82,7 +82,8 @@ func TestPaddleJobElasticAndRefused(t *testing.T) {
 	}
 
 	for doc, want := range map[string]string{
-		"apiVersion: batch.paddlepaddle.org/v1\nkind: PaddleJob\nmetadata: {name: a}\nspec: {ps: {replicas: 1}}":                     "spec.worker.replicas",
+		"apiVersion: batch.paddlepaddle.org/v1\nkind: PaddleJob\nmetadata: {name: a}\nspec: {ps: {replicas: 1}}":                     "spec.worker: a PaddleJob needs a worker",
+		"apiVersion: batch.paddlepaddle.org/v1\nkind: PaddleJob\nmetadata: {name: a}\nspec: {worker: {replicas: 0}}":                 "spec.worker.replicas 0: a PaddleJob needs a worker",
 		"apiVersion: batch.paddlepaddle.org/v1\nkind: PaddleJob\nmetadata: {name: a}\nspec: {worker: {replicas: 1}, intranet: Wire}": "spec.intranet",
 		"apiVersion: batch.paddlepaddle.org/v1\nkind: PaddleJob\nmetadata: {name: A_b}\nspec: {worker: {replicas: 1}}":               "metadata.name",
 	} {
