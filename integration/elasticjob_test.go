@@ -272,7 +272,8 @@ func TestABadElasticJobIsRefusedNamingTheField(t *testing.T) {
 	}
 
 	// A job with no worker, of each kind, is refused, in one message
-	// that names the field and its value; a negative count too.
+	// that names the field and its value; a negative count too; and a
+	// PaddleJob created outside its bounds, as an ElasticJob is.
 	template := "template: {spec: {containers: [{name: t, image: t}]}}"
 	for _, tc := range []struct{ name, manifest, want string }{
 		{"ElasticJob, -1 workers", elasticJobYAML("neg", -1, ""),
@@ -281,6 +282,12 @@ func TestABadElasticJobIsRefusedNamingTheField(t *testing.T) {
 			`The PaddleJob "nowork" is invalid: spec.worker.replicas: Invalid value: 0: must be at least 1: a PaddleJob needs a worker`},
 		{"PaddleJob, -1 workers", "apiVersion: batch.paddlepaddle.org/v1\nkind: PaddleJob\nmetadata: {name: neg}\nspec: {worker: {replicas: -1, " + template + "}}\n",
 			`The PaddleJob "neg" is invalid: .spec.worker.replicas: Invalid value: -1: should be a non-negative integer`},
+		{"PaddleJob above its limits", "apiVersion: batch.paddlepaddle.org/v1\nkind: PaddleJob\nmetadata: {name: over}\nspec: {worker: {replicas: 3, limits: 2, " + template + "}}\n",
+			`The PaddleJob "over" is invalid: spec.worker.replicas: Invalid value: 3: must not exceed spec.worker.limits (2)`},
+		{"PaddleJob below its requests", "apiVersion: batch.paddlepaddle.org/v1\nkind: PaddleJob\nmetadata: {name: under}\nspec: {worker: {replicas: 1, requests: 2, limits: 3, " + template + "}}\n",
+			`The PaddleJob "under" is invalid: spec.worker.replicas: Invalid value: 1: must not be below spec.worker.requests (2)`},
+		{"PaddleJob requests none", "apiVersion: batch.paddlepaddle.org/v1\nkind: PaddleJob\nmetadata: {name: none}\nspec: {worker: {replicas: 2, requests: 0, limits: 3, " + template + "}}\n",
+			`The PaddleJob "none" is invalid: spec.worker.requests: Invalid value: 0: must be within 1..spec.worker.limits (3)`},
 		{"MSJob, 0 workers", "apiVersion: mindspore.gitee.com/v1\nkind: MSJob\nmetadata: {name: nowork}\nspec: {msReplicaSpecs: {Worker: {replicas: 0, " + template + "}}}\n",
 			`The MSJob "nowork" is invalid: spec.msReplicaSpecs.Worker.replicas: Invalid value: 0: must be at least 1: an MSJob needs a worker`},
 		{"MSJob, -1 workers", "apiVersion: mindspore.gitee.com/v1\nkind: MSJob\nmetadata: {name: neg}\nspec: {msReplicaSpecs: {Worker: {replicas: -1, " + template + "}}}\n",
@@ -422,29 +429,68 @@ func TestAJobInANamespaceNotServedIsSaid(t *testing.T) {
 	assert.Len(t, slices.DeleteFunc(far.events("lost"), func(ev corev1.Event) bool { return ev.Reason != "NotServed" }), 1, "said once")
 }
 
-// TestReplicasOutsideTheBoundsAreSaid: `kubectl scale` below an autoscaled
-// job's minimum is stored as asked and run at the minimum, and says so in
-// an Event and the status, not silently.
+// TestReplicasOutsideTheBoundsAreSaid: `kubectl scale` outside an
+// autoscaled job's bounds, below its minimum or above its maximum, is
+// stored as asked and run within the bounds, and says so in an Event and
+// the status, not silently; an ElasticJob's minReplicas..maxReplicas and a
+// PaddleJob's requests..limits alike.
 func TestReplicasOutsideTheBoundsAreSaid(t *testing.T) {
 	t.Parallel()
 	e := newKubeEnv(t, kubeOptions{injected: true, toyEnv: []string{"TOY_STEPS=100000", "TOY_INTERVAL=0.05"}})
 	applyCRDs(t, e.c, e.dyn)
 	require.NoError(t, e.createJob(strings.Replace(elasticJobYAML("clamp", 2, ""),
 		"replicas: 2", "replicas: 2\n    minReplicas: 2\n    maxReplicas: 4", 1)))
+	e.kubectl(fmt.Sprintf(`
+apiVersion: batch.paddlepaddle.org/v1
+kind: PaddleJob
+metadata: {name: pclamp}
+spec:
+  worker:
+    replicas: 2
+    requests: 2
+    limits: 3
+    template: {spec: {containers: [{name: paddle, image: p, command: [%s]}]}}
+`, toyTrainer), "apply", "-f", "-")
 	e.jobStatus("clamp", "Running at 2", runningAt(2))
 	// Its age is the resource's, in `coordinator jobs` too.
 	code, stdout, stderr := cli(t, nil, "jobs", "--etcd-endpoints", e.etcd.Endpoint())
 	require.Equal(t, 0, code, stderr)
 	assert.Regexp(t, `(?m)^clamp\s.*\s\d+s$`, stdout, "an AGE, not -")
+
+	clamped := func(job, said string, workers int) {
+		t.Helper()
+		e.jobStatus(job, "saying the clamp", func(s jobv1.ElasticJobStatus) bool { return strings.Contains(s.Problem, said) })
+		e.jobStatus(job, fmt.Sprintf("running on at %d, within its bounds", workers), runningAt(workers))
+		require.Eventually(t, func() bool {
+			return slices.ContainsFunc(e.events(job), func(ev corev1.Event) bool {
+				return ev.Reason == "ReplicasClamped" && ev.Type == corev1.EventTypeWarning && ev.Message == said
+			})
+		}, 30*time.Second, 50*time.Millisecond, "no ReplicasClamped Event saying %q", said)
+	}
 	e.kubectl("", "scale", "elasticjob/clamp", "--replicas=1")
-	const said = "spec.worker.replicas 1 is outside 2..4: the job runs 2 workers"
-	st := e.jobStatus("clamp", "saying the clamp", func(s jobv1.ElasticJobStatus) bool { return strings.Contains(s.Problem, said) })
-	assert.Equal(t, jobv1.PhaseRunning, st.Phase, "it runs on at its minimum")
-	require.Eventually(t, func() bool {
-		return slices.ContainsFunc(e.events("clamp"), func(ev corev1.Event) bool {
-			return ev.Reason == "ReplicasClamped" && ev.Type == corev1.EventTypeWarning && ev.Message == said
-		})
-	}, 30*time.Second, 50*time.Millisecond, "no ReplicasClamped Event")
+	clamped("clamp", "spec.worker.replicas 1 is outside 2..4: the job runs 2 workers", 2)
+	e.kubectl("", "scale", "elasticjob/clamp", "--replicas=6")
+	clamped("clamp", "spec.worker.replicas 6 is outside 2..4: the job runs 4 workers", 4)
+	assert.Equal(t, "6", e.kubectl("", "get", "elasticjob/clamp", "-o", "jsonpath={.spec.worker.replicas}"), "stored as asked")
+
+	// A PaddleJob's requests..limits, the same way.
+	paddleSays := func(said string, workers int64) bool {
+		u, err := e.dyn.Resource(paddleJobs).Namespace(e.ns).Get(t.Context(), "pclamp", metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		problem, _, _ := unstructured.NestedString(u.Object, "status", "elasticTraining", "problem")
+		running, _, _ := unstructured.NestedInt64(u.Object, "status", "worker", "running")
+		return strings.Contains(problem, said) && running == workers
+	}
+	require.Eventually(t, func() bool { return paddleSays("", 2) }, 90*time.Second, 50*time.Millisecond,
+		"the PaddleJob never ran its 2 workers\ncoordinator:\n%s", e.bridge.out)
+	e.kubectl("", "scale", "paddlejob/pclamp", "--replicas=5")
+	const said = "spec.worker.replicas 5 is outside 2..3: the job runs 3 workers"
+	require.Eventually(t, func() bool { return paddleSays(said, 3) }, 90*time.Second, 50*time.Millisecond,
+		"the PaddleJob never said the clamp running 3 workers\ncoordinator:\n%s", e.bridge.out)
+	assert.True(t, hasEvent(e.events("pclamp"), "ReplicasClamped", said))
+	assert.Equal(t, "5", e.kubectl("", "get", "paddlejob/pclamp", "-o", "jsonpath={.spec.worker.replicas}"), "stored as asked")
 }
 
 // TestAJobAppliedWhileEtcdIsDownRunsWhenItIsBack applies an ElasticJob

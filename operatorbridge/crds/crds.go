@@ -107,8 +107,9 @@ func ElasticJob() *apiextensionsv1.CustomResourceDefinition {
 		{Rule: "!has(self.scheduler) || self.scheduler.replicas <= 1",
 			Message:           "MindSpore runs one scheduler at most",
 			MessageExpression: `"%d: MindSpore runs one scheduler at most".format([self.scheduler.replicas])`, FieldPath: ".scheduler.replicas"},
-		// On create only: `kubectl scale` below the minimum is not refused,
-		// the job then runs at exactly its replicas.
+		// On create only: `kubectl scale` below the minimum is not refused;
+		// the job then runs at its minimum if autoscaled (maxReplicas), else
+		// at exactly its replicas.
 		{Rule: "oldSelf.hasValue() || !has(self.worker.minReplicas) || self.worker.minReplicas <= self.worker.replicas",
 			Message:           "must not exceed spec.worker.replicas",
 			MessageExpression: `"%d: must not exceed spec.worker.replicas (%d)".format([self.worker.minReplicas, self.worker.replicas])`,
@@ -118,12 +119,14 @@ func ElasticJob() *apiextensionsv1.CustomResourceDefinition {
 			MessageExpression: `"%d: must not be below spec.worker.minReplicas (%d)".format([self.worker.maxReplicas, ` +
 				`has(self.worker.minReplicas) ? self.worker.minReplicas : 1])`,
 			FieldPath: ".worker.maxReplicas"},
-		// `kubectl scale` past the autoscaler's bound is refused, not
-		// clamped out of sight.
-		{Rule: "!has(self.worker.maxReplicas) || self.worker.replicas <= self.worker.maxReplicas",
+		// On create only too: replicas that `kubectl scale`, a patch or an
+		// HPA take past the autoscaler's bounds later are stored as asked
+		// and run within them, said in a ReplicasClamped Event and the
+		// status (job.Clamped), as below the minimum.
+		{Rule: "oldSelf.hasValue() || !has(self.worker.maxReplicas) || self.worker.replicas <= self.worker.maxReplicas",
 			Message:           "must not exceed spec.worker.maxReplicas",
 			MessageExpression: `"%d: must not exceed spec.worker.maxReplicas (%d)".format([self.worker.replicas, self.worker.maxReplicas])`,
-			FieldPath:         ".worker.replicas"},
+			FieldPath:         ".worker.replicas", OptionalOldSelf: ptr(true)},
 	}
 	// metadata.name is in the schema only for the rules below to name it
 	// as the field at fault.
@@ -199,6 +202,24 @@ func PaddleJob() *apiextensionsv1.CustomResourceDefinition {
 	}
 	worker := res("trainers")
 	worker.Properties["replicas"] = workerReplicas("a PaddleJob needs a worker")
+	// An elastic job (limits) is created within requests..limits, as an
+	// ElasticJob within minReplicas..maxReplicas; replicas changed later
+	// are stored as asked and run within them, said (job.Clamped).
+	const elastic = "has(self.limits) && self.limits > 0"
+	worker.XValidations = apiextensionsv1.ValidationRules{
+		{Rule: "!(" + elastic + ") || !has(self.requests) || (self.requests >= 1 && self.requests <= self.limits)",
+			Message:           "must be within 1..spec.worker.limits",
+			MessageExpression: `"%d: must be within 1..spec.worker.limits (%d)".format([self.requests, self.limits])`,
+			FieldPath:         ".requests"},
+		{Rule: "oldSelf.hasValue() || !(" + elastic + ") || self.replicas <= self.limits",
+			Message:           "must not exceed spec.worker.limits",
+			MessageExpression: `"%d: must not exceed spec.worker.limits (%d)".format([self.replicas, self.limits])`,
+			FieldPath:         ".replicas", OptionalOldSelf: ptr(true)},
+		{Rule: "oldSelf.hasValue() || !(" + elastic + ") || !has(self.requests) || self.requests <= self.replicas",
+			Message:           "must not be below spec.worker.requests",
+			MessageExpression: `"%d: must not be below spec.worker.requests (%d)".format([self.replicas, self.requests])`,
+			FieldPath:         ".replicas", OptionalOldSelf: ptr(true)},
+	}
 	spec := object(map[string]apiextensionsv1.JSONSchemaProps{
 		"ps":             res("parameter servers"),
 		"worker":         worker,

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
+	"github.com/elastictraining/coordinator/english"
 	"github.com/elastictraining/coordinator/guard"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/trainerenv"
@@ -49,7 +50,7 @@ type Job struct {
 // clamped is the message of replicas asked brought to run within least
 // and most.
 func clamped(field string, asked, least, most, run int) string {
-	return fmt.Sprintf("%s %d is outside %d..%d: the job runs %d workers", field, asked, least, most, run)
+	return fmt.Sprintf("%s %d is outside %d..%d: the job runs %s", field, asked, least, most, english.Count(run, "worker"))
 }
 
 // hasRole reports whether the job has pods of the role.
