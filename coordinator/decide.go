@@ -232,7 +232,11 @@ func decideNext(v view, m memo, lim limits, now time.Time) decision {
 	d := decision{memo: m}
 	switch {
 	case v.plan != nil && v.plan.Final():
-		d.status = finalStatus(v, *v.plan)
+		ran := v.plan.Generation - 1
+		if v.status != nil && v.status.Phase == v.plan.Result {
+			ran = v.status.Generation
+		}
+		d.status = finalStatus(v, *v.plan, ran)
 		expire(v, &d, lim, now)
 		return d
 	case v.spec != nil && v.spec.Cancel != "":

@@ -443,6 +443,38 @@ func TestDecideRunPhase(t *testing.T) {
 		assert.Equal(t, membership.JobSucceeded, d.plan.Result)
 		assert.Equal(t, 0, d.plan.ExitCode)
 	})
+	t.Run("a finished job's status names the last generation that ran, not the final plan's", func(t *testing.T) {
+		// Generation 1 ran and succeeded: the final plan is generation 2,
+		// which only stops the sidecars.
+		d := decide(base(spec("2"), in(nodes, membership.NodeSucceeded, 1)), memo{}, tm, t0)
+		require.NotNil(t, d.plan)
+		assert.Equal(t, int64(2), d.plan.Generation)
+		assert.Equal(t, int64(1), d.status.Generation)
+		require.Len(t, d.events, 1)
+		assert.Equal(t, membership.Event{Generation: 1, Type: "JobSucceeded", Message: "all 2 workers succeeded"}, d.events[0])
+
+		// Generation 1 failed at fault tolerance 0: the stop plan is
+		// generation 2, the final plan 3; generation 1 is the last that ran.
+		failed := in(nodes, membership.NodeRunning, 1)
+		failed[1].State, failed[1].ExitCode = membership.NodeFailed, 7
+		s := spec("2")
+		s.FaultTolerance = 0
+		stop := decide(base(s, failed), memo{}, tm, t0).plan
+		require.NotNil(t, stop)
+		assert.Equal(t, int64(2), stop.Generation)
+		d = decide(view{job: "j", spec: &s, plan: stop, nodes: in(nodes, membership.NodeStopped, 2)}, memo{}, tm, t0)
+		require.Equal(t, membership.JobFailed, d.plan.Result)
+		assert.Equal(t, int64(3), d.plan.Generation)
+		assert.Equal(t, int64(1), d.status.Generation)
+
+		// Told again from the final plan, by this leader or the next, the
+		// status keeps it; without one written, the plan before the final.
+		final := d.plan
+		again := decide(view{job: "j", spec: &s, plan: final, status: d.status}, memo{}, tm, t0)
+		assert.Equal(t, int64(1), again.status.Generation)
+		again = decide(view{job: "j", spec: &s, plan: final}, memo{}, tm, t0)
+		assert.Equal(t, int64(2), again.status.Generation)
+	})
 	t.Run("a finished job stays finished", func(t *testing.T) {
 		final := &membership.Plan{Generation: 2, Phase: membership.PhaseStop, Result: membership.JobSucceeded, Reason: "done"}
 		d := decide(view{job: "j", spec: ptr(spec("2")), plan: final, nodes: live("a", "b", "c")}, memo{}, tm, t0)

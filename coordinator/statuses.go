@@ -20,14 +20,35 @@ func finish(v view, now time.Time, result membership.JobPhase, exitCode int, rea
 	} else if v.status != nil {
 		next.Generation = v.status.Generation + 1
 	}
+	ran := lastRan(v)
 	d := decision{plan: &next}
-	d.status = finalStatus(v, next)
-	d.events = []membership.Event{{Generation: next.Generation, Type: "Job" + string(result), Message: reason}}
+	d.status = finalStatus(v, next, ran)
+	d.events = []membership.Event{{Generation: ran, Type: "Job" + string(result), Message: reason}}
 	return d
 }
 
-func finalStatus(v view, p membership.Plan) *membership.Status {
+// lastRan is the last generation that ran, for the status of a job that
+// ends now: the plan's if it is in phase run (running, or starting); the
+// one before if it is in phase stop (stopping that one for the next).
+func lastRan(v view) int64 {
+	switch {
+	case v.plan != nil && v.plan.Phase == membership.PhaseRun:
+		return v.plan.Generation
+	case v.plan != nil:
+		return max(v.plan.Generation-1, 0)
+	case v.status != nil:
+		return v.status.Generation
+	}
+	return 0
+}
+
+// finalStatus is the status of a job whose final plan is p. It names
+// ran, the last generation that ran, not p's: p, one past the last plan,
+// only stops the sidecars. Told again from p alone (a new leader), the
+// status already written keeps its generation.
+func finalStatus(v view, p membership.Plan, ran int64) *membership.Status {
 	s := planStatus(v, p, p.Result, 0, p.Reason)
+	s.Generation = ran
 	s.ExitCode = p.ExitCode
 	if v.status != nil {
 		s.Steps = v.status.Steps

@@ -221,6 +221,24 @@ func TestElasticJobRunsScalesThroughKubectlAndGoesWithItsResource(t *testing.T) 
 	}, 30*time.Second, 50*time.Millisecond, "the job's etcd records outlived it")
 }
 
+// tableCell is the cell of a table printed by kubectl or the coordinator
+// (a header line, then a line per row, cells without spaces up to the
+// column asked for): the row whose first cell is row, under column.
+func tableCell(t *testing.T, table, row, column string) string {
+	t.Helper()
+	lines := strings.Split(table, "\n")
+	header := strings.Fields(lines[0])
+	col := slices.Index(header, column)
+	require.GreaterOrEqual(t, col, 0, "no column %s in\n%s", column, table)
+	for _, l := range lines[1:] {
+		if cells := strings.Fields(l); len(cells) > col && cells[0] == row {
+			return cells[col]
+		}
+	}
+	require.Failf(t, "no row", "no row %s in\n%s", row, table)
+	return ""
+}
+
 func fromUnstructured(raw map[string]any, into any) error {
 	return runtime.DefaultUnstructuredConverter.FromUnstructured(raw, into)
 }
@@ -342,6 +360,16 @@ func TestElasticJobCleanPodPolicyAndProblems(t *testing.T) {
 	for _, name := range []string{"done-never", "done-onfailure"} {
 		assert.Equal(t, 2, kubetest.RunningPods(t.Context(), e.c.Client, e.ns, "elastic.job="+name), name)
 	}
+	// Generation 1 ran and succeeded: kubectl, `coordinator status` and
+	// `coordinator jobs` say generation 1, not that of the plan that
+	// stopped the sidecars.
+	assert.Equal(t, "1", tableCell(t, e.kubectl("", "get", "elasticjob", "done-never"), "done-never", "GENERATION"), "kubectl get")
+	code, stdout, stderr := cli(t, nil, "status", "--etcd-endpoints", e.etcd.Endpoint(), "--job", "done-never")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, "1", tableCell(t, stdout, "done-never", "GENERATION"), "coordinator status")
+	code, stdout, stderr = cli(t, nil, "jobs", "--etcd-endpoints", e.etcd.Endpoint())
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, "1", tableCell(t, stdout, "done-never", "GENERATION"), "coordinator jobs")
 	e.jobStatus("hetero", "Succeeded", func(s jobv1.ElasticJobStatus) bool { return s.Phase == jobv1.PhaseSucceeded })
 	heter := e.podEnv("hetero", "hetero-heter-0")
 	assert.Equal(t, "HETER_TRAINER", heter["TRAINING_ROLE"])

@@ -307,7 +307,7 @@ func TestACommandThatCannotStartFailsAtOnce(t *testing.T) {
 	assert.Contains(t, node.out.String(), ": training command "+notExecutable+": not executable (permission denied)\n")
 	code, stdout, _ = cli(t, nil, "status", "--etcd-endpoints", srv.Endpoint(), "--job", "nox", "-o", "json")
 	require.Equal(t, 0, code)
-	assert.Contains(t, stdout, `"phase":"Failed","generation":2`)
+	assert.Contains(t, stdout, `"phase":"Failed","generation":1`, "the generation that ran, not the final plan's")
 	assert.Contains(t, stdout, `"restarts":0,"exitCode":126`)
 }
 

@@ -77,8 +77,11 @@ type Steps struct {
 // Status is a job's state for people and tools, at Keys.Status, written by
 // the coordinator leader.
 type Status struct {
-	Phase      JobPhase `json:"phase"`
-	Generation int64    `json:"generation"`
+	Phase JobPhase `json:"phase"`
+	// Generation is the generation running or being formed; once the job
+	// ended, the last that ran (the final plan, one past it, only stops
+	// the sidecars).
+	Generation int64 `json:"generation"`
 	// NP is the target from the spec.
 	NP NP `json:"np"`
 	// Members is the number of nodes in the current generation. Ready is,

@@ -125,7 +125,8 @@ type ReplicaStatus struct {
 type ElasticJobStatus struct {
 	Phase string `json:"phase,omitempty"`
 	// Generation is the job's generation (rank table) now running or being
-	// formed; not metadata.generation.
+	// formed, or once the job ended the last that ran; not
+	// metadata.generation.
 	Generation int64 `json:"generation,omitempty"`
 	// NP is the target, N or MIN:MAX.
 	NP string `json:"np,omitempty"`
