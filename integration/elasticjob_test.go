@@ -371,6 +371,11 @@ func TestElasticJobCleanPodPolicyAndProblems(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	assert.Equal(t, "1", tableCell(t, stdout, "done-never", "GENERATION"), "coordinator jobs")
 	e.jobStatus("hetero", "Succeeded", func(s jobv1.ElasticJobStatus) bool { return s.Phase == jobv1.PhaseSucceeded })
+	// One pod, one worker: said in the singular.
+	assert.True(t, slices.ContainsFunc(e.events("hetero"), func(ev corev1.Event) bool {
+		return ev.Reason == "Created" && ev.Message == "StatefulSet hetero-worker with 1 pod"
+	}), "the Created Event of a StatefulSet of one pod")
+	assert.True(t, hasEvent(e.events("hetero-worker"), "Generation", "generation 1: 1 worker, 1 ps"), "the Generation Event of one worker")
 	heter := e.podEnv("hetero", "hetero-heter-0")
 	assert.Equal(t, "HETER_TRAINER", heter["TRAINING_ROLE"])
 	worker := e.podEnv("hetero", "hetero-worker-0")

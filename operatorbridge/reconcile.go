@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
+	"github.com/elastictraining/coordinator/english"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/operatorbridge/controller"
 	"github.com/elastictraining/coordinator/trainerenv"
@@ -276,8 +277,8 @@ func (t *term) writeConfigMap(ctx context.Context, job string, p membership.Plan
 	case configWritten:
 		t.logger.Info("endpoints written", "job", job, "generation", p.Generation, "configmap", want.Name)
 		e := p.Endpoints()
-		t.Recorder.Eventf(owner.obj, corev1.EventTypeNormal, "Generation", "generation %d: %d workers, %d ps, world size %d (%s)",
-			p.Generation, e.Nodes[membership.RoleWorker], e.Nodes[membership.RolePS], p.WorldSize, p.Reason)
+		t.Recorder.Eventf(owner.obj, corev1.EventTypeNormal, "Generation", "generation %d: %s, %d ps, world size %d (%s)",
+			p.Generation, english.Count(e.Nodes[membership.RoleWorker], "worker"), e.Nodes[membership.RolePS], p.WorldSize, p.Reason)
 	}
 	return nil
 }

@@ -312,7 +312,7 @@ func (t *term) ensureStatefulSet(ctx context.Context, u *unstructured.Unstructur
 			return fmt.Errorf("create StatefulSet %s: %w", want.Name, err)
 		}
 		t.logger.Info("created", "job", j.ID, "statefulset", want.Name, "replicas", r.Replicas)
-		t.Recorder.Eventf(u, corev1.EventTypeNormal, "Created", "StatefulSet %s with %d pods", want.Name, r.Replicas)
+		t.Recorder.Eventf(u, corev1.EventTypeNormal, "Created", "StatefulSet %s with %s", want.Name, english.Count(r.Replicas, "pod"))
 		return nil
 	case err != nil:
 		return fmt.Errorf("get StatefulSet %s: %w", want.Name, err)
