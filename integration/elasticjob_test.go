@@ -243,6 +243,24 @@ func fromUnstructured(raw map[string]any, into any) error {
 	return runtime.DefaultUnstructuredConverter.FromUnstructured(raw, into)
 }
 
+// TestServeOutsideAPodInjectsItsVersionsImage runs serve as from a
+// workstation: outside a pod, its kubeconfig in ~/.kube/config, no
+// --sidecar-image. A job's pods get the image `make image` tags for the
+// binary's version, and the job runs.
+func TestServeOutsideAPodInjectsItsVersionsImage(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t, kubeOptions{injected: true, homeKubeconfig: true, defaultSidecarImage: true,
+		toyEnv: []string{"TOY_STEPS=100000", "TOY_INTERVAL=0.05"}})
+	applyCRDs(t, e.c, e.dyn)
+	e.kubectl(elasticJobYAML("outside", 1, ""), "apply", "-f", "-")
+	e.jobStatus("outside", "Running at 1", runningAt(1))
+	sts, err := e.c.Client.AppsV1().StatefulSets(e.ns).Get(t.Context(), "outside-worker", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Len(t, sts.Spec.Template.Spec.InitContainers, 1)
+	assert.Equal(t, "elastic-coordinator:"+releaseVersion, sts.Spec.Template.Spec.InitContainers[0].Image)
+	assert.Contains(t, e.bridge.out.String(), "no --sidecar-image outside a pod: the job resources' pods get this version's image")
+}
+
 // TestElasticJobCleanPodPolicyAndProblems runs jobs to their end: with
 // OnCompletion their pods go, with Never they stay; a template the
 // controller cannot wrap is reported in the status and an Event.

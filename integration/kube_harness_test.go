@@ -118,6 +118,8 @@ type kubeOptions struct {
 	// homeKubeconfig runs serve without --kubeconfig, outside a pod, with
 	// the kubeconfig in $HOME/.kube/config, as from a workstation.
 	homeKubeconfig bool
+	// defaultSidecarImage runs serve without --sidecar-image.
+	defaultSidecarImage bool
 	// reportUnserved binds deploy/base's elastic-coordinator-unserved to
 	// the test's ServiceAccount and has serve say unserved jobs after 3 s;
 	// otherwise serve says none.
@@ -179,8 +181,10 @@ func newKubeEnv(t *testing.T, o kubeOptions) *kubeEnv {
 	if etcdFlags == nil {
 		etcdFlags = []string{"--etcd-endpoints", e.etcd.Endpoint()}
 	}
-	args := []string{"serve", "--listen-metrics", "127.0.0.1:0",
-		"--kubernetes", "--namespace", e.ns, "--session-ttl", "2s", "--sidecar-image", sidecarImage}
+	args := []string{"serve", "--listen-metrics", "127.0.0.1:0", "--kubernetes", "--namespace", e.ns, "--session-ttl", "2s"}
+	if !o.defaultSidecarImage {
+		args = append(args, "--sidecar-image", sidecarImage)
+	}
 	var serveEnv []string
 	if o.homeKubeconfig {
 		home := t.TempDir()

@@ -68,7 +68,8 @@ func (o *kubeOptions) register(fs *pflag.FlagSet, env lookupEnv) {
 	fs.StringArrayVar(&o.workloads, "workload-resource", []string{"statefulsets.v1.apps"},
 		"resource a job's workloads can be, as RESOURCE.VERSION.GROUP; anything with a scale subresource (repeatable)")
 	fs.StringVar(&o.sidecarImage, "sidecar-image", fromEnv(env, "", "ELASTIC_SIDECAR_IMAGE"),
-		"image whose binary is injected into the pods of ElasticJobs; the image of this pod's coordinator container if empty"+envNote("ELASTIC_SIDECAR_IMAGE"))
+		"image whose binary is injected into the pods of the job resources; if empty, inside a pod the image of its coordinator container, outside one "+
+			imageName+":VERSION, the image `make image` tags for this binary's version"+envNote("ELASTIC_SIDECAR_IMAGE"))
 	fs.StringVar(&o.sidecarEndpoints, "sidecar-etcd-endpoints", fromEnv(env, "", "ELASTIC_SIDECAR_ETCD_ENDPOINTS"),
 		"etcd endpoints the injected sidecars use; --etcd-endpoints if empty"+envNote("ELASTIC_SIDECAR_ETCD_ENDPOINTS"))
 	fs.StringVar(&o.sidecarSecret, "sidecar-etcd-secret", fromEnv(env, "", "ELASTIC_SIDECAR_ETCD_SECRET"),
@@ -248,6 +249,9 @@ func (o *kubeOptions) leaderTasks(ctx context.Context, cli *clientv3.Client, key
 		logger.Error("job resources (ElasticJob, PaddleJob, MSJob) not served", "error", err)
 		return tasks, nil
 	}
+	if o.sidecarImage == "" && o.pod == "" {
+		logger.Info("no --sidecar-image outside a pod: the job resources' pods get this version's image", "image", image)
+	}
 	sidecar := jobcontroller.Sidecar{Image: image, EtcdEndpoints: or(o.sidecarEndpoints, etcdEndpoints),
 		EtcdSecret: o.sidecarSecret, SecretNamespace: o.namespace, Auth: o.sidecarAuth}
 	if keys.Prefix() != membership.DefaultPrefix {
@@ -260,13 +264,24 @@ func (o *kubeOptions) leaderTasks(ctx context.Context, cli *clientv3.Client, key
 	return append(tasks, jobs), nil
 }
 
-// image is the sidecar image: the flag, or the image this replica runs.
+// imageName is the name of the image `make image` builds (the Makefile's
+// IMAGE), tagged with the version.
+const imageName = "elastic-coordinator"
+
+// image is the sidecar image: the flag; inside a pod (POD_NAME), the image
+// this replica runs; outside one, as from a workstation, the image of this
+// binary's version, if the build says which (`make build` does, as the
+// image's binary does).
 func (o *kubeOptions) image(ctx context.Context, kube kubernetes.Interface) (string, error) {
 	if o.sidecarImage != "" {
 		return o.sidecarImage, nil
 	}
 	if o.pod == "" {
-		return "", errors.New("no --sidecar-image, and no POD_NAME to read this replica's image from")
+		if version == "" {
+			return "", errors.New("no --sidecar-image, and outside a pod (no POD_NAME) this build has no version to name its image by (`make build` stamps one): " +
+				"give --sidecar-image, the coordinator's image that the cluster pulls")
+		}
+		return imageName + ":" + version, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -5,6 +5,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -39,4 +40,32 @@ current-context: x
 	_, err = (&kubeOptions{kubeconfig: filepath.Join(home, "missing")}).restConfig()
 	require.Error(t, err)
 	assert.Equal(t, "kubeconfig "+filepath.Join(home, "missing")+": no such file or directory", err.Error())
+}
+
+// Outside a pod, without --sidecar-image, serve --kubernetes injects the
+// image `make image` tags for its version; a build that has none says
+// what to give. The flag wins, inside a pod too.
+func TestSidecarImageOutsideAPod(t *testing.T) {
+	was := version
+	t.Cleanup(func() { version = was })
+
+	version = "v9.9.9"
+	image, err := (&kubeOptions{}).image(t.Context(), nil)
+	require.NoError(t, err)
+	assert.Equal(t, "elastic-coordinator:v9.9.9", image)
+	image, err = (&kubeOptions{sidecarImage: "registry.example.com/team/elastic-coordinator:v1", pod: "p"}).image(t.Context(), nil)
+	require.NoError(t, err)
+	assert.Equal(t, "registry.example.com/team/elastic-coordinator:v1", image)
+
+	version = ""
+	_, err = (&kubeOptions{}).image(t.Context(), nil)
+	require.Error(t, err)
+	assert.Equal(t, "no --sidecar-image, and outside a pod (no POD_NAME) this build has no version to name its image by (`make build` stamps one): "+
+		"give --sidecar-image, the coordinator's image that the cluster pulls", err.Error())
+
+	// The name is the Makefile's, whose image and binaries carry VERSION.
+	makefile, err := os.ReadFile(filepath.Join("..", "..", "Makefile"))
+	require.NoError(t, err)
+	assert.Contains(t, string(makefile), "IMAGE     ?= "+imageName+":$(VERSION)")
+	assert.Equal(t, 3, strings.Count(string(makefile), "-X main.version=$(VERSION)"), "make image, and make build's two binaries")
 }
