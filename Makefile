@@ -11,12 +11,12 @@ all: lint build test
 
 # bin/coordinator-sidecar is the sidecar's own binary: the sidecar, guard
 # and commit commands only, stripped (no etcd server, no Kubernetes code).
-# Both carry VERSION, as the image's binary does: serve --kubernetes
-# outside a pod injects the image `make image` tags for it.
+# Both say VERSION (embedded), as the image's binary does: serve
+# --kubernetes outside a pod injects the image `make image` tags for it.
 build:
 	$(GO) build $(PKGS)
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/coordinator ./cmd/coordinator
-	$(GO) build -tags sidecaronly -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/coordinator-sidecar ./cmd/coordinator
+	$(GO) build -o $(BIN)/coordinator ./cmd/coordinator
+	$(GO) build -tags sidecaronly -trimpath -ldflags "-s -w" -o $(BIN)/coordinator-sidecar ./cmd/coordinator
 
 # The race detector is on: the coordinator, sidecar and keepalive are all
 # concurrent, and the suite is fast enough to afford it. The bridge's tests

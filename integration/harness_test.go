@@ -45,15 +45,14 @@ func TestMain(m *testing.M) {
 	wd, _ := os.Getwd()
 	repoRoot = filepath.Dir(wd)
 	binary = filepath.Join(dir, "coordinator")
-	// As `make build` builds it: with the version, which names the image
-	// serve injects outside a pod.
+	// The version names the image serve injects outside a pod.
 	release, err := os.ReadFile(filepath.Join(repoRoot, "VERSION"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	releaseVersion = strings.TrimSpace(string(release))
-	build := exec.Command("go", "build", "-ldflags", "-X main.version="+releaseVersion, "-o", binary, "./cmd/coordinator")
+	build := exec.Command("go", "build", "-o", binary, "./cmd/coordinator")
 	build.Dir = repoRoot
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {

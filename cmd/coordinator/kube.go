@@ -269,19 +269,14 @@ func (o *kubeOptions) leaderTasks(ctx context.Context, cli *clientv3.Client, key
 const imageName = "elastic-coordinator"
 
 // image is the sidecar image: the flag; inside a pod (POD_NAME), the image
-// this replica runs; outside one, as from a workstation, the image of this
-// binary's version, if the build says which (`make build` does, as the
-// image's binary does).
+// this replica runs; outside one, as from a workstation, the image `make
+// image` tags for this binary's version.
 func (o *kubeOptions) image(ctx context.Context, kube kubernetes.Interface) (string, error) {
 	if o.sidecarImage != "" {
 		return o.sidecarImage, nil
 	}
 	if o.pod == "" {
-		if version == "" {
-			return "", errors.New("no --sidecar-image, and outside a pod (no POD_NAME) this build has no version to name its image by (`make build` stamps one): " +
-				"give --sidecar-image, the coordinator's image that the cluster pulls")
-		}
-		return imageName + ":" + version, nil
+		return imageName + ":" + releaseTag(), nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -33,14 +33,20 @@ func newVersionCommand() *cobra.Command {
 	}
 }
 
+// releaseTag is this build's version: VERSION's, or the one stamped at
+// build time (make image).
+func releaseTag() string {
+	if version != "" {
+		return version
+	}
+	return strings.TrimSpace(releaseVersion)
+}
+
 // versionLine names this build: the version, the source revision it was
 // built from (and whether the tree had changes), Go and the etcd client.
 // `run` compares it with the sidecar binary's before it uses that.
 func versionLine() string {
-	v, etcdVersion, revision := version, "unknown", ""
-	if v == "" {
-		v = strings.TrimSpace(releaseVersion)
-	}
+	v, etcdVersion, revision := releaseTag(), "unknown", ""
 	if info, ok := debug.ReadBuildInfo(); ok {
 		if v == "" || v == "(devel)" {
 			v = info.Main.Version
