@@ -482,7 +482,7 @@ func (a *Agent) childExited(ctx context.Context, ex Exit) {
 // the stop passed unseen; it is said once.
 func (a *Agent) noteFaultElsewhere(next membership.Plan) {
 	if a.cfg.Notes == nil || a.noted >= next.Generation || a.startedGen == 0 || a.startedGen != next.Generation-1 ||
-		next.Interruptions <= a.startedInterruptions || strings.Contains(next.Reason, "node "+a.cfg.Node.ID+" ") {
+		next.Interruptions <= a.startedInterruptions || names(next.Reason, a.cfg.Node.ID) {
 		return
 	}
 	a.noted = next.Generation
@@ -605,4 +605,24 @@ func ranksOf(m membership.Member) string {
 		return fmt.Sprintf("rank %d", m.GlobalRank)
 	}
 	return fmt.Sprintf("ranks %d-%d", m.GlobalRank, m.GlobalRank+m.NProc-1)
+}
+
+// names reports whether text names the node id as a whole word ("node
+// w-1 failed", "members w-1, w-2"), not as part of another (w-10).
+func names(text, id string) bool {
+	inID := func(c byte) bool {
+		return c == '-' || c == '_' || c == '.' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+	}
+	for i := 0; ; {
+		j := strings.Index(text[i:], id)
+		if j < 0 {
+			return false
+		}
+		start, end := i+j, i+j+len(id)
+		// A trailing '.' ends a sentence, not the id.
+		if (start == 0 || !inID(text[start-1])) && (end == len(text) || !inID(text[end]) || text[end] == '.' && (end+1 == len(text) || text[end+1] == ' ')) {
+			return true
+		}
+		i = start + 1
+	}
 }

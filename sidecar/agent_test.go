@@ -223,3 +223,17 @@ func TestLeaseLostWhileLeaving(t *testing.T) {
 		t.Fatal("leaving deadlocked with the lost lease")
 	}
 }
+
+func TestNamesFindsTheNodeAsAWord(t *testing.T) {
+	for text, want := range map[string]bool{
+		"node w-1 (worker rank 1) failed with exit code 137": true,
+		"member w-1 lost":             true,
+		"members w-0, w-1 and 3 more": true,
+		"node w-10 failed":            false,
+		"node xw-1 failed":            false,
+		"lost w-1.":                   true,
+		"node w-1.x failed":           false,
+	} {
+		assert.Equal(t, want, sidecar.NamesForTest(text, "w-1"), text)
+	}
+}
