@@ -47,3 +47,38 @@ func TestSetTargetYieldsToWhoeverSetNP(t *testing.T) {
 	_, err = membership.SetTarget(ctx, cli, keys, "owned", np, 4)
 	assert.ErrorIs(t, err, membership.ErrTargetMoot)
 }
+
+// A target set over a malformed spec starts from the last good one the
+// status keeps, and says that it replaced a malformed value; with none it
+// is refused, and the garbage stays.
+func TestSetTargetRepairsAMalformedSpec(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	keys := membership.DefaultKeys()
+	ctx := t.Context()
+	np := membership.NP{Min: 2, Max: 8}
+	_, err := cli.Put(ctx, keys.Spec("j"), "garbage")
+	require.NoError(t, err)
+	_, err = membership.SetTarget(ctx, cli, keys, "j", np, 4)
+	require.ErrorIs(t, err, membership.ErrNoGoodSpec)
+	resp, err := cli.Get(ctx, keys.Spec("j"))
+	require.NoError(t, err)
+	assert.Equal(t, "garbage", string(resp.Kvs[0].Value))
+
+	good := membership.DefaultSpec(np)
+	good.MaxRestarts = 9
+	status, err := membership.Encode(membership.Status{Phase: membership.JobRunning, NP: np, Spec: &good})
+	require.NoError(t, err)
+	_, err = cli.Put(ctx, keys.Status("j"), status)
+	require.NoError(t, err)
+	w, err := membership.SetTarget(ctx, cli, keys, "j", np, 4)
+	require.NoError(t, err)
+	assert.ErrorIs(t, w.Repaired, membership.ErrInvalidRecord)
+	assert.Equal(t, membership.NP{Min: 2, Max: 4}, w.Spec.Workers())
+	assert.Equal(t, 9, w.Spec.MaxRestarts)
+	resp, err = cli.Get(ctx, keys.Spec("j"))
+	require.NoError(t, err)
+	stored, err := membership.DecodeSpec(resp.Kvs[0].Value)
+	require.NoError(t, err, "the stored spec is good again")
+	assert.Equal(t, w.Spec, stored)
+}
