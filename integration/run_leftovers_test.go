@@ -111,3 +111,4 @@ func TestTheDataOfAKilledRunIsRemovedByTheNext(t *testing.T) {
 	}
 	assert.Empty(t, runDataDirs(t, tmp), "runs that end remove their data")
 }
+

@@ -252,7 +252,7 @@ func TestAWarmInterpretersExitIsTheScripts(t *testing.T) {
 	assert.Equal(t, 1, e.Code)
 	out := j.out.String()
 	assert.Contains(t, out, "[rank 1] Traceback (most recent call last):")
-	assert.Contains(t, out, `[rank 1]   File "`+filepath.Join(j.dir, "train.py")+`", line 8, in <module>`)
+	assert.Contains(t, out, `[rank 1]   File "`+filepath.Join(j.dir, "train.py")+`", line 10, in <module>`)
 	assert.Contains(t, out, "[rank 1] ValueError: boom")
 	assert.NotContains(t, out, "_warm", "the bootstrap's frames are not shown")
 	assert.Len(t, j.imports()["cold"], 2)

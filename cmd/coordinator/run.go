@@ -149,9 +149,12 @@ removes what such runs left.`,
 				return usageError{specFlagError(err, npOrigin)}
 			}
 			// `run ... | head`: once the reader is gone, what run and
-			// the ranks write is dropped, and the SIGPIPE stops the job
-			// as SIGTERM would, with its grace (signalContext).
-			stdout, stderr := &pipeOutput{w: cmd.OutOrStdout()}, &pipeOutput{w: cmd.ErrOrStderr()}
+			// the ranks write is dropped, and the job stops as after
+			// SIGTERM, with its grace (runSignals.outputGone).
+			ctx, signals := signalContext(cmd.Context())
+			defer signals.stop()
+			stdout := &pipeOutput{w: cmd.OutOrStdout(), gone: signals.outputGone}
+			stderr := &pipeOutput{w: cmd.ErrOrStderr(), gone: signals.outputGone}
 			logger, err := newLogger(stderr, "run", logLevel)
 			if err != nil {
 				return err
@@ -185,7 +188,6 @@ removes what such runs left.`,
 			if len(mods) > 0 {
 				sidecarArgs = append(sidecarArgs, "--preload", strings.Join(mods, ","))
 			}
-			ctx, signals := signalContext(cmd.Context())
 			code, err := localrun.Run(ctx, localrun.Config{
 				Executable: exe, Job: id, Spec: spec, NProc: nproc, Command: args, Devices: nodeDevs, DataDir: dataDir, ClientURL: listen,
 				TTL: ttl, Grace: grace, SidecarArgs: sidecarArgs, SidecarLogLevel: logLevel, Env: os.Environ(),
@@ -271,10 +273,11 @@ func runLogArgs(o *logOptions, ranks int) ([]string, string, error) {
 // runSignals is what run was told by signals: the first one cancels the
 // context, a second one asks for the nodes to be killed at once.
 type runSignals struct {
-	mu    sync.Mutex
-	sig   syscall.Signal
-	again chan struct{}
-	stop  func()
+	mu     sync.Mutex
+	sig    syscall.Signal
+	again  chan struct{}
+	cancel context.CancelFunc
+	stop   func()
 }
 
 func (s *runSignals) first() syscall.Signal {
@@ -283,32 +286,50 @@ func (s *runSignals) first() syscall.Signal {
 	return s.sig
 }
 
-// signalContext is ctx, cancelled at the first SIGINT, SIGTERM or SIGPIPE
-// (the reader of run's output has gone). A SIGPIPE is never the second
-// signal that kills the nodes at once: a write to the gone reader is not
-// a person asking.
+// outputGone stops the job as a first SIGPIPE would, but is never the
+// second signal that kills the nodes at once: a write to a reader that has
+// gone is not a person asking.
+func (s *runSignals) outputGone() {
+	s.mu.Lock()
+	first := s.sig == 0
+	if first {
+		s.sig = syscall.SIGPIPE
+	}
+	s.mu.Unlock()
+	if first {
+		s.cancel()
+	}
+}
+
+// signalContext is ctx, cancelled at the first SIGINT or SIGTERM, or once
+// run's output has gone (outputGone).
 func signalContext(parent context.Context) (context.Context, *runSignals) {
 	ctx, cancel := context.WithCancel(parent)
-	s := &runSignals{again: make(chan struct{})}
+	s := &runSignals{again: make(chan struct{}), cancel: cancel}
 	ch := make(chan os.Signal, 2)
 	// Asked for, SIGPIPE no longer ends the process at a write to a
-	// broken standard output: the write fails with EPIPE (pipeOutput).
+	// broken standard output: the write fails with EPIPE, which
+	// pipeOutput sees. The signal itself says nothing of which output
+	// broke (any socket's peer that went, the embedded etcd's client's
+	// say), so it is dropped.
 	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGPIPE)
 	done := make(chan struct{})
 	go func() {
 		for {
 			select {
 			case sig := <-ch:
+				if sig == syscall.SIGPIPE {
+					continue
+				}
 				s.mu.Lock()
 				first := s.sig == 0
 				if first {
 					s.sig = sig.(syscall.Signal)
 				}
 				s.mu.Unlock()
-				switch {
-				case first:
+				if first {
 					cancel()
-				case sig != syscall.SIGPIPE:
+				} else {
 					close(s.again)
 					return
 				}
@@ -329,10 +350,11 @@ func signalContext(parent context.Context) (context.Context, *runSignals) {
 }
 
 // pipeOutput is one of run's outputs: once its reader has gone (EPIPE),
-// what is written is dropped, so that the ranks' output, which run copies
-// here, never blocks nor breaks the nodes while they stop.
+// it says so (gone) and drops what is written, so that the ranks' output,
+// which run copies here, never blocks nor breaks the nodes while they stop.
 type pipeOutput struct {
 	w      io.Writer
+	gone   func()
 	broken atomic.Bool
 }
 
@@ -342,7 +364,9 @@ func (p *pipeOutput) Write(b []byte) (int, error) {
 	}
 	n, err := p.w.Write(b)
 	if errors.Is(err, syscall.EPIPE) {
-		p.broken.Store(true)
+		if !p.broken.Swap(true) {
+			p.gone()
+		}
 		return len(b), nil
 	}
 	return n, err

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -463,7 +465,7 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 	agent, err = sidecar.New(sidecar.Config{
 		Place: presence.Place{Client: cli, Keys: keys, Job: jobID, Node: node, TTL: o.ttl, FenceMargin: o.fenceMargin}, Spec: spec,
 		Workload: workload, StopGrace: o.grace, WaitTimeout: o.waitTimeout,
-		Observer: observer, Logger: logger, OnLease: keeper.Lease, BeforeLeave: beforeLeave, Notes: cmd.ErrOrStderr(),
+		Observer: observer, Logger: logger, OnLease: keeper.Lease, BeforeLeave: beforeLeave, Notes: notesFor(logs, cmd.ErrOrStderr()),
 	})
 	if err != nil {
 		return usageError{err}
@@ -605,4 +607,27 @@ func firstAddress() string {
 		}
 	}
 	return "127.0.0.1"
+}
+
+// notesFor is where the agent's notes on its ranks go: the terminal, but
+// only for the ranks whose output reaches it there (--tee).
+func notesFor(logs *launcher.Logs, stderr io.Writer) io.Writer {
+	switch {
+	case logs == nil || logs.Tee == launcher.TeeAll || logs.Tee == "":
+		return stderr
+	case logs.Tee == launcher.TeeRank0:
+		return rankZeroLines{stderr}
+	}
+	return nil
+}
+
+// rankZeroLines passes on the notes about rank 0 only, as --tee rank0
+// shows rank 0's output only.
+type rankZeroLines struct{ w io.Writer }
+
+func (r rankZeroLines) Write(p []byte) (int, error) {
+	if bytes.HasPrefix(p, []byte("[rank 0]")) || bytes.HasPrefix(p, []byte("[ranks 0-")) {
+		return r.w.Write(p)
+	}
+	return len(p), nil
 }
