@@ -135,6 +135,16 @@ func carrySpec(v view, d *decision) {
 	if v.spec == nil {
 		return
 	}
+	if v.status != nil && v.status.Phase.Done() {
+		// A finished job's status keeps what it has: a rewrite would
+		// restart its retention (expire counts from UpdatedAt).
+		if d.status != nil && !sameSpec(d.status.Spec, v.status.Spec) {
+			s := *d.status
+			s.Spec = v.status.Spec
+			d.status = &s
+		}
+		return
+	}
 	switch {
 	case d.status != nil && !sameSpec(d.status.Spec, v.spec):
 		s := *d.status

@@ -312,3 +312,22 @@ func TestRevokedEventLeaseIsReplaced(t *testing.T) {
 	assert.Equal(t, 1, st.Restarts)
 	assert.Contains(t, h.eventTypes("job"), "GenerationRunning")
 }
+
+// delete --force ends a job whose only spec is malformed: with no good
+// spec to start from, one that asks for the end replaces it, and says so.
+func TestACancelEndsAJobWhoseOnlySpecIsMalformed(t *testing.T) {
+	h := newHarness(t)
+	h.startCoordinator("c1", nil)
+	_, err := h.cli.Put(t.Context(), h.keys.Spec("job"), "garbage")
+	require.NoError(t, err)
+	h.nodes("job", "n0")
+	h.waitStatus("job", "waiting for a valid spec", func(s membership.Status) bool { return strings.Contains(s.Message, "malformed") })
+
+	w, err := h.client.RequestCancel(t.Context(), "job", "deleted")
+	require.NoError(t, err)
+	assert.ErrorIs(t, w.Repaired, membership.ErrInvalidRecord, "it says it replaced a malformed value")
+	final, err := h.client.WaitEnded(t.Context(), "job")
+	require.NoError(t, err)
+	assert.Equal(t, membership.JobFailed, final.Phase)
+	assert.Contains(t, final.Message, "cancelled: deleted")
+}

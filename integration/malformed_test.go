@@ -238,10 +238,12 @@ func TestScaleRepairsAMalformedSpec(t *testing.T) {
 	}
 	st := c.running(1, 2)
 	ctx := t.Context()
-	for _, bad := range []string{"\x00garbage {", `{"np": -3, "maxRestarts": 9}`} {
+	// Each bad value is seen: the status says what is wrong with it.
+	for _, w := range []struct{ bad, why string }{{"\x00garbage {", "invalid character"}, {`{"np": -3, "maxRestarts": 9}`, `invalid np "-3"`}} {
+		bad, why := w.bad, w.why
 		_, err := c.cli.Put(ctx, membership.DefaultKeys().Spec("repair"), bad)
 		require.NoError(t, err)
-		said := c.status("said its spec malformed", func(s membership.Status) bool { return strings.Contains(s.Malformed, "spec") })
+		said := c.status("said its spec malformed", func(s membership.Status) bool { return strings.Contains(s.Malformed, why) })
 		assert.Equal(t, st.Generation, said.Generation, "spec %q: the job runs on", bad)
 	}
 

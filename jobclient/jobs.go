@@ -167,19 +167,59 @@ func (c *Client) Delete(ctx context.Context, job string) (membership.Status, err
 // waits until it has (or ctx ends). The sidecars stop their processes
 // and exit with the job.
 func (c *Client) Cancel(ctx context.Context, job, reason string) (membership.Status, error) {
+	if _, err := c.RequestCancel(ctx, job, reason); err != nil {
+		return membership.Status{}, err
+	}
+	return c.WaitEnded(ctx, job)
+}
+
+// RequestCancel asks the coordinator to end a job now, failed, with
+// reason, and returns the spec written without waiting. A job without a
+// spec gets one that asks for its end; a malformed spec is replaced by the
+// last good one with the request (Repaired says so), or, when there is
+// none, by one that asks for the end alone.
+func (c *Client) RequestCancel(ctx context.Context, job, reason string) (membership.SpecWrite, error) {
 	if err := membership.ValidateJobID(job); err != nil {
-		return membership.Status{}, err
+		return membership.SpecWrite{}, err
 	}
-	if _, err := c.Spec(ctx, job); errors.Is(err, ErrJobNotFound) {
-		// A job without a spec: give it one that asks for its end.
-		spec := membership.DefaultSpec(membership.NP{Min: 1, Max: 1})
-		spec.Cancel = reason
-		if _, err := membership.CreateSpec(ctx, c.cli, c.keys, job, spec); err != nil {
-			return membership.Status{}, err
-		}
-	} else if _, err := membership.UpdateSpec(ctx, c.cli, c.keys, job, func(s *membership.Spec) error { s.Cancel = reason; return nil }, membership.Spec{}); err != nil {
-		return membership.Status{}, err
+	ending := membership.DefaultSpec(membership.NP{Min: 1, Max: 1})
+	ending.Cancel = reason
+	w, err := membership.UpdateSpec(ctx, c.cli, c.keys, job, func(s *membership.Spec) error { s.Cancel = reason; return nil }, ending)
+	if !errors.Is(err, membership.ErrNoGoodSpec) {
+		return w, err
 	}
+	// Nothing good to start from: the job is to end, so a spec that
+	// says only that replaces the malformed one, unless it changed.
+	key := c.keys.Spec(job)
+	resp, err := c.cli.Get(ctx, key)
+	if err != nil {
+		return membership.SpecWrite{}, fmt.Errorf("read spec: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return c.RequestCancel(ctx, job, reason) // deleted meanwhile
+	}
+	_, malformed := membership.DecodeSpec(resp.Kvs[0].Value)
+	if malformed == nil {
+		return c.RequestCancel(ctx, job, reason) // made good meanwhile
+	}
+	val, err := membership.Encode(ending)
+	if err != nil {
+		return membership.SpecWrite{}, err
+	}
+	txn, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)).
+		Then(clientv3.OpPut(key, val)).Commit()
+	if err != nil {
+		return membership.SpecWrite{}, fmt.Errorf("write spec: %w", err)
+	}
+	if !txn.Succeeded {
+		return c.RequestCancel(ctx, job, reason)
+	}
+	return membership.SpecWrite{Spec: ending, Repaired: malformed}, nil
+}
+
+// WaitEnded waits until the job has ended (or ctx ends), and returns its
+// final status.
+func (c *Client) WaitEnded(ctx context.Context, job string) (membership.Status, error) {
 	var final membership.Status
 	err := c.WatchStatus(ctx, job, func(s membership.Status) (bool, error) {
 		final = s

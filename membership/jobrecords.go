@@ -3,7 +3,8 @@ package membership
 // JobRecords are the records of a job that followers of the jobs' keys
 // (the Kubernetes bridge, the job controller) keep: each decoded, nil
 // when it is missing. A malformed value is not taken: the last good one
-// stands (nil if there was none), as it does for the coordinator.
+// stands, as it does for the coordinator; for a spec never read good, the
+// one the status says the job runs under (Status.Spec).
 type JobRecords struct {
 	Spec   *Spec
 	Plan   *Plan
@@ -16,6 +17,8 @@ type JobRecords struct {
 	SpecCreated int64
 
 	tables StoredTables
+	// specMalformed: the spec key holds a value that does not decode.
+	specMalformed bool
 }
 
 // Apply records a change of one of the job's keys; other kinds of key are
@@ -24,10 +27,13 @@ func (j *JobRecords) Apply(jk JobKey, kv KeyValue) {
 	switch jk.Kind {
 	case KindSpec:
 		j.Spec = decoded(j.Spec, kv, DecodeSpec)
-		j.SpecCreated = 0
+		j.SpecCreated, j.specMalformed = 0, false
 		if !kv.Deleted {
 			j.SpecCreated = kv.CreateRevision
+			_, err := DecodeSpec(kv.Value)
+			j.specMalformed = err != nil
 		}
+		j.specFromStatus()
 	case KindPlan:
 		j.Plan = decoded(j.Plan, kv, DecodePlan)
 		j.resolvePlan()
@@ -36,10 +42,21 @@ func (j *JobRecords) Apply(jk JobKey, kv KeyValue) {
 		j.resolvePlan()
 	case KindStatus:
 		j.Status = decoded(j.Status, kv, DecodeStatus)
+		j.specFromStatus()
 	case KindBridge:
 		j.Bridge = decoded(j.Bridge, kv, DecodeBridgeStatus)
 	case KindAutoscaler:
 		j.Autoscaler = decoded(j.Autoscaler, kv, DecodeAutoscalerStatus)
+	}
+}
+
+// specFromStatus takes the spec the status says the job runs under, for a
+// spec that is malformed and was never read good here (a follower that
+// started after the bad write).
+func (j *JobRecords) specFromStatus() {
+	if j.Spec == nil && j.specMalformed && j.Status != nil && j.Status.Spec != nil {
+		s := *j.Status.Spec
+		j.Spec = &s
 	}
 }
 

@@ -24,7 +24,7 @@ type SpecWrite struct {
 }
 
 // ErrNoGoodSpec is returned for a job whose stored spec is malformed when
-// no good one was ever stored to start a change from.
+// no good one is known to start a change from.
 var ErrNoGoodSpec = errors.New("membership: no good spec to start from")
 
 // specBase is a job's spec as a writer starts from.
@@ -61,7 +61,7 @@ func readSpecBase(ctx context.Context, cli *clientv3.Client, keys Keys, job stri
 			return b, nil
 		}
 	}
-	return specBase{}, fmt.Errorf("%w: the stored spec of job %s is malformed (%s), and no good one was ever stored: write a valid one to %s, such as {\"np\":\"2\"}, or delete the job",
+	return specBase{}, fmt.Errorf("%w: the stored spec of job %s is malformed (%s), and no good one is known (a coordinator keeps the last good spec in the job's status once it has run the job): write a valid one to %s, such as {\"np\":\"2\"}, or delete the job",
 		ErrNoGoodSpec, job, english.OneLine(b.malformed.Error()), key)
 }
 

@@ -135,7 +135,14 @@ func deleteJob(ctx context.Context, out io.Writer, client *jobclient.Client, id,
 		switch {
 		case errors.Is(err, jobclient.ErrJobRunning) && force && !cancelled:
 			fmt.Fprintf(out, "job %s is %s: asking the coordinator to end it\n", name, st.Phase)
-			if st, err = client.Cancel(ctx, id, "deleted with coordinator delete --force"); err != nil {
+			w, err := client.RequestCancel(ctx, id, "deleted with coordinator delete --force")
+			if err != nil {
+				return st, err
+			}
+			if w.Repaired != nil {
+				fmt.Fprintf(out, "job %s: the stored spec was malformed (%s); replaced it with one that asks for the end\n", name, english.OneLine(w.Repaired.Error()))
+			}
+			if st, err = client.WaitEnded(ctx, id); err != nil {
 				return st, err
 			}
 			cancelled = true

@@ -2,6 +2,7 @@ package localrun
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -101,7 +102,16 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	if st, err := client.Status(ctx, cfg.Job); err == nil && st.Phase.Done() {
 		return 1, fmt.Errorf("job %s already ended (%s) in %s; use another --job or --data-dir", cfg.Job, st.Phase, dataDir)
 	}
-	if _, err := membership.UpdateSpec(ctx, cli, keys, cfg.Job, func(s *membership.Spec) error { *s = cfg.Spec; return nil }, cfg.Spec); err != nil {
+	_, err = membership.UpdateSpec(ctx, cli, keys, cfg.Job, func(s *membership.Spec) error { *s = cfg.Spec; return nil }, cfg.Spec)
+	if errors.Is(err, membership.ErrNoGoodSpec) {
+		// run's own etcd (--data-dir) holds a malformed spec: the flags'
+		// spec replaces it whole, as it would a good one.
+		var val string
+		if val, err = membership.Encode(cfg.Spec); err == nil {
+			_, err = cli.Put(ctx, keys.Spec(cfg.Job), val)
+		}
+	}
+	if err != nil {
 		return 1, fmt.Errorf("store the job's spec: %w", err)
 	}
 	fmt.Fprintf(cfg.Out, "coordinator run: etcd serves on %s; job %s, np %s\n", srv.ClientURL(), cfg.Job, cfg.Spec.NP)

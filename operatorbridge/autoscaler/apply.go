@@ -14,6 +14,7 @@ import (
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
 	"github.com/elastictraining/coordinator/autoscale"
+	"github.com/elastictraining/coordinator/english"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/presence"
 )
@@ -34,7 +35,7 @@ func (t *term) apply(ctx context.Context, j *jobView, workers int) error {
 				"job", j.id, "target", workers, "malformed", w.Repaired)
 			if ref := t.eventRef(j); ref != nil {
 				t.Recorder.Eventf(ref, corev1.EventTypeWarning, "MalformedSpecReplaced",
-					"the stored spec was malformed (%v); replaced with the last good spec, target %d", w.Repaired, workers)
+					"the stored spec was malformed (%s); replaced with the last good spec, target %d", english.OneLine(w.Repaired.Error()), workers)
 			}
 		}
 		return err
