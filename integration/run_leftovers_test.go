@@ -111,4 +111,3 @@ func TestTheDataOfAKilledRunIsRemovedByTheNext(t *testing.T) {
 	}
 	assert.Empty(t, runDataDirs(t, tmp), "runs that end remove their data")
 }
-
