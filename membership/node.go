@@ -84,7 +84,7 @@ type Node struct {
 	ExitCode int    `json:"exitCode,omitempty"`
 	Message  string `json:"message,omitempty"`
 	// PIDs are, while State is running, the process ids of the node's
-	// training processes by local rank, as the node's PID namespace (its
+	// training processes in local rank order (one that exited is left out), as the node's PID namespace (its
 	// pod's) numbers them: what a person looks for in ps or py-spy.
 	PIDs []int `json:"pids,omitempty"`
 	// CannotStart, with State failed, says the training command could not
