@@ -84,8 +84,9 @@ type Node struct {
 	ExitCode int    `json:"exitCode,omitempty"`
 	Message  string `json:"message,omitempty"`
 	// PIDs are, while State is running, the process ids of the node's
-	// training processes in local rank order (one that exited is left out), as the node's PID namespace (its
-	// pod's) numbers them: what a person looks for in ps or py-spy.
+	// training processes in local rank order (one that exited is left
+	// out), as the node's PID namespace (its pod's) numbers them: what a
+	// person looks for in ps or py-spy.
 	PIDs []int `json:"pids,omitempty"`
 	// CannotStart, with State failed, says the training command could not
 	// be started at all (not found, not executable): no restart mends

@@ -37,9 +37,10 @@ type Workload interface {
 	// must be dead unless the deadline is extended again. Start refuses an
 	// assignment made for another lease.
 	SetDeadline(lease int64, at time.Time)
-	// Pids are the running processes' ids in local rank order (one that exited is left out), which the node's
-	// record shows while they run (status's PIDS); none where the workload
-	// has no processes of its own.
+	// Pids are the running processes' ids in local rank order (one that
+	// exited is left out), which the node's record shows while they run
+	// (status's PIDS); none where the workload has no processes of its
+	// own.
 	Pids() []int
 }
 
