@@ -231,17 +231,13 @@ func PaddleJob() *apiextensionsv1.CustomResourceDefinition {
 	}, "worker")
 	spec.XPreserveUnknownFields = ptr(true) // sampleSetRef, schedulingPolicy, ...
 	return crd(jobv1.PaddleJobs, []string{"pdj"}, spec, ".spec.worker.replicas", ".status.worker.running",
-		[]apiextensionsv1.CustomResourceColumnDefinition{
+		append([]apiextensionsv1.CustomResourceColumnDefinition{
 			{Name: "Status", Type: "string", JSONPath: ".status.phase"},
 			{Name: "Mode", Type: "string", JSONPath: ".status.mode"},
 			{Name: "Worker", Type: "string", JSONPath: ".status.worker.ready"},
 			{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
 			{Name: "PS", Type: "string", JSONPath: ".status.ps.ready", Priority: 1},
-			{Name: "Generation", Type: "integer", JSONPath: ".status.elasticTraining.generation", Priority: 1},
-			{Name: "Restarts", Type: "integer", JSONPath: ".status.elasticTraining.restarts", Priority: 1},
-			{Name: "Message", Type: "string", JSONPath: ".status.elasticTraining.message", Priority: 1},
-			{Name: "Problem", Type: "string", JSONPath: ".status.elasticTraining.problem", Priority: 1},
-		})
+		}, elasticTrainingColumns()...))
 }
 
 // MSJob is ms-operator's MSJob: msReplicaSpecs Scheduler, PS and Worker,
@@ -274,15 +270,22 @@ func MSJob() *apiextensionsv1.CustomResourceDefinition {
 	}, "msReplicaSpecs")
 	spec.XPreserveUnknownFields = ptr(true)
 	return crd(jobv1.MSJobs, nil, spec, ".spec.msReplicaSpecs.Worker.replicas", ".status.replicaStatuses.Worker.active",
-		[]apiextensionsv1.CustomResourceColumnDefinition{
+		append([]apiextensionsv1.CustomResourceColumnDefinition{
 			{Name: "State", Type: "string", JSONPath: ".status.conditions[-1:].type"},
 			{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
 			{Name: "Workers", Type: "integer", JSONPath: ".status.replicaStatuses.Worker.active", Priority: 1},
-			{Name: "Generation", Type: "integer", JSONPath: ".status.elasticTraining.generation", Priority: 1},
-			{Name: "Restarts", Type: "integer", JSONPath: ".status.elasticTraining.restarts", Priority: 1},
-			{Name: "Message", Type: "string", JSONPath: ".status.elasticTraining.message", Priority: 1},
-			{Name: "Problem", Type: "string", JSONPath: ".status.elasticTraining.problem", Priority: 1},
-		})
+		}, elasticTrainingColumns()...))
+}
+
+// elasticTrainingColumns are the wide columns of a kind whose status keeps
+// the coordinator's view under elasticTraining (PaddleJob, MSJob).
+func elasticTrainingColumns() []apiextensionsv1.CustomResourceColumnDefinition {
+	return []apiextensionsv1.CustomResourceColumnDefinition{
+		{Name: "Generation", Type: "integer", JSONPath: ".status.elasticTraining.generation", Priority: 1},
+		{Name: "Restarts", Type: "integer", JSONPath: ".status.elasticTraining.restarts", Priority: 1},
+		{Name: "Message", Type: "string", JSONPath: ".status.elasticTraining.message", Priority: 1},
+		{Name: "Problem", Type: "string", JSONPath: ".status.elasticTraining.problem", Priority: 1},
+	}
 }
 
 // crd is the namespaced CRD of a job kind, of its one version, with a
