@@ -98,6 +98,10 @@ type memo struct {
 	stopSeen time.Time
 	// evicted are the members this leader evicted in stopGen's stop phase.
 	evicted map[string]bool
+	// hangGen's first report of a hung rank was seen at hangSeen: its
+	// peers' reports have hangSettle to arrive.
+	hangGen  int64
+	hangSeen time.Time
 	// ranks is the last rank table computed, by what it was computed from:
 	// thousands of acks change none of that, and cost no table.
 	ranks ranksMemo

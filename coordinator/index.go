@@ -148,13 +148,15 @@ type progress struct {
 	// failed members reported a failure in the plan's generation; lost
 	// ones are gone, back under another lease, or leaving.
 	failed, lost map[string]bool
+	// hung members, running, reported a rank of the plan's generation hung.
+	hung map[string]bool
 	// lastAck is when acked or ready last grew, on the leader's clock.
 	lastAck time.Time
 }
 
 // share is what one member adds to its plan's progress.
 type share struct {
-	present, acked, ready, done, rank0, failed, lost bool
+	present, acked, ready, done, rank0, failed, lost, hung bool
 }
 
 func (pr *progress) shareOf(id string, n membership.LiveNode, alive bool) (membership.Member, share, bool) {
@@ -171,13 +173,14 @@ func (pr *progress) shareOf(id string, n membership.LiveNode, alive bool) (membe
 		done:    current && n.State == membership.NodeSucceeded && m.Role == membership.RoleWorker,
 		failed:  current && n.State == membership.NodeFailed,
 		lost:    !same || n.State == membership.NodeLeaving,
+		hung:    current && n.State == membership.NodeRunning && n.Hang != nil && n.Hang.Generation == pr.plan.Generation,
 	}
 	s.rank0 = s.done && m.Rank == 0
 	return m, s, true
 }
 
 func (pr *progress) recount(nodes map[string]membership.LiveNode) {
-	pr.failed, pr.lost = map[string]bool{}, map[string]bool{}
+	pr.failed, pr.lost, pr.hung = map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, m := range pr.plan.Members {
 		if m.Role == membership.RoleWorker {
 			pr.workers++
@@ -208,6 +211,7 @@ func (pr *progress) apply(id string, s share, sign int) {
 	}
 	set(pr.failed, s.failed)
 	set(pr.lost, s.lost)
+	set(pr.hung, s.hung)
 }
 
 // change moves a node's share from its old record (hadOld false: it had

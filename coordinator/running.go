@@ -51,6 +51,9 @@ func decideRunning(v view, d decision, lim limits, now time.Time) decision {
 		d.plan.Failure = &membership.Failure{Node: f.Node, Role: f.Role, Rank: f.Rank, ExitCode: code}
 		return d
 	}
+	if hd, ok := decideHang(v, d, now); ok {
+		return hd
+	}
 	switch {
 	case spec.SuccessPolicy == membership.SuccessRank0 && rank0Done:
 		return finish(v, now, membership.JobSucceeded, 0, "rank 0 succeeded")
@@ -116,6 +119,7 @@ func stopNext(v view, d decision, now, detected time.Time, reason string, fault 
 		Generation: p.Generation + 1, Phase: membership.PhaseStop, Members: p.Members, Table: p.Table,
 		Restarts: p.Restarts, MaxRestarts: v.spec.MaxRestarts, Interruptions: p.Interruptions,
 		Reason: reason, Excluded: excluded, DetectedAt: detected, StopAt: now,
+		HangRestarts: p.HangRestarts, MaxHangRestarts: v.spec.MaxHangRestarts, Hangs: p.Hangs, Watch: p.Watch,
 	}
 	if fault {
 		next.Interruptions++

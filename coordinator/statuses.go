@@ -17,6 +17,7 @@ func finish(v view, now time.Time, result membership.JobPhase, exitCode int, rea
 	if v.plan != nil {
 		next.Generation = v.plan.Generation + 1
 		next.Members, next.Table, next.Restarts, next.Interruptions = v.plan.Members, v.plan.Table, v.plan.Restarts, v.plan.Interruptions
+		next.HangRestarts, next.MaxHangRestarts = v.plan.HangRestarts, v.plan.MaxHangRestarts
 	} else if v.status != nil {
 		next.Generation = v.status.Generation + 1
 	}
@@ -99,7 +100,8 @@ func stepsOf(p membership.Plan, running time.Time) *membership.Steps {
 }
 
 func planStatus(v view, p membership.Plan, phase membership.JobPhase, ready int, msg string) *membership.Status {
-	s := &membership.Status{Phase: phase, Ready: ready, Message: msg, Generation: p.Generation, Restarts: p.Restarts, Interruptions: p.Interruptions}
+	s := &membership.Status{Phase: phase, Ready: ready, Message: msg, Generation: p.Generation, Restarts: p.Restarts, Interruptions: p.Interruptions,
+		HangRestarts: p.HangRestarts}
 	if v.spec != nil {
 		s.NP = v.spec.Workers()
 	}

@@ -101,19 +101,34 @@ func decideStopped(v view, d decision, lim limits, now time.Time) decision {
 	}
 
 	restarts, reason, excluded := 0, "first generation", []string(nil)
+	hang := hangCharge{}
 	if v.plan != nil {
 		restarts, reason, excluded = v.plan.Restarts, v.plan.Reason, aliveExcludedList(v.plan, ix)
+		hang = hangCharge{restarts: v.plan.HangRestarts, hangs: v.plan.Hangs, atLeast: atLeastOf(v.plan)}
 	}
-	if v.plan != nil && v.plan.Failure != nil {
-		f := *v.plan.Failure
-		// A member evicted for a slow stop was alive when the failure
-		// happened: it explains nothing.
-		var lost []string
+	// A member evicted for a slow stop was alive when the fault happened:
+	// it explains nothing.
+	var lost []string
+	if v.plan != nil && (v.plan.Failure != nil || v.plan.Hang != nil) {
 		for _, id := range sortedIDs(pr.lost) {
 			if !d.memo.evicted[id] && !evictedBy(v.evictions, id, "coordinator") {
 				lost = append(lost, id)
 			}
 		}
+	}
+	if v.plan != nil && v.plan.Hang != nil {
+		if len(lost) > 0 {
+			reason = fmt.Sprintf("%s; not charged: %s lost meanwhile", reason, nodeList("member", lost))
+		} else {
+			var ok bool
+			var why string
+			if hang, excluded, why, ok = chargeHang(v, ix, excluded); !ok {
+				return finish(v, now, membership.JobFailed, 1, why)
+			}
+		}
+	}
+	if v.plan != nil && v.plan.Failure != nil {
+		f := *v.plan.Failure
 		if len(lost) > 0 {
 			reason = fmt.Sprintf("%s; not charged: %s lost meanwhile", reason, nodeList("member", lost))
 		} else {
@@ -155,6 +170,7 @@ func decideStopped(v view, d decision, lim limits, now time.Time) decision {
 	next := membership.Plan{
 		Generation: gen + 1, Phase: membership.PhaseRun, Members: t.members, WorldSize: t.worldSize, Master: t.master, Gloo: t.gloo,
 		MaxRestarts: v.spec.MaxRestarts, Reason: reason, Restarts: restarts, Excluded: excluded, DetectedAt: now, RunAt: now,
+		HangRestarts: hang.restarts, MaxHangRestarts: v.spec.MaxHangRestarts, Hangs: hang.hangs, Watch: hangWatch(v, hang.atLeast),
 	}
 	if v.plan != nil {
 		next.Generation, next.Interruptions = gen, v.plan.Interruptions

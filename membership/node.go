@@ -99,6 +99,11 @@ type Node struct {
 	// StatefulSet pod's ordinal, if it has one: a job that shrinks keeps
 	// the nodes of the lowest ordinals, the ones the workload keeps.
 	Ordinal *int `json:"ordinal,omitempty"`
+	// Hang, while State is running, reports that one of the node's ranks
+	// of Hang.Generation hung: the leader stops the generation.
+	Hang *Hang `json:"hang,omitempty"`
+	// Progress is how the node's slowest rank steps, while they run.
+	Progress *RankProgress `json:"progress,omitempty"`
 	// Checkpoint is host:port where the node's sidecar serves the job's
 	// in-memory checkpoints to the other sidecars of the job (replicas,
 	// and copies asked for by a node that has none); empty if it serves
@@ -132,6 +137,14 @@ func (n Node) Validate() error {
 	case NodeWaiting, NodeStopped, NodeRunning, NodeSucceeded, NodeFailed, NodeLeaving:
 	default:
 		return fmt.Errorf("node %s: unknown state %q", n.ID, n.State)
+	}
+	if n.Hang != nil {
+		if err := n.Hang.Validate(); err != nil {
+			return fmt.Errorf("node %s: %w", n.ID, err)
+		}
+	}
+	if pr := n.Progress; pr != nil && (pr.Rank < 0 || pr.Step < 0 || pr.StepTime < 0 || pr.HangTimeout < 0) {
+		return fmt.Errorf("node %s: progress out of range", n.ID)
 	}
 	if n.Checkpoint != "" {
 		if err := validateHostPort(n.Checkpoint); err != nil {

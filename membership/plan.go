@@ -82,6 +82,19 @@ type Plan struct {
 	// member was lost meanwhile: a member that dies makes its peers'
 	// collectives fail before its lease expires.
 	Failure *Failure `json:"failure,omitempty"`
+	// Hang, in phase stop, is the hung rank that caused it, charged to the
+	// hang budget when the phase ends (as Failure is to MaxRestarts): the
+	// sidecars write every rank's stack and kill without a grace period,
+	// since a rank blocked in a collective cannot act on SIGTERM.
+	Hang *Hang `json:"hang,omitempty"`
+	// HangRestarts counts the restarts hangs spent of MaxHangRestarts.
+	HangRestarts    int `json:"hangRestarts,omitempty"`
+	MaxHangRestarts int `json:"maxHangRestarts,omitempty"`
+	// Hangs counts, by node, the hangs its ranks caused: a node whose
+	// ranks hang again is excluded as a failed node is.
+	Hangs map[string]int `json:"hangs,omitempty"`
+	// Watch is how the run's ranks are watched for hangs; nil: not at all.
+	Watch *HangWatch `json:"watch,omitempty"`
 	// Result is set on the last plan of a finished job: every sidecar stops
 	// its processes and exits, 0 when Result is JobSucceeded and ExitCode
 	// otherwise.
@@ -141,8 +154,16 @@ func (p Plan) Validate() error {
 	if p.Phase != PhaseStop && p.Phase != PhaseRun {
 		return fmt.Errorf("plan: unknown phase %q", p.Phase)
 	}
-	if p.Restarts < 0 {
-		return fmt.Errorf("plan: negative restart count %d", p.Restarts)
+	if p.Restarts < 0 || p.HangRestarts < 0 {
+		return fmt.Errorf("plan: negative restart count %d or %d", p.Restarts, p.HangRestarts)
+	}
+	if h := p.Hang; h != nil {
+		if err := h.Validate(); err != nil {
+			return fmt.Errorf("plan: %w", err)
+		}
+		if p.Phase != PhaseStop || h.Node == "" {
+			return fmt.Errorf("plan: a hang belongs to phase stop, with a node")
+		}
 	}
 	switch p.Result {
 	case "", JobSucceeded, JobFailed:

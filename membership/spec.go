@@ -92,6 +92,17 @@ type Spec struct {
 	Name string `json:"name,omitempty"`
 	// CreatedAt is when the spec was first stored, for a job's age.
 	CreatedAt time.Time `json:"createdAt,omitzero"`
+	// HangTimeout, when set, is how long a rank may make no progress
+	// before its generation is restarted; 0 turns watching off. Unset, each
+	// sidecar learns it from the job's own step intervals (see HangWatch).
+	HangTimeout *Duration `json:"hangTimeout,omitempty"`
+	// StartupTimeout, when set, is how long a generation's first step may
+	// take (start-up, compilation, data loading) before its ranks count as
+	// hung; 0 turns that off. Unset, the default applies.
+	StartupTimeout *Duration `json:"startupTimeout,omitempty"`
+	// MaxHangRestarts is the job-wide budget of restarts caused by a rank
+	// that hung, separate from MaxRestarts.
+	MaxHangRestarts int `json:"maxHangRestarts"`
 	// Cancel, when set, asks the coordinator to end the job now, failed,
 	// with this reason (`coordinator delete --force`).
 	Cancel string `json:"cancel,omitempty"`
@@ -100,11 +111,12 @@ type Spec struct {
 // DefaultSpec is the spec of a job for which only np is known.
 func DefaultSpec(np NP) Spec {
 	return Spec{
-		NP:             np,
-		FaultTolerance: FaultToleranceRestart,
-		MaxRestarts:    DefaultMaxRestarts,
-		SuccessPolicy:  SuccessAllWorkers,
-		CleanPodPolicy: CleanPodNever,
+		NP:              np,
+		FaultTolerance:  FaultToleranceRestart,
+		MaxRestarts:     DefaultMaxRestarts,
+		MaxHangRestarts: DefaultMaxHangRestarts,
+		SuccessPolicy:   SuccessAllWorkers,
+		CleanPodPolicy:  CleanPodNever,
 	}
 }
 
@@ -124,6 +136,12 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("faultTolerance %d: want 0, 1 or 2", s.FaultTolerance)
 	case s.MaxRestarts < 0:
 		return fmt.Errorf("maxRestarts %d: must not be negative", s.MaxRestarts)
+	case s.MaxHangRestarts < 0:
+		return fmt.Errorf("maxHangRestarts %d: must not be negative", s.MaxHangRestarts)
+	case s.HangTimeout != nil && *s.HangTimeout < 0:
+		return fmt.Errorf("hangTimeout %s: must not be negative (0 turns hang watching off)", *s.HangTimeout)
+	case s.StartupTimeout != nil && *s.StartupTimeout < 0:
+		return fmt.Errorf("startupTimeout %s: must not be negative (0 turns the start-up budget off)", *s.StartupTimeout)
 	case s.Target != 0 && (s.Target < s.NP.Min || s.Target > s.NP.Max):
 		return fmt.Errorf("target %d: want 0 (none) or within np %s", s.Target, s.NP)
 	case len(s.Name) > MaxJobNameLength:

@@ -97,8 +97,11 @@ type Status struct {
 	Restarts  int `json:"restarts"`
 	// Interruptions are the restarts a fault caused, charged or not
 	// (Plan.Interruptions).
-	Interruptions int    `json:"interruptions,omitempty"`
-	Message       string `json:"message,omitempty"`
+	Interruptions int `json:"interruptions,omitempty"`
+	// HangRestarts are the restarts hung ranks caused, of the spec's
+	// MaxHangRestarts (Plan.HangRestarts).
+	HangRestarts int    `json:"hangRestarts,omitempty"`
+	Message      string `json:"message,omitempty"`
 	// Malformed says which of the job's records do not decode or are
 	// invalid, and why; the last good value of each stands meanwhile.
 	Malformed string `json:"malformed,omitempty"`
@@ -120,7 +123,7 @@ func (s Status) Validate() error {
 	default:
 		return fmt.Errorf("status: unknown phase %q", s.Phase)
 	}
-	if s.Generation < 0 || s.Members < 0 || s.Workers < 0 || s.Workers > s.Members || s.Ready < 0 || s.WorldSize < 0 || s.Restarts < 0 || s.Interruptions < 0 {
+	if s.Generation < 0 || s.Members < 0 || s.Workers < 0 || s.Workers > s.Members || s.Ready < 0 || s.WorldSize < 0 || s.Restarts < 0 || s.Interruptions < 0 || s.HangRestarts < 0 {
 		return fmt.Errorf("status: negative count")
 	}
 	if s.Spec != nil {

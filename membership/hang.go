@@ -1,0 +1,96 @@
+package membership
+
+import (
+	"fmt"
+	"time"
+)
+
+// DefaultMaxHangRestarts is a job's budget of restarts caused by a rank
+// that hung, separate from MaxRestarts: a hang is the job's own or its
+// machine's, and a job that hangs now and then must not spend the budget
+// its crashes need.
+const DefaultMaxHangRestarts = 10
+
+// Hang is a node's report that one of its ranks made no progress for
+// longer than its hang timeout, or was stopped (SIGSTOP) for more than a
+// second; in a stop plan, the report the leader took as the cause.
+type Hang struct {
+	// Node is the reporting node; empty in its own record.
+	Node string `json:"node,omitempty"`
+	// Generation is the generation the rank ran in.
+	Generation int64 `json:"generation"`
+	// Rank is the rank's global rank, within its role.
+	Rank int `json:"rank"`
+	// Step is the last step the rank made: the number it named
+	// (elastic.beat(step=N), a saved state's "step"), else its count of
+	// optimizer steps, beats and saves in the generation.
+	Step int64 `json:"step"`
+	// Quiet is how long it had made no progress when found; Timeout is
+	// the hang timeout that fired (a second for a stopped process).
+	Quiet   Duration `json:"quiet"`
+	Timeout Duration `json:"timeout"`
+	// Stopped says it was found stopped, not traced by a debugger.
+	Stopped bool `json:"stopped,omitempty"`
+	// LastActivity is its last sign of life, on the node's clock: of the
+	// ranks that stalled together, the one whose last sign of life is
+	// oldest hung; the others wait for it in a collective.
+	LastActivity time.Time `json:"lastActivity,omitzero"`
+}
+
+// Validate reports the first field of h that is out of range.
+func (h Hang) Validate() error {
+	if h.Node != "" {
+		if err := ValidateNodeID(h.Node); err != nil {
+			return fmt.Errorf("hang: %w", err)
+		}
+	}
+	if h.Generation < 1 || h.Rank < 0 || h.Step < 0 || h.Quiet < 0 || h.Timeout < 0 {
+		return fmt.Errorf("hang: generation %d, rank %d, step %d: out of range", h.Generation, h.Rank, h.Step)
+	}
+	return nil
+}
+
+// String says what happened, for events and the status: "rank 1 on node
+// w-1 made no progress for 2.1s after step 1234; stacks in its log".
+func (h Hang) String() string {
+	where := fmt.Sprintf("rank %d", h.Rank)
+	if h.Node != "" {
+		where += " on node " + h.Node
+	}
+	if h.Stopped {
+		return fmt.Sprintf("%s was stopped (SIGSTOP, not a debugger) for %s after step %d; stacks in its log", where, h.Quiet, h.Step)
+	}
+	return fmt.Sprintf("%s made no progress for %s after step %d (hang timeout %s); stacks in its log", where, h.Quiet, h.Step, h.Timeout)
+}
+
+// RankProgress is how the slowest of a node's ranks steps, refreshed
+// every few seconds while they run: a straggler shows before it hangs.
+type RankProgress struct {
+	// Rank is the slowest rank's global rank.
+	Rank int `json:"rank"`
+	// Step is its last step; StepTime the median of its recent step
+	// intervals.
+	Step     int64    `json:"step"`
+	StepTime Duration `json:"stepTime"`
+	// HangTimeout is the node's hang timeout in force; 0 when watching is
+	// off.
+	HangTimeout Duration `json:"hangTimeout,omitempty"`
+}
+
+// HangWatch is how the ranks of a run plan are watched for hangs, from
+// the spec and what the job's earlier generations taught the leader.
+type HangWatch struct {
+	// Timeout, when set, is the spec's hang timeout (0: watching off);
+	// unset, the sidecars learn it from the job's step intervals.
+	Timeout *Duration `json:"timeout,omitempty"`
+	// Startup, when set, is the spec's budget before a generation's first
+	// step (0: none); unset, the default.
+	Startup *Duration `json:"startup,omitempty"`
+	// AtLeast is the least a learned timeout may be: it grows after each
+	// hang restart, so that a legitimate pause that cost one restart
+	// passes the next time.
+	AtLeast Duration `json:"atLeast,omitempty"`
+	// Expect says the job's ranks are known to report progress: the
+	// startup budget applies from a generation's start.
+	Expect bool `json:"expect,omitempty"`
+}
