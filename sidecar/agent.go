@@ -117,6 +117,10 @@ type Observer interface {
 	Started(generation int64)
 	// Exited: the workload exited on its own with code.
 	Exited(code int)
+	// StepTime: a rank's recent step intervals have median d.
+	StepTime(rank int, d time.Duration)
+	// Hung: one of the node's ranks hung.
+	Hung()
 }
 
 // noObserver is the Observer of an agent that has none.
@@ -126,6 +130,8 @@ func (noObserver) Renewal(time.Duration, error) {}
 func (noObserver) Fenced()                      {}
 func (noObserver) Started(int64)                {}
 func (noObserver) Exited(int)                   {}
+func (noObserver) StepTime(int, time.Duration)  {}
+func (noObserver) Hung()                        {}
 
 // Agent follows one job's plans for one node.
 type Agent struct {
@@ -155,6 +161,12 @@ type Agent struct {
 	startedRanks         string
 	startedInterruptions int
 	noted                int64
+	// startedFirstRank is the global rank of the node's first process;
+	// hungGen the last generation whose hang this node reported, and
+	// progressWritten when it last wrote its ranks' progress.
+	startedFirstRank int
+	hungGen          int64
+	progressWritten  time.Time
 }
 
 // New validates cfg.
@@ -345,6 +357,7 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 
 	waitTimer := newWaitTimer(a.cfg.WaitTimeout)
 	defer waitTimer.stop()
+	observations := a.observations()
 	for {
 		waitTimer.set(!a.running)
 		select {
@@ -364,6 +377,8 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 			return Result{}, err
 		case ex := <-a.exits:
 			a.childExited(ctx, ex)
+		case o := <-observations:
+			a.observed(ctx, o)
 		case pu := <-plans:
 			if pu.Err != nil {
 				a.logger.Warn("plan unreadable; waiting for the coordinator", "error", pu.Err)
@@ -411,7 +426,11 @@ func (a *Agent) follow(ctx context.Context, p membership.Plan) (Result, bool) {
 		if a.ackedStop >= p.Generation {
 			return Result{}, false
 		}
-		a.stopWorkload(ctx, a.cfg.StopGrace)
+		if p.Hang != nil {
+			a.stopHung(ctx)
+		} else {
+			a.stopWorkload(ctx, a.cfg.StopGrace)
+		}
 		if a.ack(ctx, membership.NodeStopped, p.Generation, 0) {
 			a.ackedStop = p.Generation
 		}
@@ -424,7 +443,8 @@ func (a *Agent) follow(ctx context.Context, p membership.Plan) (Result, bool) {
 		a.stopWorkload(ctx, a.cfg.StopGrace)
 		// A stop phase no node had to ack may have passed unseen.
 		a.noteFaultElsewhere(p)
-		a.startedGen, a.startedRanks, a.startedInterruptions = p.Generation, ranksOf(m), p.Interruptions
+		a.startedGen, a.startedRanks, a.startedInterruptions, a.startedFirstRank = p.Generation, ranksOf(m), p.Interruptions, m.GlobalRank
+		a.progressWritten = time.Time{}
 		// Fence lets the processes store from their first instant.
 		a.runningNow.Store(&runningGen{generation: p.Generation, lease: m.Lease, members: p.Members})
 		exits, err := a.cfg.Workload.Start(ctx, Assignment{Job: a.cfg.Job, Plan: p, Member: m})
@@ -451,6 +471,7 @@ func (a *Agent) follow(ctx context.Context, p membership.Plan) (Result, bool) {
 		pids := a.cfg.Workload.Pids()
 		a.write(ctx, membership.NodeRunning, p.Generation, func(n *membership.Node) {
 			n.State, n.Generation, n.ExitCode, n.Message, n.CannotStart, n.PIDs = membership.NodeRunning, p.Generation, 0, "", false, pids
+			n.Hang, n.Progress = nil, nil
 		})
 	}
 	return Result{}, false
@@ -495,6 +516,22 @@ func (a *Agent) noteFaultElsewhere(next membership.Plan) {
 		a.startedRanks, a.startedGen, next.Reason, these)
 }
 
+// stopHung stops a generation stopped because a rank hung: each rank's
+// stack goes to its log, and nothing waits for a grace period.
+func (a *Agent) stopHung(ctx context.Context) {
+	w, ok := a.cfg.Workload.(Watcher)
+	if !ok {
+		a.stopWorkload(ctx, 0)
+		return
+	}
+	a.runningNow.Store(nil)
+	if err := w.StopStacks(ctx); err != nil && ctx.Err() == nil {
+		a.unsure.Store(true)
+		a.logger.Error("stop workload", "error", err)
+	}
+	a.exits, a.running = nil, false
+}
+
 // stopWorkload stops the workload and returns when nothing of it is left,
 // even of processes whose leader already exited.
 func (a *Agent) stopWorkload(ctx context.Context, grace time.Duration) {
@@ -521,6 +558,7 @@ func (a *Agent) ack(ctx context.Context, state membership.NodeState, gen int64, 
 func (a *Agent) ackMessage(ctx context.Context, state membership.NodeState, gen int64, code int, msg string) bool {
 	return a.write(ctx, state, gen, func(n *membership.Node) {
 		n.State, n.Generation, n.ExitCode, n.Message, n.CannotStart, n.PIDs = state, gen, code, msg, false, nil
+		n.Hang, n.Progress = nil, nil
 	})
 }
 
@@ -529,6 +567,7 @@ func (a *Agent) ackMessage(ctx context.Context, state membership.NodeState, gen 
 func (a *Agent) ackFailure(ctx context.Context, gen int64, code int, msg string, cannot bool) bool {
 	return a.write(ctx, membership.NodeFailed, gen, func(n *membership.Node) {
 		n.State, n.Generation, n.ExitCode, n.Message, n.CannotStart, n.PIDs = membership.NodeFailed, gen, code, msg, cannot, nil
+		n.Hang, n.Progress = nil, nil
 	})
 }
 

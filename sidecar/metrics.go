@@ -29,6 +29,10 @@ type Metrics struct {
 	renewalTime histogram
 	fences      uint64
 	generation  int64
+	hangs       uint64
+	// stepTimes are the median recent step intervals of the node's ranks
+	// in the running generation, by global rank.
+	stepTimes map[int]float64
 }
 
 var (
@@ -52,6 +56,7 @@ func NewMetrics(job, node string) *Metrics {
 	return &Metrics{
 		labels:      fmt.Sprintf(`job="%s",node="%s"`, escapeLabel(job), escapeLabel(node)),
 		exits:       map[int]uint64{0: 0},
+		stepTimes:   map[int]float64{},
 		renewalTime: histogram{counts: make([]uint64, len(renewalBuckets))},
 	}
 }
@@ -80,6 +85,21 @@ func (m *Metrics) Started(generation int64) {
 	m.mu.Lock()
 	m.starts++
 	m.generation = generation
+	clear(m.stepTimes) // the ranks are the new generation's
+	m.mu.Unlock()
+}
+
+// StepTime implements Observer.
+func (m *Metrics) StepTime(rank int, d time.Duration) {
+	m.mu.Lock()
+	m.stepTimes[rank] = d.Seconds()
+	m.mu.Unlock()
+}
+
+// Hung implements Observer.
+func (m *Metrics) Hung() {
+	m.mu.Lock()
+	m.hangs++
 	m.mu.Unlock()
 }
 
@@ -116,6 +136,13 @@ func (m *Metrics) Write(w io.Writer) error {
 	sample("elastic_sidecar_fences_total", "", float64(m.fences))
 	family("elastic_sidecar_generation", "gauge", "The generation the node's training processes last started in.")
 	sample("elastic_sidecar_generation", "", float64(m.generation))
+
+	family("elastic_sidecar_hangs_total", "counter", "Times one of the node's ranks made no progress for its hang timeout, or was stopped.")
+	sample("elastic_sidecar_hangs_total", "", float64(m.hangs))
+	family("elastic_rank_step_seconds", "gauge", "Median of a rank's recent step intervals in the running generation, by global rank: a straggler shows here before it hangs.")
+	for _, rank := range slices.Sorted(maps.Keys(m.stepTimes)) {
+		sample("elastic_rank_step_seconds", `rank="`+strconv.Itoa(rank)+`"`, m.stepTimes[rank])
+	}
 
 	const renewalTime = "elastic_sidecar_lease_renewal_seconds"
 	family(renewalTime, "histogram", "Time etcd took to answer a lease renewal.")

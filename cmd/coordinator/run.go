@@ -35,6 +35,7 @@ func newRunCommand(env lookupEnv) *cobra.Command {
 		preload                            string
 		successPolicy                      string
 		nproc, faultTolerance, maxRestarts int
+		hang                               hangFlags
 		ps, schedulers                     int
 		framework, devices                 string
 		frameworkFrom, devicesFrom         origin
@@ -143,6 +144,9 @@ removes what such runs left.`,
 			}
 			spec := membership.DefaultSpec(target)
 			spec.FaultTolerance, spec.MaxRestarts = faultTolerance, maxRestarts
+			if err := hang.apply(&spec); err != nil {
+				return err
+			}
 			spec.PS, spec.Schedulers = ps, schedulers
 			spec.SuccessPolicy, spec.Name = membership.SuccessPolicy(successPolicy), job.specName(id)
 			if err := spec.Validate(); err != nil {
@@ -221,6 +225,7 @@ removes what such runs left.`,
 	fs.IntVar(&faultTolerance, "fault-tolerance-level", faultTolerance,
 		"0: a failure ends the job; 1: restart; 2: restart and replace the failing node"+envNote("PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL"))
 	fs.IntVar(&maxRestarts, "max-restarts", membership.DefaultMaxRestarts, "restarts the job may spend on failures")
+	hang.register(fs)
 	fs.StringVar(&successPolicy, "success-policy", string(membership.SuccessAllWorkers), "AllWorkers or Rank0")
 	fs.DurationVar(&ttl, "ttl", presence.DefaultTTL, "sidecars' lease TTL")
 	fs.DurationVar(&grace, "grace-period", launcher.DefaultGrace, "time between SIGTERM and SIGKILL when stopping training processes")

@@ -46,6 +46,7 @@ type sidecarOptions struct {
 	grace          time.Duration
 	faultTolerance int
 	maxRestarts    int
+	hang           hangFlags
 	ps             int
 	schedulers     int
 	heter          int
@@ -145,6 +146,7 @@ it; --tee says whose output still reaches the terminal.`,
 		"0: a failure ends the job; 1: restart; 2: restart and replace the failing node"+envNote("PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL"))
 	o.ftOrigin = fromVariable(fs, "fault-tolerance-level", env, "PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL")
 	fs.IntVar(&o.maxRestarts, "max-restarts", membership.DefaultMaxRestarts, "restarts a job may spend on failures")
+	o.hang.register(fs)
 	fs.IntVar(&o.ps, "ps", 0, "parameter-server nodes of the job")
 	fs.IntVar(&o.heter, "heter", 0, "heterogeneous trainer nodes of the job (PaddlePaddle's heter parameter servers)")
 	fs.IntVar(&o.schedulers, "schedulers", 0, "scheduler nodes of the job (MindSpore), 0 or 1; 1 for a node of --role scheduler")
@@ -286,6 +288,9 @@ func (o *sidecarOptions) spec(name string) (*membership.Spec, error) {
 	}
 	s.SuccessPolicy, s.CleanPodPolicy = membership.SuccessPolicy(o.successPolicy), membership.CleanPodPolicy(o.cleanPodPolicy)
 	s.Name = name
+	if err := o.hang.apply(&s); err != nil {
+		return nil, err
+	}
 	if err := s.Validate(); err != nil {
 		err = specFlagError(err, o.npOrigin)
 		if rest, ok := strings.CutPrefix(err.Error(), "--fault-tolerance-level "); ok {

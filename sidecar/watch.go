@@ -1,0 +1,88 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// Watcher is a workload that watches its processes' progress (the
+// launcher, through its guard): it says when a rank hung, and how the
+// ranks step.
+type Watcher interface {
+	// Observations receives what the watch found, for the generation
+	// running; it is never closed.
+	Observations() <-chan Observation
+	// StopStacks stops the processes because a rank hung: each writes its
+	// stack to its log, then all are killed without a grace period (a
+	// rank blocked in a collective cannot act on SIGTERM).
+	StopStacks(ctx context.Context) error
+}
+
+// Observation is what a Watcher found. Ranks are local (the index of the
+// process on the node); the agent makes them global.
+type Observation struct {
+	Generation int64
+	// Hung, if set, is a rank that made no progress for its hang timeout,
+	// or was stopped.
+	Hung *membership.Hang
+	// Steps are the ranks' progress, about every second while they step.
+	Steps []membership.RankProgress
+}
+
+// progressWriteInterval is how often at most the node's record is
+// rewritten with its slowest rank's progress: often enough that `status`
+// shows a straggler, rarely enough that a thousand nodes cost etcd little.
+const progressWriteInterval = 5 * time.Second
+
+// observed handles what the workload's watch found.
+func (a *Agent) observed(ctx context.Context, o Observation) {
+	if !a.running || o.Generation != a.startedGen {
+		return // a generation that is over
+	}
+	for _, st := range o.Steps {
+		a.cfg.Observer.StepTime(a.startedFirstRank+st.Rank, time.Duration(st.StepTime))
+	}
+	if h := o.Hung; h != nil && a.hungGen != o.Generation {
+		a.hungGen = o.Generation
+		h.Rank += a.startedFirstRank
+		a.cfg.Observer.Hung()
+		a.logger.Warn("a rank hung; the coordinator stops the generation", "generation", o.Generation, "hang", h.String())
+		if a.cfg.Notes != nil {
+			fmt.Fprintf(a.cfg.Notes, "[rank %d] %s; asked the coordinator to restart the generation\n", h.Rank, h.String())
+		}
+		a.write(ctx, membership.NodeRunning, o.Generation, func(n *membership.Node) {
+			if n.State == membership.NodeRunning && n.Generation == o.Generation {
+				n.Hang = h
+			}
+		})
+		return
+	}
+	if len(o.Steps) == 0 || time.Since(a.progressWritten) < progressWriteInterval {
+		return
+	}
+	slowest := o.Steps[0]
+	for _, st := range o.Steps[1:] {
+		if st.StepTime > slowest.StepTime {
+			slowest = st
+		}
+	}
+	slowest.Rank += a.startedFirstRank
+	a.progressWritten = time.Now()
+	a.write(ctx, membership.NodeRunning, o.Generation, func(n *membership.Node) {
+		if n.State == membership.NodeRunning && n.Generation == o.Generation {
+			n.Progress = &slowest
+		}
+	})
+}
+
+// observations is the workload's channel of observations, nil (never
+// ready) when it watches nothing.
+func (a *Agent) observations() <-chan Observation {
+	if w, ok := a.cfg.Workload.(Watcher); ok {
+		return w.Observations()
+	}
+	return nil
+}
