@@ -2,6 +2,7 @@ package membership
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -93,4 +94,27 @@ type HangWatch struct {
 	// Expect says the job's ranks are known to report progress: the
 	// startup budget applies from a generation's start.
 	Expect bool `json:"expect,omitempty"`
+}
+
+// ParseHangTimeout reads a hang or start-up timeout as users write it:
+// "auto" (or "") for nil, the learned default; "0" for off; else a
+// duration, not negative.
+func ParseHangTimeout(value string) (*Duration, error) {
+	v := strings.TrimSpace(value)
+	switch v {
+	case "auto", "":
+		return nil, nil
+	case "0":
+		d := Duration(0)
+		return &d, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return nil, fmt.Errorf("%q: want a duration such as 30s or 2m, 0 (off) or auto", value)
+	}
+	if d < 0 {
+		return nil, fmt.Errorf("%s: must not be negative (0 turns it off)", value)
+	}
+	md := Duration(d)
+	return &md, nil
 }

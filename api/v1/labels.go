@@ -21,6 +21,13 @@ const (
 	// comma-separated, that warm interpreters import ahead of each
 	// generation.
 	AnnotationPreload = "elastic.preload"
+	// AnnotationHangTimeout, AnnotationStartupTimeout and
+	// AnnotationMaxHangRestarts on a job of a kind that has no field for
+	// them (PaddleJob, MSJob) are an ElasticJob's spec.hangTimeout,
+	// spec.startupTimeout and spec.maxHangRestarts.
+	AnnotationHangTimeout     = "elastic.hang-timeout"
+	AnnotationStartupTimeout  = "elastic.startup-timeout"
+	AnnotationMaxHangRestarts = "elastic.max-hang-restarts"
 )
 
 // Intranet modes: how a job's nodes reach each other (spec.intranet).

@@ -42,6 +42,17 @@ type ElasticJobSpec struct {
 	FaultTolerance *int `json:"faultTolerance,omitempty"`
 	// MaxRestarts is the budget of restarts that failures may spend.
 	MaxRestarts *int `json:"maxRestarts,omitempty"`
+	// HangTimeout is how long a rank may make no progress before its
+	// generation restarts: a duration ("30s"), 0 (no hang watching), or
+	// auto (the default: learned from the job's step intervals, at least
+	// 5s). A PaddleJob or MSJob says it in AnnotationHangTimeout.
+	HangTimeout string `json:"hangTimeout,omitempty"`
+	// StartupTimeout is how long a restarted generation's first step may
+	// take: a duration, 0 (no limit) or auto (at least 2m, learned).
+	StartupTimeout string `json:"startupTimeout,omitempty"`
+	// MaxHangRestarts is the budget of restarts that hung ranks may
+	// spend, besides MaxRestarts.
+	MaxHangRestarts *int `json:"maxHangRestarts,omitempty"`
 	// SuccessPolicy is AllWorkers (the default) or Rank0.
 	SuccessPolicy string `json:"successPolicy,omitempty"`
 	// CleanPodPolicy is Always, Never (the default), OnFailure or

@@ -1,9 +1,6 @@
 package main
 
 import (
-	"strings"
-	"time"
-
 	"github.com/spf13/pflag"
 
 	"github.com/elastictraining/coordinator/membership"
@@ -46,21 +43,9 @@ func (h *hangFlags) apply(s *membership.Spec) error {
 // hangDuration reads a timeout flag: nil for auto, a duration otherwise
 // ("0" alone turns it off).
 func hangDuration(flag, value string) (*membership.Duration, error) {
-	v := strings.TrimSpace(value)
-	if v == "auto" || v == "" {
-		return nil, nil
-	}
-	if v == "0" {
-		d := membership.Duration(0)
-		return &d, nil
-	}
-	d, err := time.ParseDuration(v)
+	d, err := membership.ParseHangTimeout(value)
 	if err != nil {
-		return nil, usagef("%s %q: want a duration such as 30s or 2m, 0 (off) or auto", flag, value)
+		return nil, usagef("%s %v", flag, err)
 	}
-	if d < 0 {
-		return nil, usagef("%s %s: must not be negative (0 turns it off)", flag, value)
-	}
-	md := membership.Duration(d)
-	return &md, nil
+	return d, nil
 }

@@ -79,6 +79,9 @@ func splitLines(s string) []string {
 	return append(out, s[start:])
 }
 
+// hangTimeoutPattern is a Go duration, 0 or auto.
+const hangTimeoutPattern = `^(auto|0|([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+)$`
+
 // ElasticJob is the CRD of api/v1.
 func ElasticJob() *apiextensionsv1.CustomResourceDefinition {
 	spec := object(map[string]apiextensionsv1.JSONSchemaProps{
@@ -89,6 +92,12 @@ func ElasticJob() *apiextensionsv1.CustomResourceDefinition {
 		"faultTolerance": intEnum("0: a failure ends the job; 1: restart; 2: restart and replace the failing node", 0, 1, 2),
 		"maxRestarts": {Type: "integer", Minimum: ptr(0.0), Maximum: ptr(1e6),
 			Description: "restarts that failures may spend; membership changes spend none"},
+		"hangTimeout": {Type: "string", MaxLength: ptr(int64(32)), Pattern: hangTimeoutPattern,
+			Description: "restart the generation when a rank makes no progress this long: a duration (30s), 0 (no hang watching) or auto (learned from the job's step intervals, at least 5s)"},
+		"startupTimeout": {Type: "string", MaxLength: ptr(int64(32)), Pattern: hangTimeoutPattern,
+			Description: "how long a restarted generation's first step may take: a duration, 0 (no limit) or auto (at least 2m, learned)"},
+		"maxHangRestarts": {Type: "integer", Minimum: ptr(0.0), Maximum: ptr(1e6),
+			Description: "restarts that hung ranks may spend, besides maxRestarts"},
 		"successPolicy":  stringEnum("when the job has succeeded: every worker exited 0, or rank 0 did", "AllWorkers", "Rank0"),
 		"cleanPodPolicy": stringEnum("which pods go when the job ends", "Always", "Never", "OnFailure", "OnCompletion"),
 		"intranet":       stringEnum("how nodes reach each other: the pod's IP, a headless Service per pod, or the host network", "PodIP", "Service", "Host"),

@@ -3,6 +3,7 @@ package jobcontroller
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -105,6 +106,14 @@ func fromElasticJob(u *unstructured.Unstructured) (Job, error) {
 	}
 	spec.FaultTolerance = deref(s.FaultTolerance, membership.FaultToleranceRestart)
 	spec.MaxRestarts = deref(s.MaxRestarts, membership.DefaultMaxRestarts)
+	var err error
+	if spec.HangTimeout, err = membership.ParseHangTimeout(s.HangTimeout); err != nil {
+		return Job{}, fmt.Errorf("spec.hangTimeout %w", err)
+	}
+	if spec.StartupTimeout, err = membership.ParseHangTimeout(s.StartupTimeout); err != nil {
+		return Job{}, fmt.Errorf("spec.startupTimeout %w", err)
+	}
+	spec.MaxHangRestarts = deref(s.MaxHangRestarts, membership.DefaultMaxHangRestarts)
 	spec.SuccessPolicy = membership.SuccessPolicy(or(s.SuccessPolicy, string(membership.SuccessAllWorkers)))
 	spec.CleanPodPolicy = membership.CleanPodPolicy(or(s.CleanPodPolicy, string(membership.CleanPodNever)))
 	spec.Priority = s.Priority
@@ -169,6 +178,9 @@ func newJob(u *unstructured.Unstructured, spec membership.Spec, roles []Role, in
 			return Job{}, err
 		}
 	}
+	if err := hangAnnotations(u.GetAnnotations(), &spec); err != nil {
+		return Job{}, err
+	}
 	spec.Owner = jobv1.Owner{Kind: j.Owner.Kind, Namespace: j.Namespace, Name: j.Owner.Name, UID: string(j.Owner.UID)}.String()
 	if err := spec.Validate(); err != nil {
 		return Job{}, fmt.Errorf("spec: %w", err)
@@ -179,6 +191,33 @@ func newJob(u *unstructured.Unstructured, spec membership.Spec, roles []Role, in
 	}
 	j.Spec = spec
 	return j, nil
+}
+
+// hangAnnotations sets the spec's hang watch from the job's annotations,
+// where a kind has no field for it (PaddleJob, MSJob); on an ElasticJob
+// they stand in for fields left unset.
+func hangAnnotations(a map[string]string, spec *membership.Spec) error {
+	for key, field := range map[string]**membership.Duration{
+		jobv1.AnnotationHangTimeout: &spec.HangTimeout, jobv1.AnnotationStartupTimeout: &spec.StartupTimeout,
+	} {
+		v, ok := a[key]
+		if !ok || *field != nil {
+			continue
+		}
+		d, err := membership.ParseHangTimeout(v)
+		if err != nil {
+			return fmt.Errorf("metadata.annotations[%s] %w", key, err)
+		}
+		*field = d
+	}
+	if v, ok := a[jobv1.AnnotationMaxHangRestarts]; ok {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 0 {
+			return fmt.Errorf("metadata.annotations[%s] %q: want a number of restarts, 0 or more", jobv1.AnnotationMaxHangRestarts, v)
+		}
+		spec.MaxHangRestarts = n
+	}
+	return nil
 }
 
 // validPreload checks the module names of field.

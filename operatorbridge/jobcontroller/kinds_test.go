@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -402,4 +403,43 @@ func TestMSJobConditionsMoveWithTheJob(t *testing.T) {
 	for _, c := range conds {
 		assert.NotEmpty(t, c["lastTransitionTime"], "%s has a lastTransitionTime", c["type"])
 	}
+}
+
+// TestHangWatchFromFieldsAndAnnotations: an ElasticJob's fields and a
+// PaddleJob's or MSJob's annotations set the spec's hang watch; a bad
+// value is one line naming the field.
+func TestHangWatchFromFieldsAndAnnotations(t *testing.T) {
+	elastic := func(fields string) (Job, error) {
+		return fromElasticJob(fromYAML(t, `
+apiVersion: elastictraining.io/v1
+kind: ElasticJob
+metadata: {name: a}
+spec:
+  `+fields+`
+  worker: {replicas: 2, template: {spec: {containers: [{name: t, image: t, command: [x]}]}}}
+`))
+	}
+	j, err := elastic("hangTimeout: 1500ms\n  startupTimeout: \"0\"\n  maxHangRestarts: 4")
+	require.NoError(t, err)
+	require.NotNil(t, j.Spec.HangTimeout)
+	assert.Equal(t, membership.Duration(1500*time.Millisecond), *j.Spec.HangTimeout)
+	require.NotNil(t, j.Spec.StartupTimeout)
+	assert.Zero(t, *j.Spec.StartupTimeout, "0: no start-up limit")
+	assert.Equal(t, 4, j.Spec.MaxHangRestarts)
+	j, err = elastic("hangTimeout: auto")
+	require.NoError(t, err)
+	assert.Nil(t, j.Spec.HangTimeout, "auto: learned")
+	assert.Equal(t, membership.DefaultMaxHangRestarts, j.Spec.MaxHangRestarts)
+	_, err = elastic("hangTimeout: -2s")
+	require.ErrorContains(t, err, "spec.hangTimeout -2s: must not be negative")
+
+	u := example(t, "paddlejob-resnet.yaml")
+	u.SetAnnotations(map[string]string{jobv1.AnnotationHangTimeout: "20s", jobv1.AnnotationMaxHangRestarts: "2"})
+	j, err = fromPaddleJob(u)
+	require.NoError(t, err)
+	assert.Equal(t, membership.Duration(20*time.Second), *j.Spec.HangTimeout)
+	assert.Equal(t, 2, j.Spec.MaxHangRestarts)
+	u.SetAnnotations(map[string]string{jobv1.AnnotationStartupTimeout: "soon"})
+	_, err = fromPaddleJob(u)
+	require.ErrorContains(t, err, `metadata.annotations[elastic.startup-timeout] "soon": want a duration`)
 }
