@@ -163,6 +163,9 @@ type ElasticJobStatus struct {
 	// FailureRestarts are the restarts failures spent of the job's budget
 	// (maxRestarts); a lost member spends none.
 	FailureRestarts int `json:"failureRestarts,omitempty"`
+	// HangRestarts are the restarts hung ranks spent of the job's
+	// maxHangRestarts.
+	HangRestarts int `json:"hangRestarts,omitempty"`
 	// LastRestartSeconds is how long the last change of generation took,
 	// from being seen to every member running.
 	LastRestartSeconds string `json:"lastRestartSeconds,omitempty"`

@@ -449,6 +449,7 @@ func elasticJobStatus() apiextensionsv1.JSONSchemaProps {
 		"worldSize":       integer,
 		"restarts":        integer,
 		"failureRestarts": integer,
+		"hangRestarts":    integer,
 		"replicaStatuses": {Type: "object", AdditionalProperties: &apiextensionsv1.JSONSchemaPropsOrBool{Schema: ptr(object(map[string]apiextensionsv1.JSONSchemaProps{
 			"replicas": {Type: "integer", Format: "int32"},
 			"ready":    {Type: "integer", Format: "int32"},

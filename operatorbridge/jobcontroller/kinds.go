@@ -150,7 +150,7 @@ func paddleJobStatus(r jobv1.ElasticJobStatus, j *Job, _ map[string]any) (map[st
 func ownReport(r jobv1.ElasticJobStatus) map[string]any {
 	return map[string]any{
 		"generation": r.Generation, "np": r.NP, "worldSize": int64(r.WorldSize), "restarts": int64(r.Restarts),
-		"failureRestarts": int64(r.FailureRestarts), "message": r.Message, "problem": r.Problem,
+		"failureRestarts": int64(r.FailureRestarts), "hangRestarts": int64(r.HangRestarts), "message": r.Message, "problem": r.Problem,
 	}
 }
 

@@ -89,7 +89,7 @@ func (t *term) status(u *unstructured.Unstructured, j *Job, old jobv1.ElasticJob
 		s := rec.Status
 		next.Phase, next.Generation, next.NP = string(s.Phase), s.Generation, s.NP.String()
 		next.Ready, next.WorldSize, next.Message = s.Ready, s.WorldSize, s.Message
-		next.Restarts, next.FailureRestarts = s.Interruptions, s.Restarts
+		next.Restarts, next.FailureRestarts, next.HangRestarts = s.Interruptions, s.Restarts, s.HangRestarts
 		// Running, every member is ready, the workers among them; Waiting,
 		// Ready counts live workers alone.
 		next.WorkersReady = s.Ready
