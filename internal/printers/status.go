@@ -27,28 +27,47 @@ type Node struct {
 	// PIDs are the node's training processes while they run, by local
 	// rank, as the node numbers them (its pod's PID namespace).
 	PIDs []int `json:"pids,omitempty"`
+	// Progress is how its slowest rank steps, while it runs; Hang its
+	// report of a rank that hung in its generation.
+	Progress *membership.RankProgress `json:"progress,omitempty"`
+	Hang     *membership.Hang         `json:"hang,omitempty"`
+}
+
+// Slowest is the job's slowest rank, of those whose nodes report their
+// progress: a straggler, before it hangs.
+type Slowest struct {
+	Node     string  `json:"node"`
+	Rank     int     `json:"rank"`
+	Step     int64   `json:"step"`
+	StepTime float64 `json:"stepSeconds"`
+	// HangTimeout is the node's hang timeout in force, in seconds; 0 when
+	// watching is off.
+	HangTimeout float64 `json:"hangTimeoutSeconds"`
 }
 
 // Status is a job as `status` shows it, and as its JSON is read by
 // scripts.
 type Status struct {
 	Head
-	WorldSize   int                          `json:"worldSize"`
-	Restarts    int                          `json:"restarts"`
-	ExitCode    int                          `json:"exitCode"`
-	Message     string                       `json:"message"`
-	Malformed   string                       `json:"malformed,omitempty"`
-	LastRestart *Steps                       `json:"lastRestart"`
-	UpdatedAt   time.Time                    `json:"updatedAt"`
-	Bridge      *membership.BridgeStatus     `json:"bridge,omitempty"`
-	Autoscaler  *membership.AutoscalerStatus `json:"autoscaler,omitempty"`
-	Nodes       []Node                       `json:"nodes"`
+	WorldSize int `json:"worldSize"`
+	Restarts  int `json:"restarts"`
+	// HangRestarts are those hung ranks spent.
+	HangRestarts int                          `json:"hangRestarts,omitempty"`
+	Slowest      *Slowest                     `json:"slowest,omitempty"`
+	ExitCode     int                          `json:"exitCode"`
+	Message      string                       `json:"message"`
+	Malformed    string                       `json:"malformed,omitempty"`
+	LastRestart  *Steps                       `json:"lastRestart"`
+	UpdatedAt    time.Time                    `json:"updatedAt"`
+	Bridge       *membership.BridgeStatus     `json:"bridge,omitempty"`
+	Autoscaler   *membership.AutoscalerStatus `json:"autoscaler,omitempty"`
+	Nodes        []Node                       `json:"nodes"`
 }
 
 // NewStatus is the job's status without its name and nodes.
 func NewStatus(job string, s membership.Status) Status {
 	return Status{Head: headOf(job, s), WorldSize: s.WorldSize,
-		Restarts: s.Restarts, ExitCode: s.ExitCode, Message: StatusMessage(s), Malformed: s.Malformed, LastRestart: newSteps(s.Steps), UpdatedAt: s.UpdatedAt, Nodes: []Node{}}
+		Restarts: s.Restarts, HangRestarts: s.HangRestarts, ExitCode: s.ExitCode, Message: StatusMessage(s), Malformed: s.Malformed, LastRestart: newSteps(s.Steps), UpdatedAt: s.UpdatedAt, Nodes: []Node{}}
 }
 
 // StatusMessage is the status's message, and what of the job's records is
@@ -79,6 +98,7 @@ func LoadStatus(ctx context.Context, client *jobclient.Client, job string) (Stat
 	if view.Nodes, err = LoadNodes(ctx, client, job); err != nil {
 		return Status{}, err
 	}
+	view.Slowest = slowest(view.Nodes, st.Generation)
 	if b, ok, err := client.Bridge(ctx, job); err == nil && ok {
 		view.Bridge = &b
 	}
@@ -108,12 +128,26 @@ func LoadNodes(ctx context.Context, client *jobclient.Client, job string) ([]Nod
 			v.Rank = &r
 		}
 		if n.State == membership.NodeRunning {
-			v.PIDs = n.PIDs
+			v.PIDs, v.Progress, v.Hang = n.PIDs, n.Progress, n.Hang
 		}
 		out = append(out, v)
 	}
 	SortNodes(out)
 	return out, nil
+}
+
+// slowest is the slowest rank of the generation's running nodes, nil when
+// none reports its progress.
+func slowest(nodes []Node, generation int64) *Slowest {
+	var out *Slowest
+	for _, n := range nodes {
+		p := n.Progress
+		if p == nil || n.Generation != generation || (out != nil && time.Duration(p.StepTime).Seconds() <= out.StepTime) {
+			continue
+		}
+		out = &Slowest{Node: n.Node, Rank: p.Rank, Step: p.Step, StepTime: time.Duration(p.StepTime).Seconds(), HangTimeout: time.Duration(p.HangTimeout).Seconds()}
+	}
+	return out
 }
 
 // roleOrder is the order of the roles in a table of nodes: the workers,
@@ -249,6 +283,17 @@ func WriteStatusTable(w io.Writer, v Status) {
 			fmt.Fprintf(w, "; %s", a.HeldBack)
 		}
 		fmt.Fprintln(w)
+	}
+	if s := v.Slowest; s != nil {
+		fmt.Fprintf(w, "\nSlowest rank: rank %d on node %s, %s a step (median of its recent steps), at step %d", s.Rank, s.Node,
+			membership.Duration(time.Duration(s.StepTime*float64(time.Second))), s.Step)
+		if s.HangTimeout > 0 {
+			fmt.Fprintf(w, "; hang timeout %s", membership.Duration(time.Duration(s.HangTimeout*float64(time.Second))))
+		}
+		fmt.Fprintln(w)
+	}
+	if v.HangRestarts > 0 {
+		fmt.Fprintf(w, "\nHang restarts: %d\n", v.HangRestarts)
 	}
 	if len(v.Nodes) == 0 {
 		return
