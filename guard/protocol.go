@@ -20,6 +20,11 @@ const (
 	OpStart Op = "start"
 	// OpStop sends SIGTERM to each process group and, after the grace
 	// period, kills what is left. A deadline already passed makes it a kill.
+	// With Stacks, each process's Python stack is written first and then
+	// everything is killed at once: a stop because of a hang. With a grace
+	// period and a Watch, a rank that is blocked (no sign of life since well
+	// before the stop) has its stack written and is killed at once, while
+	// the others get SIGTERM and the grace period.
 	OpStop Op = "stop"
 	// OpKill kills everything at once and refuses starts until the next
 	// deadline: the node has been fenced out.
@@ -46,6 +51,12 @@ type Command struct {
 	// Generation and Procs, with OpStart.
 	Generation int64  `json:"generation,omitempty"`
 	Procs      []Proc `json:"procs,omitempty"`
+	// Watch, with OpStart: how the generation's processes are watched for
+	// hangs; nil watches nothing.
+	Watch *Watch `json:"watch,omitempty"`
+	// Stacks, with OpStop: write every process's Python stack, then kill
+	// at once, without a grace period.
+	Stacks bool `json:"stacks,omitempty"`
 	// Warm, with OpWarm: the template of each slot's warm interpreter.
 	Warm []Warm `json:"warm,omitempty"`
 }
@@ -70,6 +81,31 @@ type Warm struct {
 	// Preload are the modules it imports before it waits.
 	Preload []string `json:"preload"`
 }
+
+// Watch says how a generation's processes are watched for hangs (EventHung).
+// A process found stopped (state T, not traced) for more than a second is
+// hung whatever the timeouts; a rank that reports progress on its page is
+// hung once it was quiet for longer than the timeout in force.
+type Watch struct {
+	// TimeoutNanos is how long a rank that has stepped may be quiet: > 0 a
+	// fixed timeout, 0 no quiet watching, WatchLearned (-1) learned from the
+	// step intervals the guard saw, in every generation it ran.
+	TimeoutNanos int64 `json:"timeoutNanos"`
+	// StartupNanos is how long a generation's rank may take to its first
+	// step, in the same encoding. It applies only where the job is known to
+	// report progress: Expect, or a step seen in an earlier generation.
+	StartupNanos int64 `json:"startupNanos"`
+	// AtLeastNanos is a lower bound of the learned timeout: the job's
+	// timeout, grown after a restart for a hang.
+	AtLeastNanos int64 `json:"atLeastNanos,omitempty"`
+	// Expect says that the job reports progress: the startup budget applies
+	// even before this guard saw a step.
+	Expect bool `json:"expect,omitempty"`
+}
+
+// WatchLearned, as Watch.TimeoutNanos or Watch.StartupNanos, has the guard
+// learn the limit from what it saw.
+const WatchLearned = -1
 
 // Proc is one process to start: a local rank of the node.
 type Proc struct {
@@ -97,6 +133,12 @@ func (c Command) Validate() error {
 	if c.Seq < 1 {
 		return fmt.Errorf("guard command: seq %d: want >= 1", c.Seq)
 	}
+	if c.Watch != nil && c.Op != OpStart {
+		return fmt.Errorf("guard command %d: a watch with %q", c.Seq, c.Op)
+	}
+	if c.Stacks && c.Op != OpStop {
+		return fmt.Errorf("guard command %d: stacks with %q", c.Seq, c.Op)
+	}
 	switch c.Op {
 	case OpDeadline:
 		if c.Lease == 0 || c.KillAt <= 0 {
@@ -105,6 +147,9 @@ func (c Command) Validate() error {
 	case OpStart:
 		if c.Lease == 0 || c.Generation < 1 || len(c.Procs) == 0 || len(c.Procs) > MaxProcs {
 			return fmt.Errorf("guard command %d: start needs a lease, a generation and 1..%d processes", c.Seq, MaxProcs)
+		}
+		if w := c.Watch; w != nil && (w.TimeoutNanos < WatchLearned || w.StartupNanos < WatchLearned || w.AtLeastNanos < 0) {
+			return fmt.Errorf("guard command %d: watch: a timeout below -1 or a negative lower bound", c.Seq)
 		}
 		for _, p := range c.Procs {
 			if len(p.Argv) == 0 || p.Argv[0] == "" {
@@ -176,7 +221,30 @@ const (
 	// EventWarmLost: slot Rank has no warm interpreter and gets none (its
 	// interpreter failed to start or exited by itself): it starts cold.
 	EventWarmLost Event = "warmLost"
+	// EventHung: the process of rank Rank (Pid, as started) of generation
+	// Generation hangs: it was quiet for QuietNanos, longer than
+	// TimeoutNanos, at step Step; or, Stopped, it was found stopped for
+	// more than a second (TimeoutNanos). Sent once per rank and
+	// generation; the guard does not act on it.
+	EventHung Event = "hung"
+	// EventProgress: about once a second while the ranks of generation
+	// Generation step, how far each is (Progress) and the hang timeout in
+	// force (TimeoutNanos; 0 while none is).
+	EventProgress Event = "progress"
 )
+
+// RankProgress is how far one rank is.
+type RankProgress struct {
+	Rank int `json:"rank"`
+	// Steps counts its progress events in this generation; Step is the step
+	// it last named, Steps where it names none.
+	Steps int64 `json:"steps"`
+	Step  int64 `json:"step"`
+	// IntervalNanos is the median of its recent step intervals,
+	// MaxIntervalNanos its longest in this generation.
+	IntervalNanos    int64 `json:"intervalNanos"`
+	MaxIntervalNanos int64 `json:"maxIntervalNanos"`
+}
 
 // Report is one message from the guard to the sidecar.
 type Report struct {
@@ -199,6 +267,17 @@ type Report struct {
 	// stdout and stderr when it sent an exit report.
 	StdoutBytes int64 `json:"stdout_bytes,omitempty"`
 	StderrBytes int64 `json:"stderr_bytes,omitempty"`
+	// Generation, Step, QuietNanos, TimeoutNanos, Stopped and
+	// LastActivityUnixNanos (the wall clock time of the rank's last sign of
+	// life; 0 for none) describe a hang, with EventHung; Generation,
+	// Progress and TimeoutNanos with EventProgress.
+	Generation            int64          `json:"generation,omitempty"`
+	Step                  int64          `json:"step,omitempty"`
+	QuietNanos            int64          `json:"quietNanos,omitempty"`
+	TimeoutNanos          int64          `json:"timeoutNanos,omitempty"`
+	Stopped               bool           `json:"stopped,omitempty"`
+	LastActivityUnixNanos int64          `json:"lastActivityUnixNanos,omitempty"`
+	Progress              []RankProgress `json:"progress,omitempty"`
 }
 
 // ErrInvalidMessage wraps every decoding error.
@@ -224,6 +303,19 @@ func DecodeReport(line []byte) (Report, error) {
 	}
 	switch r.Event {
 	case EventReady, EventStarted, EventStartFailed, EventExit, EventClear, EventFenced, EventWarm, EventWarmReady, EventWarmLost:
+	case EventHung:
+		if r.Pid <= 0 || r.Generation < 1 || r.TimeoutNanos <= 0 || r.QuietNanos < 0 || r.Step < 0 {
+			return Report{}, fmt.Errorf("%w: hung report without a process, a generation or a timeout", ErrInvalidMessage)
+		}
+	case EventProgress:
+		if r.Generation < 1 || len(r.Progress) == 0 || len(r.Progress) > MaxProcs || r.TimeoutNanos < 0 {
+			return Report{}, fmt.Errorf("%w: progress report without a generation or 1..%d ranks", ErrInvalidMessage, MaxProcs)
+		}
+		for _, p := range r.Progress {
+			if p.Steps < 0 || p.Step < 0 || p.IntervalNanos < 0 || p.MaxIntervalNanos < 0 {
+				return Report{}, fmt.Errorf("%w: progress of rank %d: a negative count or interval", ErrInvalidMessage, p.Rank)
+			}
+		}
 	default:
 		return Report{}, fmt.Errorf("%w: unknown event %q", ErrInvalidMessage, r.Event)
 	}
