@@ -26,7 +26,19 @@
 //     by a generation's stop, and is never used once it was stopped;
 //   - answers the training processes' fenced checkpoint commits on a local
 //     socket: a rename is done only while the generation is current and the
-//     deadline ahead, and is refused once the node is fenced.
+//     deadline ahead, and is refused once the node is fenced;
+//   - gives each process it starts a progress page of its own (a memfd:
+//     descriptor 3 of a cold start, 5 of a warm interpreter, named by
+//     ELASTIC_PROGRESS_FD), where the trainer counts its steps and names
+//     the signal that writes its Python stack. For a start with a Watch it
+//     samples the pages and the processes' states on its loop, and reports
+//     a rank hung (EventHung) that was quiet for longer than the timeout,
+//     fixed or learned from the steps of every generation it ran, or that
+//     was found stopped for more than a second; and the ranks' progress
+//     about once a second while they step (EventProgress). It does not act
+//     on a hang itself. A stop with Stacks has each rank write its stack
+//     before it is killed; a graceful stop does so for the blocked ranks,
+//     which it kills at once, and gives the others their grace period.
 //
 // The guard is a small loop on one locked OS thread: it forks, reaps and
 // kills from that thread, so Pdeathsig ties its children to the guard

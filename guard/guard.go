@@ -51,6 +51,7 @@ type proc struct {
 	pid    int
 	output chan struct{} // closed when its stdout and stderr reached EOF
 	log    *logFile      // nil without one
+	page   *progressPage // nil without one; unmapped when reaped
 }
 
 // run is one start's processes.
@@ -63,6 +64,18 @@ type run struct {
 	// whose watchdog is still to start.
 	watchdogs map[int]int
 	unwatched []int
+
+	gen       int64
+	startedAt int64  // CLOCK_MONOTONIC ns
+	watch     *Watch // nil: not watched for hangs
+	// ranks are the processes the hang watcher samples, in the order
+	// started, until reaped.
+	ranks    []*rankWatch
+	stopping bool // a stop was asked for: no more hang reports
+	// lastProgress is when progress was last reported; moved, whether a
+	// rank stepped since.
+	lastProgress int64
+	moved        bool
 }
 
 // server is the guard's state, owned by its loop.
@@ -92,6 +105,17 @@ type server struct {
 	closing    bool // the sidecar is gone: exit once nothing is left
 
 	warm warmState
+
+	// learn is what the hang watcher learned of the job's steps, over
+	// every generation; watching, whether its ticker runs.
+	learn       learning
+	watchTicker *time.Ticker
+	watching    bool
+	// dumpTimer ends the wait for stacks: then the run is killed
+	// (dumpAll), or the ranks of dumpKill.
+	dumpTimer *time.Timer
+	dumpAll   bool
+	dumpKill  []int
 
 	killTimer  *time.Timer
 	graceTimer *time.Timer
@@ -167,6 +191,10 @@ func Run(cfg Config) int {
 	s.graceTimer.Stop()
 	s.sweep = time.NewTicker(time.Hour)
 	s.sweep.Stop()
+	s.watchTicker = time.NewTicker(time.Hour)
+	s.watchTicker.Stop()
+	s.dumpTimer = time.NewTimer(time.Hour)
+	s.dumpTimer.Stop()
 	for {
 		select {
 		case c, ok := <-cmds:
@@ -183,6 +211,10 @@ func Run(cfg Config) int {
 			s.checkDeadline()
 		case <-s.graceTimer.C:
 			s.killRun()
+		case <-s.dumpTimer.C:
+			s.dumpsWritten()
+		case <-s.watchTicker.C:
+			s.watchTick()
 		case <-s.sweep.C:
 			switch {
 			case s.killingAll:
@@ -204,6 +236,7 @@ func Run(cfg Config) int {
 			return 0
 		}
 		s.armWarm()
+		s.armWatch()
 	}
 }
 
@@ -234,14 +267,17 @@ func (s *server) handle(c Command) {
 			s.fence()
 			return
 		}
-		if grace := time.Duration(c.GraceNanos); grace > 0 && s.cur != nil {
-			for _, pgid := range s.cur.groups {
-				_ = syscall.Kill(-pgid, syscall.SIGTERM)
-			}
-			s.graceTimer.Reset(grace)
-			return
+		if s.cur != nil {
+			s.cur.stopping = true
 		}
-		s.killRun()
+		switch grace := time.Duration(c.GraceNanos); {
+		case c.Stacks:
+			s.stopWithStacks()
+		case grace > 0 && s.cur != nil:
+			s.stopGracefully(grace)
+		default:
+			s.killRun()
+		}
 	case OpKill:
 		s.clearOwed = true
 		s.lease, s.fenced = 0, true
@@ -304,6 +340,7 @@ func (s *server) killTree() {
 // until none is left: a generation's stop.
 func (s *server) killRun() {
 	s.graceTimer.Stop()
+	s.stopDumps()
 	if !s.children {
 		return
 	}
@@ -357,6 +394,7 @@ func (s *server) reap() {
 		}
 		if p, ok := s.cur.procs[pid]; ok {
 			delete(s.cur.procs, pid)
+			s.cur.forget(p)
 			s.reportExit(s.cur, p, ws)
 			s.cur.endWatchdog(pid)
 		}
@@ -379,6 +417,7 @@ func (s *server) reap() {
 		s.cg = nil
 	}
 	s.graceTimer.Stop()
+	s.stopDumps()
 	if s.clearOwed {
 		s.clearOwed = false
 		r, seq := s.cur, s.seq

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,7 +27,8 @@ func (s *server) start(c Command) {
 		return
 	}
 	s.gen = c.Generation
-	r := &run{procs: map[int]*proc{}, watchdogs: map[int]int{}}
+	s.learn.newGeneration()
+	r := &run{procs: map[int]*proc{}, watchdogs: map[int]int{}, gen: c.Generation, startedAt: MonoNow(), watch: c.Watch}
 	s.cur = r
 	if s.cg != nil {
 		s.cg.remove()
@@ -46,13 +48,13 @@ func (s *server) start(c Command) {
 			p.Path = p.Argv[0]
 		}
 		env := s.procEnv(p)
-		if w := s.useWarm(slot, p, env); w != nil {
+		if w := s.useWarm(slot, p, env, c.Generation); w != nil {
 			warm++
 			s.track(r, w.proc)
 			pids = append(pids, w.proc.pid)
 			continue
 		}
-		pr, err := s.fork(p, env)
+		pr, err := s.fork(p, env, c.Generation)
 		if err != nil {
 			s.killRun()
 			s.clearOwed = true
@@ -67,22 +69,37 @@ func (s *server) start(c Command) {
 }
 
 // procEnv is the environment of p's process: p's, with the guard's own
-// variables.
+// variables; without a progress page's, which the guard sets where it
+// gives one.
 func (s *server) procEnv(p Proc) []string {
-	return withEnv(p.Env, EnvFenceSocket+"="+s.socket, EnvCoordinator+"="+s.cfg.Executable, EnvGuardID+"="+s.cfg.Marker)
+	return withEnv(withoutEnv(p.Env, EnvProgressFD), EnvFenceSocket+"="+s.socket, EnvCoordinator+"="+s.cfg.Executable, EnvGuardID+"="+s.cfg.Marker)
 }
 
-// fork starts p's process cold, with its output forwarded line by line.
-func (s *server) fork(p Proc, env []string) (*proc, error) {
+// fork starts p's process cold, with its output forwarded line by line,
+// and its progress page of generation gen as descriptor 3 (none where the
+// kernel has no memfd).
+func (s *server) fork(p Proc, env []string, gen int64) (*proc, error) {
+	var extra []uintptr
+	page, err := newProgressPage()
+	if err == nil {
+		page.setGeneration(gen)
+		extra = []uintptr{uintptr(page.fd)}
+		env = withEnv(env, EnvProgressFD+"="+strconv.Itoa(progressFDCold))
+	}
 	p.Env = env
 	stdout, stderr, log := s.outputOf(p)
-	pr, _, _, err := s.spawn(p, s.cg, nil, stdout, stderr, log)
+	pr, _, _, err := s.spawn(p, s.cg, extra, stdout, stderr, log)
 	if err != nil {
+		page.close()
 		if log != nil {
 			log.finish("not started: " + err.Error())
 		}
 		return nil, err
 	}
+	if page != nil {
+		page.closeFD()
+	}
+	pr.page = page
 	return pr, nil
 }
 
@@ -193,6 +210,7 @@ func (s *server) dropCgroups() {
 func (s *server) track(r *run, pr *proc) {
 	s.children = true
 	r.procs[pr.pid] = pr
+	r.ranks = append(r.ranks, &rankWatch{p: pr})
 	r.groups = append(r.groups, pr.pid)
 	r.unwatched = append(r.unwatched, pr.pid)
 }
@@ -235,4 +253,15 @@ func withEnv(env []string, set ...string) []string {
 		}
 	}
 	return append(out, set...)
+}
+
+// withoutEnv is env without the variable name.
+func withoutEnv(env []string, name string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, name+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }

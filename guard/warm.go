@@ -181,17 +181,29 @@ func (s *server) startWarm(t Warm) (int, error) {
 	}
 	// The go pipe's read end becomes descriptor 3, the first after stdin,
 	// stdout and stderr, where the bootstrap reads its go message; the
-	// ready pipe's write end descriptor 4, where it says it has imported.
-	env := withEnv(t.Env, EnvFenceSocket+"="+s.socket, EnvCoordinator+"="+s.cfg.Executable, EnvGuardID+"="+s.cfg.Marker)
+	// ready pipe's write end descriptor 4, where it says it has imported;
+	// its progress page, if the kernel has memfds, descriptor 5, which the
+	// go message names.
+	extra := []uintptr{uintptr(p[0]), readyW.Fd()}
+	page, err := newProgressPage()
+	if err == nil {
+		extra = append(extra, uintptr(page.fd))
+	}
+	env := withEnv(withoutEnv(t.Env, EnvProgressFD), EnvFenceSocket+"="+s.socket, EnvCoordinator+"="+s.cfg.Executable, EnvGuardID+"="+s.cfg.Marker)
 	pr, outW, errW, err := s.spawn(Proc{Rank: t.Slot, Path: t.Path, Argv: argv, Env: env, Dir: t.Dir, Prefix: t.Prefix},
-		s.warm.cg, []uintptr{uintptr(p[0]), readyW.Fd()}, s.cfg.Stderr, s.cfg.Stderr, nil)
+		s.warm.cg, extra, s.cfg.Stderr, s.cfg.Stderr, nil)
 	syscall.Close(p[0])
 	readyW.Close()
 	if err != nil {
+		page.close()
 		syscall.Close(p[1])
 		readyR.Close()
 		return 0, err
 	}
+	if page != nil {
+		page.closeFD()
+	}
+	pr.page = page
 	go s.awaitReady(pr.pid, readyR)
 	w := &warmProc{tmpl: t, proc: pr, out: outW, err: errW, goW: p[1]}
 	s.warm.idle[t.Slot] = w
@@ -237,6 +249,8 @@ func (s *server) warmReaped(pid int, ws syscall.WaitStatus) {
 		return
 	}
 	delete(s.warm.byPid, pid)
+	w.proc.page.close()
+	w.proc.page = nil
 	if s.warm.killed[pid] {
 		delete(s.warm.killed, pid)
 		return
@@ -280,14 +294,18 @@ func (s *server) warmSignalled(pid int) {
 // useWarm makes the idle warm interpreter of slot, if there is a healthy
 // one for p's command, the process of p: it is moved into the run's leaf,
 // its output retargeted, and sent its go message. It returns nil to start
-// cold.
-func (s *server) useWarm(slot int, p Proc, env []string) *warmProc {
+// cold. Its progress page, written generation gen, is named in the go
+// message's environment.
+func (s *server) useWarm(slot int, p Proc, env []string, gen int64) *warmProc {
 	w := s.warm.idle[slot]
 	if w == nil {
 		return nil
 	}
 	if w.tmpl.Path != p.Path || !reflect.DeepEqual(w.tmpl.Argv, p.Argv) || w.tmpl.Dir != p.Dir {
 		return nil
+	}
+	if w.proc.page != nil {
+		env = withEnv(env, EnvProgressFD+"="+strconv.Itoa(progressFDWarm))
 	}
 	msg, err := goMessage(p, env)
 	if err != nil {
@@ -303,7 +321,11 @@ func (s *server) useWarm(slot int, p Proc, env []string) *warmProc {
 			return nil
 		}
 	}
-	// Its output is the trainer's before the script can print anything.
+	// Its output is the trainer's before the script can print anything,
+	// and its page is the generation's before it can read it.
+	if w.proc.page != nil {
+		w.proc.page.setGeneration(gen)
+	}
 	s.retarget(w, p)
 	n, err := syscall.Write(w.goW, msg)
 	s.closeGo(w)

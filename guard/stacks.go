@@ -1,0 +1,161 @@
+package guard
+
+import (
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A stop because of a hang writes each rank's Python stack before it kills:
+// the trainer registered faulthandler on a signal and wrote the signal and
+// its pid in word 56 of its page. The guard sends that signal, continues
+// the process if it was stopped, and kills after dumpWait, on a timer of
+// the loop: the loop never sleeps.
+
+// dumpWait is how long the processes get to write their stacks before they
+// are killed.
+const dumpWait = 200 * time.Millisecond
+
+// maxSignal is the highest signal number (SIGRTMAX on Linux).
+const maxSignal = 64
+
+// dump has the rank's process write its Python stack: the process named in
+// word 56 of its page, when it is the rank's process or runs below it and
+// is alive, is sent the signal named there, and continued if it was
+// stopped. It reports whether the signal was sent.
+func (rw *rankWatch) dump() bool {
+	if rw.p.page == nil {
+		return false
+	}
+	pr := rw.p.page.load()
+	pid, sig := pr.DumpPid, pr.DumpSignal
+	if pid <= 1 || sig < 1 || sig > maxSignal {
+		return false
+	}
+	// Opened before the checks, so that the signal reaches the process
+	// checked and not one that took its pid since.
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err == nil {
+		defer unix.Close(pidfd)
+	} else {
+		pidfd = -1 // Linux before 5.3
+	}
+	if pid != rw.p.pid && !IsDescendant(pid, rw.p.pid) {
+		return false
+	}
+	st, ok := ReadProc(pid)
+	if !ok || !st.Running() {
+		return false
+	}
+	send := func(sig syscall.Signal) error {
+		if pidfd >= 0 {
+			return unix.PidfdSendSignal(pidfd, sig, nil, 0)
+		}
+		return syscall.Kill(pid, sig)
+	}
+	if send(syscall.Signal(sig)) != nil {
+		return false
+	}
+	if st.State == 'T' {
+		_ = send(syscall.SIGCONT) // it handles the signal once it runs
+	}
+	return true
+}
+
+// stopWithStacks is OpStop with Stacks: every rank writes its stack, and
+// after dumpWait everything is killed, without a grace period.
+func (s *server) stopWithStacks() {
+	sent := false
+	if s.cur != nil {
+		for _, rw := range s.cur.ranks {
+			sent = rw.dump() || sent
+		}
+	}
+	if !sent {
+		s.killRun()
+		return
+	}
+	s.dumpAll = true
+	s.dumpTimer.Reset(dumpWait)
+}
+
+// stopGracefully is OpStop with a grace period. In a watched run, a rank
+// that is blocked (blocked), or stopped, writes its stack and is killed at
+// once: SIGTERM would not reach its Python code, and its grace period would
+// only delay the restart. The others get SIGTERM, and the grace period
+// before they are killed.
+func (s *server) stopGracefully(grace time.Duration) {
+	r := s.cur
+	skip := map[int]bool{}
+	if r.watch != nil {
+		now := MonoNow()
+		for _, rw := range r.ranks {
+			s.sample(r, rw, now)
+			if !rw.stopped() && (rw.p.page == nil || !blocked(now, r.startedAt, rw.last.state(), rw.longest)) {
+				continue
+			}
+			skip[rw.p.pid] = true
+			if rw.dump() {
+				s.dumpKill = append(s.dumpKill, rw.p.pid)
+			} else {
+				s.killRank(rw.p.pid)
+			}
+		}
+	}
+	if len(skip) > 0 && len(skip) == len(r.ranks) {
+		// Every rank is blocked: nothing is left to wait for.
+		s.dumpKill, s.dumpAll = nil, true
+		s.dumpTimer.Reset(dumpWait)
+		return
+	}
+	for _, pgid := range r.groups {
+		if !skip[pgid] {
+			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		}
+	}
+	if len(s.dumpKill) > 0 {
+		s.dumpTimer.Reset(dumpWait)
+	}
+	s.graceTimer.Reset(grace)
+}
+
+// dumpsWritten kills what wrote its stack: the run, or the blocked ranks
+// of a graceful stop.
+func (s *server) dumpsWritten() {
+	pids, all := s.dumpKill, s.dumpAll
+	s.dumpKill, s.dumpAll = nil, false
+	if all {
+		s.killRun()
+		return
+	}
+	for _, pid := range pids {
+		s.killRank(pid)
+	}
+}
+
+// stopDumps forgets the kill that waits for stacks: the run is killed, or
+// gone.
+func (s *server) stopDumps() {
+	s.dumpTimer.Stop()
+	s.dumpKill, s.dumpAll = nil, false
+}
+
+// killRank kills the process of a rank of the current run and its tree,
+// if it was not reaped yet (so that its pid, and its process group's, are
+// still its own). A process it forks meanwhile is left to the run's kill
+// at the end of the grace period.
+func (s *server) killRank(pid int) {
+	if s.cur == nil {
+		return
+	}
+	if _, running := s.cur.procs[pid]; !running {
+		return
+	}
+	below := Descendants(pid) // before it dies and they are re-parented
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	for _, d := range below {
+		_ = syscall.Kill(d, syscall.SIGKILL)
+	}
+}
