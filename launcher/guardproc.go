@@ -66,6 +66,8 @@ type guardHooks struct {
 	exit   func(guard.Report)
 	fenced func(lease int64)
 	warm   func(*guardProc, guard.Report)
+	// watch hears EventHung and EventProgress; nil: nobody.
+	watch func(guard.Report)
 }
 
 // deadlineFD is the descriptor of the deadline page in the guard: the
@@ -180,6 +182,10 @@ func (g *guardProc) read(hooks guardHooks, waited <-chan error) {
 		case guard.EventWarm, guard.EventWarmReady, guard.EventWarmLost:
 			if hooks.warm != nil {
 				hooks.warm(g, rep)
+			}
+		case guard.EventHung, guard.EventProgress:
+			if hooks.watch != nil {
+				hooks.watch(rep)
 			}
 		}
 	}

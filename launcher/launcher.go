@@ -100,6 +100,16 @@ type Config struct {
 	// OnFenced is called when the guard killed the processes on its own
 	// because their deadline passed: the lease they ran under is over.
 	OnFenced func(lease int64)
+	// OnHung, if set, is told of each rank the guard found hung
+	// (guard.EventHung; Rank is the process's global rank), once per rank
+	// and generation, for a start whose Procs had a Watch. The launcher
+	// logs it and does nothing else: stopping (StopStacks) is the caller's
+	// decision. OnProgress, if set, is told how far the ranks are
+	// (guard.EventProgress), about once a second while they step. Both are
+	// called on the goroutine that reads the guard's reports, which waits
+	// for them: they must not block, nor call the launcher.
+	OnHung     func(guard.Report)
+	OnProgress func(guard.Report)
 	// OnGuard, if set, is told of each guard started, before anything is
 	// started under it: a successor of this sidecar needs it to find what
 	// the guard ran (Reclaim). An error refuses the guard, which is closed
@@ -212,7 +222,7 @@ func (l *Launcher) Start(p Procs, lease int64) (<-chan Exit, error) {
 		l.mu.Unlock()
 		return nil, err
 	}
-	cmd := guard.Command{Op: guard.OpStart, Lease: lease, Generation: max(p.Generation, 1)}
+	cmd := guard.Command{Op: guard.OpStart, Lease: lease, Generation: max(p.Generation, 1), Watch: p.Watch}
 	for local, env := range p.Env {
 		prefix := fmt.Sprintf("[rank %d] ", p.GlobalRankBase+local)
 		if p.Role != "" && p.Role != "worker" {
@@ -352,6 +362,22 @@ func (l *Launcher) onWarm(g *guardProc, rep guard.Report) {
 	l.warmChanged = make(chan struct{})
 }
 
+// onWatch hands on what the guard found of the ranks' progress.
+func (l *Launcher) onWatch(rep guard.Report) {
+	switch rep.Event {
+	case guard.EventHung:
+		l.logger.Warn("a rank hangs", "rank", rep.Rank, "generation", rep.Generation, "step", rep.Step,
+			"quiet", time.Duration(rep.QuietNanos), "timeout", time.Duration(rep.TimeoutNanos), "stopped", rep.Stopped)
+		if l.cfg.OnHung != nil {
+			l.cfg.OnHung(rep)
+		}
+	case guard.EventProgress:
+		if l.cfg.OnProgress != nil {
+			l.cfg.OnProgress(rep)
+		}
+	}
+}
+
 // onExit records a process's exit; the first failure stops the others.
 func (l *Launcher) onExit(rep guard.Report) {
 	l.mu.Lock()
@@ -433,13 +459,29 @@ func deadlineCommand(lease, killAt int64) guard.Command {
 // grace for them to exit, then SIGKILL of whatever is left of their trees.
 // It returns when nothing is left, or kills at once when ctx is done first.
 // Stopping nothing is not an error; Stop is safe to call twice and
-// alongside Kill.
+// alongside Kill. In a generation started with a Watch, a process that is
+// blocked (it reports progress, and has shown no sign of life for a while)
+// writes its Python stack and is killed at once: SIGTERM would not reach
+// it.
 func (l *Launcher) Stop(ctx context.Context, grace time.Duration) error {
+	return l.stop(ctx, guard.Command{Op: guard.OpStop, GraceNanos: int64(grace)})
+}
+
+// StopStacks stops the running processes because of a hang: each process
+// writes its Python stack (the signal its trainer registered on its
+// progress page), and a moment later everything is killed, without a grace
+// period. It returns as Stop does.
+func (l *Launcher) StopStacks(ctx context.Context) error {
+	return l.stop(ctx, guard.Command{Op: guard.OpStop, Stacks: true})
+}
+
+// stop has the guard carry out the stop c, and waits until nothing is left.
+func (l *Launcher) stop(ctx context.Context, c guard.Command) error {
 	g := l.stopping(false)
 	if g == nil {
 		return nil
 	}
-	seq, err := g.send(guard.Command{Op: guard.OpStop, GraceNanos: int64(grace)}, nil)
+	seq, err := g.send(c, nil)
 	if err == nil {
 		err = g.awaitClear(seq, ctx.Done())
 	}
@@ -588,7 +630,7 @@ func (l *Launcher) guardLocked() (*guardProc, error) {
 	hooks := guardHooks{exit: l.onExit, fenced: func(lease int64) {
 		l.logger.Warn("the lease deadline passed: the guard killed the processes", "lease", fmt.Sprintf("%x", lease))
 		l.cfg.OnFenced(lease)
-	}, warm: l.onWarm}
+	}, warm: l.onWarm, watch: l.onWatch}
 	if l.page == nil && !l.pageFailed {
 		page, err := guard.NewDeadlinePage()
 		if err != nil {

@@ -95,6 +95,8 @@ func TestMain(m *testing.M) {
 		}
 	case "host":
 		host()
+	case "progress":
+		progressChild()
 	}
 	os.Exit(0)
 }

@@ -1,6 +1,10 @@
 package launcher
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/elastictraining/coordinator/guard"
+)
 
 // Procs is one generation of a node's processes: who they are, for their
 // output's prefixes, their log files and exit reports, and the environment
@@ -20,6 +24,9 @@ type Procs struct {
 	// Config.Env: one process is started per entry. An entry NAME without
 	// '=' takes NAME out of Config.Env.
 	Env [][]string
+	// Watch says how the guard watches the processes for hangs
+	// (Config.OnHung, Config.OnProgress); nil watches nothing.
+	Watch *guard.Watch
 }
 
 // mergeEnv returns base with every variable of over set to over's value,
