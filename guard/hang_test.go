@@ -149,7 +149,9 @@ func (j *hangJob) proc(rank int, args ...string) guard.Proc {
 func (j *hangJob) start(gen int64, w *guard.Watch, procs ...guard.Proc) []int {
 	j.t.Helper()
 	seq := j.send(guard.Command{Op: guard.OpStart, Lease: 1, Generation: gen, Procs: procs, Watch: w})
-	reps := j.until(func(r guard.Report) bool { return r.Seq == seq && r.Event != guard.EventExit })
+	reps := j.until(func(r guard.Report) bool {
+		return r.Seq == seq && (r.Event == guard.EventStarted || r.Event == guard.EventStartFailed)
+	})
 	st := reps[len(reps)-1]
 	require.Equal(j.t, guard.EventStarted, st.Event, st.Error)
 	require.Len(j.t, st.Pids, len(procs))
@@ -175,6 +177,19 @@ func (j *hangJob) until(match func(guard.Report) bool) []guard.Report {
 			j.t.Fatalf("not reported; output:\n%s", j.out.String())
 		}
 	}
+}
+
+// find returns the first report, read already or not, that match says is
+// the one.
+func (j *hangJob) find(match func(guard.Report) bool) guard.Report {
+	j.t.Helper()
+	for _, r := range j.seen {
+		if match(r) {
+			return r
+		}
+	}
+	reps := j.until(match)
+	return reps[len(reps)-1]
 }
 
 // hungRank matches the report of rank's hang.
@@ -255,10 +270,9 @@ func TestAQuietRankIsReportedHung(t *testing.T) {
 	}
 	// Progress comes once a second while the ranks step: their last steps
 	// come after the first.
-	reps := j.until(func(r guard.Report) bool {
+	last := j.find(func(r guard.Report) bool {
 		return r.Event == guard.EventProgress && r.Progress[0].Steps == 5 && r.Progress[1].Steps == 3
 	})
-	last := reps[len(reps)-1]
 	assert.Equal(t, int64(1), last.Generation)
 	assert.Equal(t, int64(300*time.Millisecond), last.TimeoutNanos)
 	require.Len(t, last.Progress, 3)
@@ -291,8 +305,10 @@ func TestAStoppedProcessIsHung(t *testing.T) {
 	require.Equal(t, byte('t'), stateOf(traced), "the child of rank 1 is in a tracing stop")
 	require.NoError(t, syscall.Kill(pids[0], syscall.SIGSTOP))
 
-	j.until(hungRank(0))
-	j.until(hungRank(2))
+	j.until(func(guard.Report) bool {
+		got, _ := of(guard.EventHung, j.seen)
+		return got[0].Pid != 0 && got[2].Pid != 0
+	})
 	got, _ := of(guard.EventHung, j.seen)
 	for _, rank := range []int{0, 2} {
 		assert.True(t, got[rank].Stopped, "rank %d", rank)
