@@ -96,6 +96,11 @@ func ask(socket string, req CommitRequest) error {
 	if err != nil {
 		return fmt.Errorf("reach the guard at %s: %w", socket, err)
 	}
+	return exchange(conn, req, "the guard")
+}
+
+// exchange sends req on conn, reads the answer of who and closes conn.
+func exchange(conn *os.File, req CommitRequest, who string) error {
 	defer conn.Close()
 	line, err := encodeLine(req)
 	if err != nil {
@@ -107,12 +112,12 @@ func ask(socket string, req CommitRequest) error {
 	// it all the same.
 	reply, err := bufio.NewReader(conn).ReadString('\n')
 	if err != nil && writeErr != nil {
-		return fmt.Errorf("ask the guard: %w", writeErr)
+		return fmt.Errorf("ask %s: %w", who, writeErr)
 	}
 	if err != nil {
 		// The guard closes the connection without an answer only when it
 		// is going away: the node is being fenced.
-		return fmt.Errorf("%w: the guard did not answer (%v)", ErrRefused, err)
+		return fmt.Errorf("%w: %s did not answer (%v)", ErrRefused, who, err)
 	}
 	reply = strings.TrimSpace(reply)
 	switch {
@@ -140,34 +145,81 @@ func serveCommits(l *listener, self int, calls chan<- commitCall, done <-chan st
 		if err != nil {
 			return
 		}
-		go func() {
-			defer conn.Close()
-			if why := peerRefused(cred, self); why != "" {
-				_, _ = conn.Write([]byte("error: " + why + "\n"))
-				return
-			}
-			line, err := bufio.NewReader(conn).ReadBytes('\n')
-			if err != nil {
-				return
-			}
-			req, err := DecodeCommitRequest(line)
-			if err != nil {
-				_, _ = conn.Write([]byte("error: " + err.Error() + "\n"))
-				return
-			}
+		go serveCommit(conn, peerRefused(cred, self), func(req CommitRequest) (string, bool) {
 			call := commitCall{req: req, reply: make(chan string, 1)}
 			select {
 			case calls <- call:
 			case <-done:
-				return
+				return "", false
 			}
 			select {
 			case answer := <-call.reply:
-				_, _ = conn.Write([]byte(answer + "\n"))
+				return answer, true
 			case <-done:
+				return "", false
 			}
-		}()
+		})
 	}
+}
+
+// serveCommit answers the one request of a connection and closes it: with
+// refused, when the peer may not ask (""), else with what answer decides.
+// answer returns false when the server is going away: the connection is
+// closed without an answer.
+func serveCommit(conn *os.File, refused string, answer func(CommitRequest) (string, bool)) {
+	defer conn.Close()
+	if refused != "" {
+		_, _ = conn.Write([]byte("error: " + refused + "\n"))
+		return
+	}
+	line, err := bufio.NewReader(conn).ReadBytes('\n')
+	if err != nil {
+		return
+	}
+	req, err := DecodeCommitRequest(line)
+	if err != nil {
+		_, _ = conn.Write([]byte("error: " + err.Error() + "\n"))
+		return
+	}
+	if reply, ok := answer(req); ok {
+		_, _ = conn.Write([]byte(reply + "\n"))
+	}
+}
+
+// commitState is what a commit is decided on: the node's lease, generation
+// and deadline as the process that answers knows them.
+type commitState struct {
+	fenced     bool  // no lease, or its processes were killed for it
+	generation int64 // the generation the node runs
+	killing    bool  // the generation's processes are being killed
+	killAt     int64 // the lease deadline, CLOCK_MONOTONIC ns
+}
+
+// refusal is the answer that refuses req in state st at now (CLOCK_MONOTONIC
+// ns), "" when it may go ahead: the generation must be current, the node
+// not fenced and the deadline ahead.
+func (st commitState) refusal(req CommitRequest, now int64) string {
+	switch {
+	case st.fenced:
+		return "refused: this node was fenced out: its lease is lost"
+	case req.Generation != st.generation:
+		return fmt.Sprintf("refused: generation %d is over; this node runs generation %d", req.Generation, st.generation)
+	case st.killing:
+		return "refused: the processes are being killed"
+	case now >= st.killAt:
+		return "refused: the lease deadline has passed"
+	}
+	return ""
+}
+
+// carryOut does what an allowed request asks, and is its answer.
+func carryOut(req CommitRequest) string {
+	if req.Op == "rename" {
+		if err := os.Rename(req.Src, req.Dst); err != nil {
+			return "error: " + err.Error()
+		}
+	}
+	return "ok"
 }
 
 // peerRefused says why the process at the other end may not commit, or ""

@@ -458,22 +458,11 @@ func (s *server) reportExit(r *run, p *proc, ws syscall.WaitStatus) {
 
 // answer decides a training process's commit request.
 func (s *server) answer(req CommitRequest) string {
-	switch {
-	case s.lease == 0 || s.fenced:
-		return "refused: this node was fenced out: its lease is lost"
-	case req.Generation != s.gen:
-		return fmt.Sprintf("refused: generation %d is over; this node runs generation %d", req.Generation, s.gen)
-	case s.killing:
-		return "refused: the processes are being killed"
-	case MonoNow() >= s.killAt:
-		return "refused: the lease deadline has passed"
+	st := commitState{fenced: s.lease == 0 || s.fenced, generation: s.gen, killing: s.killing, killAt: s.killAt}
+	if refused := st.refusal(req, MonoNow()); refused != "" {
+		return refused
 	}
-	if req.Op == "rename" {
-		if err := os.Rename(req.Src, req.Dst); err != nil {
-			return "error: " + err.Error()
-		}
-	}
-	return "ok"
+	return carryOut(req)
 }
 
 // listenCommits opens the commit socket under an abstract name, which
