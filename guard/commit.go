@@ -17,6 +17,10 @@ const (
 	// EnvFenceSocket names the guard's commit socket, an abstract unix
 	// socket written with a leading '@'.
 	EnvFenceSocket = "ELASTIC_FENCE_SOCKET"
+	// EnvWatchdogSocket names the commit socket of the process's fence
+	// watchdog, which answers as the guard does while the guard is frozen;
+	// empty when the process has none.
+	EnvWatchdogSocket = "ELASTIC_WATCHDOG_SOCKET"
 	// EnvCoordinator is the coordinator binary, for `$ELASTIC_COORDINATOR
 	// commit SRC DST` from a shell script.
 	EnvCoordinator = "ELASTIC_COORDINATOR"
@@ -33,8 +37,8 @@ type CommitRequest struct {
 	Dst        string `json:"dst,omitempty"`
 }
 
-// ErrRefused is returned by Commit when the guard refuses: the process's
-// generation is over or its node fenced out.
+// ErrRefused is returned by Commit when the guard or the fence watchdog
+// refuses: the process's generation is over or its node fenced out.
 var ErrRefused = errors.New("commit refused")
 
 // Validate checks a request read from the socket.
@@ -69,7 +73,33 @@ func DecodeCommitRequest(line []byte) (CommitRequest, error) {
 // Commit asks the guard at socket to rename src to dst for a process of
 // generation. Without a socket (not under a guard) it renames at once.
 func Commit(socket string, generation int64, src, dst string) error {
-	if socket == "" {
+	return Fence{Guard: socket}.Commit(generation, src, dst)
+}
+
+// Check asks the guard whether a process of generation may still commit.
+func Check(socket string, generation int64) error {
+	return Fence{Guard: socket}.Check(generation)
+}
+
+// Fence is where a training process asks for its commits: its fence
+// watchdog's socket first, then its guard's.
+type Fence struct {
+	// Watchdog is the watchdog's socket (EnvWatchdogSocket); "" for none.
+	Watchdog string
+	// Guard is the guard's socket (EnvFenceSocket); "" outside a guard.
+	Guard string
+}
+
+// FenceFromEnv is the fence named in a training process's environment.
+func FenceFromEnv(getenv func(string) string) Fence {
+	return Fence{Watchdog: getenv(EnvWatchdogSocket), Guard: getenv(EnvFenceSocket)}
+}
+
+// Commit asks the watchdog to rename src to dst for a process of
+// generation, or the guard when the watchdog cannot be reached; the
+// watchdog's answer stands. Without a guard it renames at once.
+func (f Fence) Commit(generation int64, src, dst string) error {
+	if f.Guard == "" {
 		return os.Rename(src, dst)
 	}
 	absSrc, err := absolute(src)
@@ -80,15 +110,24 @@ func Commit(socket string, generation int64, src, dst string) error {
 	if err != nil {
 		return err
 	}
-	return ask(socket, CommitRequest{Op: "rename", Generation: generation, Src: absSrc, Dst: absDst})
+	return f.ask(CommitRequest{Op: "rename", Generation: generation, Src: absSrc, Dst: absDst})
 }
 
-// Check asks the guard whether a process of generation may still commit.
-func Check(socket string, generation int64) error {
-	if socket == "" {
+// Check asks whether a process of generation may still commit.
+func (f Fence) Check(generation int64) error {
+	if f.Guard == "" {
 		return nil
 	}
-	return ask(socket, CommitRequest{Op: "check", Generation: generation})
+	return f.ask(CommitRequest{Op: "check", Generation: generation})
+}
+
+func (f Fence) ask(req CommitRequest) error {
+	if f.Watchdog != "" {
+		if conn, err := dialUnix(f.Watchdog, 30*time.Second); err == nil {
+			return exchange(conn, req, "the fence watchdog")
+		}
+	}
+	return ask(f.Guard, req)
 }
 
 func ask(socket string, req CommitRequest) error {
@@ -99,7 +138,8 @@ func ask(socket string, req CommitRequest) error {
 	return exchange(conn, req, "the guard")
 }
 
-// exchange sends req on conn, reads the answer of who and closes conn.
+// exchange sends req on conn, reads the answer of who (the guard, or the
+// fence watchdog) and closes conn.
 func exchange(conn *os.File, req CommitRequest, who string) error {
 	defer conn.Close()
 	line, err := encodeLine(req)
@@ -116,7 +156,8 @@ func exchange(conn *os.File, req CommitRequest, who string) error {
 	}
 	if err != nil {
 		// The guard closes the connection without an answer only when it
-		// is going away: the node is being fenced.
+		// is going away: the node is being fenced. A watchdog does when it
+		// is killed, with its trainer's tree.
 		return fmt.Errorf("%w: %s did not answer (%v)", ErrRefused, who, err)
 	}
 	reply = strings.TrimSpace(reply)
@@ -187,7 +228,8 @@ func serveCommit(conn *os.File, refused string, answer func(CommitRequest) (stri
 }
 
 // commitState is what a commit is decided on: the node's lease, generation
-// and deadline as the process that answers knows them.
+// and deadline as the process that answers knows them, the guard or a
+// fence watchdog.
 type commitState struct {
 	fenced     bool  // no lease, or its processes were killed for it
 	generation int64 // the generation the node runs

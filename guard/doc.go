@@ -15,6 +15,12 @@
 //     whatever the sidecar is doing; a deadline passed wins over a graceful
 //     stop;
 //   - kills the tree when the socket closes (the sidecar died);
+//   - starts beside each process a fence watchdog in its process group and
+//     cgroup leaf, which kills the process's tree at the deadline on the
+//     sidecar's DeadlinePage and answers its commits by the guard's rules,
+//     on a socket the guard binds before the process starts: a guard
+//     frozen with its sidecar neither keeps a trainer alive past the
+//     deadline nor costs it a checkpoint before it;
 //   - puts the tree in a cgroup v2 of its own where one is writable, and
 //     kills it as a unit through cgroup.kill; without one, it kills each
 //     process group and then every descendant it finds in /proc until none

@@ -90,6 +90,7 @@ type server struct {
 	cg             *cgroup // the current start's leaf
 	devnull        *os.File
 	socket         string
+	commits        watchSockets // bound this turn for the watchdogs to start
 
 	seq    int64 // last command processed
 	lease  int64

@@ -57,16 +57,17 @@ func Main(args []string, stdout, stderr io.Writer) int {
 }
 
 // CommitMain is `coordinator commit [--check] [SRC DST]`: a shell script's
-// fenced checkpoint commit. It returns 0 when the guard renamed SRC to DST
-// (or, with --check, would allow it), 1 when it refused, 2 for a usage
-// error.
+// fenced checkpoint commit, asked of the process's fence watchdog, or of
+// its guard when the watchdog cannot be reached. It returns 0 when SRC was
+// renamed to DST (or, with --check, would be), 1 when refused, 2 for a
+// usage error.
 func CommitMain(args []string, getenv func(string) string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("commit", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	check := fs.Bool("check", false, "only ask whether this process may still commit")
 	help := "usage: coordinator commit SRC DST | coordinator commit --check\n" +
 		"renames the checkpoint SRC to DST only while this training process's generation is current\n" +
-		"and its node holds its lease (ELASTIC_FENCE_SOCKET, ELASTIC_GENERATION, set by the sidecar)"
+		"and its node holds its lease (ELASTIC_WATCHDOG_SOCKET, ELASTIC_FENCE_SOCKET, ELASTIC_GENERATION, set by the sidecar)"
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stderr, help)
@@ -83,9 +84,9 @@ func CommitMain(args []string, getenv func(string) string, stderr io.Writer) int
 		fmt.Fprintln(stderr, "coordinator commit: want SRC and DST, or --check alone (see 'coordinator commit --help')")
 		return 2
 	}
-	socket := getenv(EnvFenceSocket)
+	fence := FenceFromEnv(getenv)
 	var gen int64
-	if socket != "" {
+	if fence.Guard != "" {
 		var err error
 		// The generation the trainer was given: trainerenv.ElasticGeneration,
 		// which the guard cannot import, since it runs before the heavy
@@ -98,9 +99,9 @@ func CommitMain(args []string, getenv func(string) string, stderr io.Writer) int
 	}
 	var err error
 	if *check {
-		err = Check(socket, gen)
+		err = fence.Check(gen)
 	} else {
-		err = Commit(socket, gen, fs.Arg(0), fs.Arg(1))
+		err = fence.Commit(gen, fs.Arg(0), fs.Arg(1))
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "coordinator commit: %v\n", err)

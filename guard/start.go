@@ -44,6 +44,7 @@ func (s *server) start(c Command) {
 	pids := make([]int, 0, len(c.Procs))
 	warm := 0
 	for slot, p := range c.Procs {
+		p.Env = s.watchCommitEnv(c.Seq, slot, p.Env)
 		if p.Path == "" {
 			p.Path = p.Argv[0]
 		}
@@ -213,6 +214,7 @@ func (s *server) track(r *run, pr *proc) {
 	r.ranks = append(r.ranks, &rankWatch{p: pr})
 	r.groups = append(r.groups, pr.pid)
 	r.unwatched = append(r.unwatched, pr.pid)
+	s.commits.claim(pr.pid)
 }
 
 // execFailureCode is the exit code a shell gives a command it cannot run:

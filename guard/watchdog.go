@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -45,9 +46,10 @@ const watchLogWait = 20 * time.Millisecond
 
 // startWatchdog starts the fence watchdog of the trainer pid, which runs
 // under lease: in the trainer's process group and cgroup leaf, so that it
-// is killed with the trainer's tree and freezes with it. It is not a
-// process of the run's reports; the run is clear only once it is gone too.
-func (s *server) startWatchdog(pid int, lease int64) (int, error) {
+// is killed with the trainer's tree and freezes with it. It answers the
+// trainer's commits on commits when not nil. It is not a process of the
+// run's reports; the run is clear only once it is gone too.
+func (s *server) startWatchdog(pid int, lease int64, commits *listener) (int, error) {
 	if s.cfg.Deadline == nil {
 		return 0, nil
 	}
@@ -65,6 +67,10 @@ func (s *server) startWatchdog(pid int, lease int64) (int, error) {
 		defer unix.Close(pidfd)
 		args = append(args, "--pidfd", strconv.Itoa(watchPidFD))
 		files = append(files, uintptr(pidfd))
+	}
+	if commits != nil {
+		args = append(args, "--commit-fd", strconv.Itoa(len(files)), "--generation", strconv.FormatInt(s.gen, 10))
+		files = append(files, uintptr(commits.fd))
 	}
 	// No Pdeathsig: the watchdog must outlive a guard that stops; it ends
 	// with its trainer, which a guard that dies takes with it.
@@ -84,6 +90,7 @@ func (s *server) startWatchdog(pid int, lease int64) (int, error) {
 // have none yet. A process whose watchdog cannot start may not run: the
 // run is killed, and its processes' exits say so.
 func (s *server) watchTracked() {
+	defer s.commits.release() // the watchdogs started hold theirs
 	r := s.cur
 	if r == nil || len(r.unwatched) == 0 {
 		return
@@ -97,7 +104,7 @@ func (s *server) watchTracked() {
 		if _, running := r.procs[pid]; !running {
 			continue
 		}
-		watchdog, err := s.startWatchdog(pid, s.lease)
+		watchdog, err := s.startWatchdog(pid, s.lease, s.commits.take(pid))
 		if err != nil {
 			fmt.Fprintf(s.cfg.Stderr, "%s guard: %v; killed the generation's processes\n", time.Now().UTC().Format("2006-01-02T15:04:05.000Z"), err)
 			s.clearOwed = true
@@ -150,10 +157,12 @@ func (r *run) awaitWatchdogs() bool {
 }
 
 // WatchMain is `coordinator fence-watch --deadline-fd N --pid P --lease L
-// [--pidfd M]`, started by the guard beside each training process: it
-// kills process P's tree once the deadline of lease L on the page at
-// descriptor N has passed, or the page holds another lease or none, and
-// exits when P exits. It returns the exit code.
+// [--pidfd M] [--commit-fd C --generation G]`, started by the guard beside
+// each training process: it kills process P's tree once the deadline of
+// lease L on the page at descriptor N has passed, or the page holds
+// another lease or none, and exits when P exits. With --commit-fd it
+// answers the commits of P's tree, of generation G, on the socket at
+// descriptor C. It returns the exit code.
 func WatchMain(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fence-watch", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -161,8 +170,10 @@ func WatchMain(args []string, stderr io.Writer) int {
 	pid := fs.Int("pid", 0, "the training process")
 	lease := fs.Int64("lease", 0, "the lease it runs under")
 	pidfd := fs.Int("pidfd", -1, "descriptor of the training process's pidfd")
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *deadlineFD < 0 || *pid <= 1 || *lease == 0 {
-		fmt.Fprintln(stderr, "coordinator fence-watch: started by the guard only: fence-watch --deadline-fd N --pid P --lease L [--pidfd M]")
+	commitFD := fs.Int("commit-fd", -1, "descriptor of the socket to answer the training process's commits on")
+	gen := fs.Int64("generation", 0, "the generation of the training process")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *deadlineFD < 0 || *pid <= 1 || *lease == 0 || (*commitFD >= 0 && *gen < 1) {
+		fmt.Fprintln(stderr, "coordinator fence-watch: started by the guard only: fence-watch --deadline-fd N --pid P --lease L [--pidfd M] [--commit-fd C --generation G]")
 		return 2
 	}
 	// Started from /proc/self/exe, its name would be "exe" in pstree and
@@ -177,7 +188,14 @@ func WatchMain(args []string, stderr io.Writer) int {
 		return 2
 	}
 	_ = unix.Close(*deadlineFD) // the mapping stays
-	w := &watchdog{view: view, pid: *pid, lease: *lease, pidfd: *pidfd, stderr: stderr}
+	w := &watchdog{view: view, pid: *pid, lease: *lease, gen: *gen, pidfd: *pidfd, stderr: stderr}
+	if *commitFD >= 0 {
+		syscall.CloseOnExec(*commitFD)
+		if runLeaf() != "" {
+			w.leaf = cgroupOf("self")
+		}
+		go w.serveCommits(&listener{fd: *commitFD})
+	}
 	w.run()
 	return 0
 }
@@ -187,9 +205,12 @@ type watchdog struct {
 	view   *deadlineView
 	pid    int
 	lease  int64
-	pidfd  int // -1 without one
+	gen    int64  // the trainer's generation, for its commits
+	leaf   string // its cgroup when it is a run's leaf, "" otherwise
+	pidfd  int    // -1 without one
 	stderr io.Writer
 	once   sync.Once
+	killed atomic.Bool // its kill began: no commit from then on
 }
 
 // run returns once it killed the trainer, or, without a pidfd, once the
@@ -254,6 +275,7 @@ func running(pid int) bool {
 // in one; then its process group, which the watchdog is in.
 func (w *watchdog) kill() {
 	w.once.Do(func() {
+		w.killed.Store(true)
 		stopped := []int{w.pid}
 		_ = syscall.Kill(w.pid, syscall.SIGSTOP)
 		seen := map[int]bool{w.pid: true, os.Getpid(): true}
