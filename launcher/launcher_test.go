@@ -84,15 +84,18 @@ func TestMain(m *testing.M) {
 		fmt.Print("no newline at the end")
 	case "committer":
 		// Commits a checkpoint holding the time it was written, again and
-		// again, until it is killed.
+		// again, until it is killed; through its fence watchdog, or its
+		// guard when the watchdog cannot be reached.
 		dir := os.Getenv("CKPT_DIR")
 		gen, _ := strconv.ParseInt(os.Getenv("ELASTIC_GENERATION"), 10, 64)
 		writePid("")
 		for {
 			tmp := filepath.Join(dir, "ckpt.tmp")
 			_ = os.WriteFile(tmp, []byte(strconv.FormatInt(time.Now().UnixNano(), 10)), 0o600)
-			_ = guard.Commit(os.Getenv(guard.EnvFenceSocket), gen, tmp, filepath.Join(dir, "ckpt"))
+			_ = guard.FenceFromEnv(os.Getenv).Commit(gen, tmp, filepath.Join(dir, "ckpt"))
 		}
+	case "fencecommitter":
+		fenceCommitter()
 	case "host":
 		host()
 	case "progress":
@@ -135,9 +138,11 @@ func host() {
 				}
 			}
 		}
-		if err := l.SetDeadline(7, time.Now().Add(time.Duration(ms)*time.Millisecond)); err != nil {
+		at := time.Now().Add(time.Duration(ms) * time.Millisecond)
+		if err := l.SetDeadline(7, at); err != nil {
 			os.Exit(5)
 		}
+		writeDeadline(at)
 	}
 	writePid(".host")
 	select {}
