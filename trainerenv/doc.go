@@ -53,6 +53,7 @@
 // docs/frameworks.md has the same, variable by variable.
 //
 // The guard adds its own variables to every process (guard.EnvFenceSocket,
-// guard.EnvCoordinator, guard.EnvGuardID): they name the guard, not the
-// generation, and are the guard's.
+// guard.EnvWatchdogSocket, guard.EnvCoordinator, guard.EnvGuardID): they
+// name the guard and the process's fence watchdog, not the generation, and
+// are the guard's.
 package trainerenv

@@ -16,7 +16,10 @@ func newCommitCommand(env lookupEnv) *cobra.Command {
 only while the process's generation is current and its node holds its lease; a
 process of a node that was fenced out (frozen, cut off, evicted) is refused and
 exits 1, so that it can never write an older checkpoint over a newer one. With
---check it only asks. Outside a sidecar (no ELASTIC_FENCE_SOCKET) it renames.`,
+--check it only asks. It asks the process's fence watchdog (ELASTIC_WATCHDOG_SOCKET),
+which answers even while the sidecar and its guard are frozen, and the guard
+(ELASTIC_FENCE_SOCKET) when the watchdog cannot be reached. Outside a sidecar (no
+ELASTIC_FENCE_SOCKET) it renames.`,
 		Example: `  # in a shell trainer, after writing "$ckpt.tmp":
   "$ELASTIC_COORDINATOR" commit "$ckpt.tmp" "$ckpt" || exit 1`,
 		DisableFlagParsing: true,

@@ -44,22 +44,32 @@ def fenced_replace(tmp, path):
     """Commit a checkpoint: rename tmp to path, but only while this process's
     generation is current and its node holds its lease.
 
-    Under the sidecar, its guard does the rename. It refuses a process whose
-    node was fenced out (frozen, cut off or evicted, and about to be killed),
-    so that such a process can never write an older checkpoint over the next
-    generation's. Outside a sidecar it is os.replace. Returns False when
-    refused.
+    Under the sidecar, this process's fence watchdog, or else its guard, does
+    the rename. It refuses a process whose node was fenced out (frozen, cut
+    off or evicted, and about to be killed), so that such a process can never
+    write an older checkpoint over the next generation's. The watchdog answers
+    even while the sidecar and the guard are frozen; the guard answers when
+    the watchdog cannot be reached. Outside a sidecar it is os.replace.
+    Returns False when refused.
     """
-    addr = os.environ.get("ELASTIC_FENCE_SOCKET")
-    if not addr:
+    guard = os.environ.get("ELASTIC_FENCE_SOCKET")
+    if not guard:
         os.replace(tmp, path)
         return True
     request = {"op": "rename", "generation": int(os.environ["ELASTIC_GENERATION"]),
                "src": os.path.abspath(tmp), "dst": os.path.abspath(path)}
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.connect("\0" + addr[1:] if addr.startswith("@") else addr)  # '@': an abstract socket
-        s.sendall((json.dumps(request) + "\n").encode())
-        return s.makefile().readline().strip() == "ok"
+    for addr in (os.environ.get("ELASTIC_WATCHDOG_SOCKET"), guard):
+        if not addr:
+            continue
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            try:
+                s.connect("\0" + addr[1:] if addr.startswith("@") else addr)  # '@': an abstract socket
+            except OSError:
+                if addr == guard:
+                    raise
+                continue  # no watchdog there: ask the guard
+            s.sendall((json.dumps(request) + "\n").encode())
+            return s.makefile().readline().strip() == "ok"
 
 
 def batch(step, rank, world, size):
