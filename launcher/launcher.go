@@ -366,7 +366,7 @@ func (l *Launcher) onWarm(g *guardProc, rep guard.Report) {
 func (l *Launcher) onWatch(rep guard.Report) {
 	switch rep.Event {
 	case guard.EventHung:
-		l.logger.Warn("a rank hangs", "rank", rep.Rank, "generation", rep.Generation, "step", rep.Step,
+		l.logger.Info("a rank hangs", "rank", rep.Rank, "generation", rep.Generation, "step", rep.Step,
 			"quiet", time.Duration(rep.QuietNanos), "timeout", time.Duration(rep.TimeoutNanos), "stopped", rep.Stopped)
 		if l.cfg.OnHung != nil {
 			l.cfg.OnHung(rep)

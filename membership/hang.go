@@ -58,10 +58,14 @@ func (h Hang) String() string {
 	if h.Node != "" {
 		where += " on node " + h.Node
 	}
-	if h.Stopped {
-		return fmt.Sprintf("%s was stopped (SIGSTOP, not a debugger) for %s after step %d; stacks in its log", where, h.Quiet, h.Step)
+	after := fmt.Sprintf("after step %d", h.Step)
+	if h.Step == 0 {
+		after = "before its first step"
 	}
-	return fmt.Sprintf("%s made no progress for %s after step %d (hang timeout %s); stacks in its log", where, h.Quiet, h.Step, h.Timeout)
+	if h.Stopped {
+		return fmt.Sprintf("%s was stopped (SIGSTOP, not a debugger) for %s %s; stacks in its log", where, h.Quiet, after)
+	}
+	return fmt.Sprintf("%s made no progress for %s %s (hang timeout %s); stacks in its log", where, h.Quiet, after, h.Timeout)
 }
 
 // RankProgress is how the slowest of a node's ranks steps, refreshed

@@ -4,10 +4,13 @@ import (
 	"context"
 	"net"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/elastictraining/coordinator/guard"
 	"github.com/elastictraining/coordinator/launcher"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/trainerenv"
@@ -25,13 +28,66 @@ type Processes struct {
 	Resolve func(ctx context.Context, host string) ([]net.IPAddr, error)
 	// Logger, if set, hears of a name that did not resolve.
 	Logger hclog.Logger
+
+	// observations carries what the guard's watch found (Observe) to the
+	// agent; base is the running generation's first global rank.
+	obsOnce      sync.Once
+	observations chan Observation
+	base         atomic.Int64
 }
 
-var _ Workload = (*Processes)(nil)
+var (
+	_ Workload = (*Processes)(nil)
+	_ Watcher  = (*Processes)(nil)
+)
+
+// Observations implements Watcher.
+func (p *Processes) Observations() <-chan Observation { return p.channel() }
+
+func (p *Processes) channel() chan Observation {
+	p.obsOnce.Do(func() { p.observations = make(chan Observation, 16) })
+	return p.observations
+}
+
+// StopStacks implements Watcher.
+func (p *Processes) StopStacks(ctx context.Context) error { return p.Launcher.StopStacks(ctx) }
+
+// Observe hands a guard's report of a hang or of the ranks' progress to
+// the agent (the launcher's OnHung and OnProgress). It never blocks: a
+// progress report that finds the channel full is dropped, as the next one
+// says the same; a hang is kept.
+func (p *Processes) Observe(rep guard.Report) {
+	ch := p.channel()
+	base := int(p.base.Load())
+	o := Observation{Generation: rep.Generation}
+	switch rep.Event {
+	case guard.EventHung:
+		h := &membership.Hang{Generation: rep.Generation, Rank: rep.Rank - base, Step: rep.Step,
+			Quiet: membership.Duration(rep.QuietNanos), Timeout: membership.Duration(rep.TimeoutNanos), Stopped: rep.Stopped}
+		if rep.LastActivityUnixNanos != 0 {
+			h.LastActivity = time.Unix(0, rep.LastActivityUnixNanos).UTC()
+		}
+		o.Hung = h
+		go func() { ch <- o }() // at most one a rank a generation
+		return
+	case guard.EventProgress:
+		for _, r := range rep.Progress {
+			o.Steps = append(o.Steps, membership.RankProgress{Rank: r.Rank - base, Step: r.Step,
+				StepTime: membership.Duration(r.IntervalNanos), HangTimeout: membership.Duration(rep.TimeoutNanos)})
+		}
+	default:
+		return
+	}
+	select {
+	case ch <- o:
+	default:
+	}
+}
 
 // Start implements Workload.
 func (p *Processes) Start(ctx context.Context, a Assignment) (<-chan Exit, error) {
 	procs := procsOf(a, p.Options, p.schedulerIP(ctx, a.Plan))
+	p.base.Store(int64(procs.GlobalRankBase))
 	exits, err := p.Launcher.Start(procs, a.Member.Lease)
 	if err != nil {
 		return nil, err
@@ -132,5 +188,23 @@ func procsOf(a Assignment, o trainerenv.Options, schedIP string) launcher.Procs 
 	for local := range p.Env {
 		p.Env[local] = n.Env(local)
 	}
+	p.Watch = watchOf(a.Plan.Watch)
 	return p
+}
+
+// watchOf is the guard's watch of a plan's ranks: nil (none) when the plan
+// asks for none; an unset timeout is learned, an unset start-up budget the
+// default.
+func watchOf(w *membership.HangWatch) *guard.Watch {
+	if w == nil {
+		return nil
+	}
+	out := &guard.Watch{TimeoutNanos: guard.WatchLearned, StartupNanos: guard.WatchLearned, AtLeastNanos: int64(w.AtLeast), Expect: w.Expect}
+	if w.Timeout != nil {
+		out.TimeoutNanos = int64(*w.Timeout)
+	}
+	if w.Startup != nil {
+		out.StartupNanos = int64(*w.Startup)
+	}
+	return out
 }

@@ -49,7 +49,7 @@ func (a *Agent) observed(ctx context.Context, o Observation) {
 		a.hungGen = o.Generation
 		h.Rank += a.startedFirstRank
 		a.cfg.Observer.Hung()
-		a.logger.Warn("a rank hung; the coordinator stops the generation", "generation", o.Generation, "hang", h.String())
+		a.logger.Info("a rank hung; the coordinator stops the generation", "generation", o.Generation, "hang", h.String())
 		if a.cfg.Notes != nil {
 			fmt.Fprintf(a.cfg.Notes, "[rank %d] %s; asked the coordinator to restart the generation\n", h.Rank, h.String())
 		}

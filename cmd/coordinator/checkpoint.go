@@ -129,3 +129,18 @@ func (w checkpointedWorkload) Stop(ctx context.Context, grace time.Duration) err
 	w.store.KickDisk()
 	return err
 }
+
+// watchedWorkload is a checkpointed workload whose processes are watched
+// for hangs: the wrapper must not hide that.
+type watchedWorkload struct {
+	checkpointedWorkload
+	watcher sidecar.Watcher
+}
+
+func (w watchedWorkload) Observations() <-chan sidecar.Observation { return w.watcher.Observations() }
+
+func (w watchedWorkload) StopStacks(ctx context.Context) error {
+	err := w.watcher.StopStacks(ctx)
+	w.store.KickDisk()
+	return err
+}

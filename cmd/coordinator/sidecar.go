@@ -426,6 +426,7 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 		return err
 	}
 	var agent *sidecar.Agent
+	processes := &sidecar.Processes{Logger: logger}
 	env := os.Environ()
 	if ckptEnv.PythonPath != "" {
 		// A warm interpreter imports its preloads in this environment,
@@ -438,6 +439,7 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 		Guard: []string{self, "guard", "--cgroup", o.cgroup}, Logs: logs, Preload: preload,
 		OnFenced: func(lease int64) { agent.LeaseFenced(lease) },
 		OnGuard:  keeper.Guard,
+		OnHung:   processes.Observe, OnProgress: processes.Observe,
 	})
 	if err != nil {
 		return usageError{err}
@@ -461,11 +463,13 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 		logger.Info("the command is a framework's launcher; it runs once per node and starts the node's processes",
 			"launcher", opts.Launcher, "processes", node.NProc)
 	}
-	var workload sidecar.Workload = &sidecar.Processes{Launcher: l, Options: opts, Logger: logger}
+	processes.Launcher, processes.Options = l, opts
+	var workload sidecar.Workload = processes
 	var beforeLeave func(context.Context)
 	if ckpt != nil {
 		defer ckpt.Close()
-		workload, beforeLeave = checkpointedWorkload{Workload: workload, store: ckpt}, ckpt.WriteDisk
+		workload = watchedWorkload{checkpointedWorkload{Workload: workload, store: ckpt}, processes}
+		beforeLeave = ckpt.WriteDisk
 	}
 	agent, err = sidecar.New(sidecar.Config{
 		Place: presence.Place{Client: cli, Keys: keys, Job: jobID, Node: node, TTL: o.ttl, FenceMargin: o.fenceMargin}, Spec: spec,
