@@ -11,21 +11,54 @@ import (
 //go:embed elastic.py
 var module []byte
 
+// progress is _elastic_progress.py, the trainers' side of the progress
+// page the guard watches for hangs.
+//
+//go:embed _elastic_progress.py
+var progress []byte
+
+// siteCustomize is sitecustomize.py: it maps a process's progress page
+// before its script runs, then runs the sitecustomize it shadows.
+//
+//go:embed sitecustomize.py
+var siteCustomize []byte
+
 // Module is the source of elastic.py.
 func Module() []byte { return module }
 
-// WriteModule writes elastic.py into dir, atomically, so that a trainer
-// starting meanwhile reads the whole file.
+// moduleFiles are the files WriteModule writes, the progress module
+// before the sitecustomize that imports it.
+var moduleFiles = []struct {
+	name string
+	src  []byte
+}{
+	{"_elastic_progress.py", progress},
+	{"elastic.py", module},
+	{"sitecustomize.py", siteCustomize},
+}
+
+// WriteModule writes elastic.py, the progress module it uses and the
+// sitecustomize.py that maps a process's progress page into dir, each
+// atomically, so that a trainer starting meanwhile reads whole files.
 func WriteModule(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, ".elastic.py-*")
+	for _, f := range moduleFiles {
+		if err := writeAtomic(dir, f.name, f.src); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeAtomic(dir, name string, src []byte) error {
+	tmp, err := os.CreateTemp(dir, "."+name+"-*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(module); err != nil {
+	if _, err := tmp.Write(src); err != nil {
 		tmp.Close()
 		return err
 	}
@@ -36,5 +69,5 @@ func WriteModule(dir string) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), filepath.Join(dir, "elastic.py"))
+	return os.Rename(tmp.Name(), filepath.Join(dir, name))
 }
