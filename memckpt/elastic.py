@@ -31,6 +31,23 @@ sidecars of the job, and the file at `path`; tensors come back on the CPU.
 Outside a sidecar (no ELASTIC_CHECKPOINT_SOCKET) save and load use the file
 at `path` alone, so the script runs on its own. The module uses the standard
 library only; torch and numpy are used when they are there.
+
+Progress (hang detection). The node's guard counts each rank's progress
+events and stops the generation when a rank makes none for far longer than
+its steps take. Every optimizer step of torch is an event, with no change to
+the script, and so is every save(); a script that steps no torch optimizer,
+or one with a phase much longer than its steps, says so:
+
+    for step in range(start, steps):
+        ...
+        elastic.beat(step=step)        # a progress event; step names it in messages
+    with elastic.quiet(600):           # evaluation, a long save: up to 10 minutes
+        evaluate(model)
+
+beat(step=None) is a progress event; step, an int >= 0, is the number the
+guard's messages give. quiet(seconds) is a context manager: inside it the
+rank is not hung until seconds have passed; nested ones keep the later end.
+Outside a sidecar both do nothing (quiet still checks its argument).
 """
 
 import atexit
@@ -38,6 +55,9 @@ import collections
 import ctypes
 import io
 import json
+import math
+import numbers
+import operator
 import os
 import pickle
 import socket
@@ -45,7 +65,7 @@ import struct
 import threading
 import zlib
 
-__all__ = ["save", "load", "flush", "CheckpointError", "FencedError", "TooLargeError"]
+__all__ = ["save", "load", "flush", "beat", "quiet", "CheckpointError", "FencedError", "TooLargeError"]
 
 SOCKET_ENV = "ELASTIC_CHECKPOINT_SOCKET"
 
@@ -57,6 +77,12 @@ try:
     import numpy
 except ImportError:  # pragma: no cover - numpy is optional
     numpy = None
+try:
+    # The progress page, written beside this module; mapped by the
+    # interpreter's start (sitecustomize) or the warm bootstrap.
+    import _elastic_progress as _progress
+except ImportError:  # pragma: no cover - elastic.py copied alone
+    _progress = None
 
 
 class CheckpointError(RuntimeError):
@@ -582,9 +608,86 @@ def save(state, path=None):
     """Store state (any picklable object; tensors are copied now, sent in the background).
 
     path, if given, is where the copy is also written on disk, at a slower
-    interval. Raises the error of an earlier save, if one failed.
+    interval. Raises the error of an earlier save, if one failed. A save is
+    a progress event; state["step"], an int, names its step.
     """
     _the_saver().save(state, path)
+    if _progress is not None:
+        _progress.step(_state_step(state))
+
+
+def _state_step(state):
+    """state["step"] when it is an int >= 0, else None."""
+    if not isinstance(state, dict):
+        return None
+    n = state.get("step")
+    if n is None or isinstance(n, bool):
+        return None
+    try:
+        n = operator.index(n)
+    except TypeError:
+        return None
+    return n if 0 <= n < 1 << 64 else None
+
+
+def beat(step=None):
+    """A progress event: the rank works. step, an int >= 0, names the step in the guard's messages.
+
+    Torch's optimizer steps and save() are events already; beat() is for a
+    loop that steps no torch optimizer, or to name the step. Outside a
+    sidecar it does nothing.
+    """
+    if step is not None:
+        if isinstance(step, bool):
+            raise ValueError("elastic.beat: step must be an int >= 0, not a bool")
+        try:
+            step = operator.index(step)
+        except TypeError:
+            raise ValueError("elastic.beat: step must be an int >= 0, not a %s" % type(step).__name__) from None
+        if not 0 <= step < 1 << 64:
+            raise ValueError("elastic.beat: step must be an int >= 0, not %d" % step)
+    if _progress is not None:
+        _progress.step(step)
+
+
+class _Quiet:
+    """The context manager quiet() returns."""
+
+    __slots__ = ("_ns", "_tokens")
+
+    def __init__(self, ns):
+        self._ns = ns
+        self._tokens = []
+
+    def __enter__(self):
+        self._tokens.append(_progress.quiet_enter(self._ns) if _progress is not None else None)
+        return self
+
+    def __exit__(self, *exc):
+        token = self._tokens.pop()
+        if _progress is not None:
+            _progress.quiet_exit(token)
+        return False
+
+
+def quiet(seconds):
+    """with elastic.quiet(seconds): a long phase (evaluation, a slow save) of at most seconds.
+
+    Inside it the rank is not taken for hung, progress events or not,
+    until seconds have passed (math.inf: until it ends); its end is a sign
+    of life. Nested phases keep the later end. seconds is a number >= 0;
+    anything else raises ValueError, inside a sidecar or not.
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
+        raise ValueError("elastic.quiet: seconds must be a number >= 0, not a %s" % type(seconds).__name__)
+    s = float(seconds)
+    if not s >= 0:  # NaN too
+        raise ValueError("elastic.quiet: seconds must be a number >= 0, not %r" % (seconds,))
+    return _Quiet(_FOREVER_NS if math.isinf(s) else min(int(s * 1e9), _FOREVER_NS))
+
+
+# The longest quiet phase: the guard reads its end as an int64.
+_FOREVER_NS = (1 << 63) - 1
 
 
 def flush():
