@@ -101,6 +101,8 @@ def _warm():
             at = 1 if sys.path and sys.path[0] == "" else 0
         sys.path[at:at] = new
 
+    if "ELASTIC_PROGRESS_FD" in os.environ:
+        _attach_progress()
     _await_store(msg["env"])
     if msg.get("title"):
         _retitle(msg["title"])
@@ -113,6 +115,22 @@ def _warm():
         _run_module(msg["module"])
     else:
         _run_code(msg["code"])
+
+
+def _attach_progress():
+    # The generation's progress page (descriptor 5, named by
+    # ELASTIC_PROGRESS_FD), mapped by the module beside elastic.py, on the
+    # generation's sys.path, as sitecustomize maps it in a cold start.
+    import os
+
+    try:
+        import _elastic_progress
+
+        _elastic_progress.attach()
+    except Exception:
+        pass
+    # Not for the command's children, whatever happened.
+    os.environ.pop("ELASTIC_PROGRESS_FD", None)
 
 
 def _await_store(env):
