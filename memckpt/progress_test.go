@@ -1,0 +1,323 @@
+package memckpt
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/elastictraining/coordinator/guard"
+)
+
+// trainScript trains a small MLP for 9 steps with the optimizer setup
+// makes, stepped by step; then one more backward pass, which is a sign of
+// life and no step. It imports nothing of ours.
+const trainScript = `import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+x, y = torch.randn(32, 8), torch.randn(32, 1)
+%s
+def loss():
+    opt.zero_grad()
+    l = torch.nn.functional.mse_loss(model(x), y)
+    l.backward()
+    return l
+for _ in range(9):
+    %s
+loss()
+print("trained", float(loss()) < float("inf"), flush=True)
+`
+
+const trainSteps = 9
+
+func TestProgressCountsEveryOptimizerStep(t *testing.T) {
+	requireTorch(t)
+	dir := moduleDir(t)
+	sig := dumpSignal(t, python)
+	for _, tc := range []struct {
+		name, setup, step string
+	}{
+		{"adam", `opt = torch.optim.Adam(model.parameters(), lr=1e-3)`, `loss(); opt.step()`},
+		{"sgd", `opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)`, `loss(); opt.step()`},
+		{"lbfgs, whose closure runs backward inside the step", `opt = torch.optim.LBFGS(model.parameters(), max_iter=3)`, `opt.step(loss)`},
+		{"the user's own optimizer", `
+class Plain(torch.optim.Optimizer):
+    def __init__(self, params, lr):
+        super().__init__(params, dict(lr=lr))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.add_(p.grad, alpha=-group["lr"])
+
+opt = Plain(model.parameters(), lr=0.01)`, `loss(); opt.step()`},
+		{"a subclass calling super().step(), both steps wrapped", `
+torch.optim.Adam(model.parameters())  # Adam's own step is wrapped now too
+
+class Clipped(torch.optim.Adam):
+    def step(self, closure=None):
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        return super().step(closure)
+
+opt = Clipped(model.parameters(), lr=1e-3)`, `loss(); opt.step()`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			page := newPage(t)
+			script := writeScript(t, "train.py", fmt.Sprintf(trainScript, tc.setup, tc.step))
+			before := uint64(guard.MonoNow())
+			p := startPy(t, python, pyEnv(dir, "ELASTIC_PROGRESS_FD=3"), []*os.File{page}, script)
+			p.expect(p.out, "trained True")
+			p.succeed()
+			after := uint64(guard.MonoNow())
+
+			pid := uint64(p.cmd.Process.Pid)
+			assert.Equal(t, uint64(trainSteps), word(t, page, offSteps), "steps")
+			last, act := word(t, page, offLastStep), word(t, page, offLastActivity)
+			assert.Less(t, before, last, "the last step is this run's")
+			assert.Less(t, last, act, "the backward pass after the last step is a sign of life")
+			assert.LessOrEqual(t, act, after)
+			assert.Zero(t, word(t, page, offUserStep), "no step named")
+			assert.Zero(t, word(t, page, offQuietUntil))
+			assert.Equal(t, pid, word(t, page, offAttached), "attached pid")
+			assert.Equal(t, pid|sig<<32, word(t, page, offDump), "dump: pid | signal<<32")
+		})
+	}
+}
+
+// progressScript says where it is ("at NAME") and waits for a line on
+// stdin, so that the test reads the page there.
+const progressScript = `import os, subprocess, sys
+import elastic
+
+def at(name):
+    print("at", name, flush=True)
+    sys.stdin.readline()
+
+assert "ELASTIC_PROGRESS_FD" not in os.environ
+# The page's descriptor is closed; a duplicate the mapping keeps (Python
+# before 3.13) is not inherited.
+pages = []
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        if os.readlink("/proc/self/fd/" + fd).startswith("/memfd:"):
+            pages.append((int(fd), os.get_inheritable(int(fd))))
+    except OSError:
+        pass
+print("page descriptors", pages, flush=True)
+assert all(fd != 3 and not inheritable for fd, inheritable in pages), pages
+child = subprocess.run([sys.executable, "-c", "import os, _elastic_progress; print(os.environ.get('ELASTIC_PROGRESS_FD'), _elastic_progress.attached())"],
+                       stdout=subprocess.PIPE, universal_newlines=True, check=True)
+print("child", child.stdout.strip(), flush=True)
+
+elastic.beat(step=7)
+at("beat")
+with elastic.quiet(30):
+    at("quiet")
+    with elastic.quiet(60):
+        at("longer")
+    at("outer")
+    with elastic.quiet(1):
+        at("shorter")
+at("after")
+elastic.save({"step": 12, "w": [1, 2]})
+at("saved")
+elastic.beat()
+at("beat again")
+for bad in (-1, "5", float("nan"), True, None):
+    try:
+        elastic.quiet(bad)
+    except ValueError as e:
+        assert "\n" not in str(e), e
+        print("refused:", e, flush=True)
+    else:
+        raise SystemExit("quiet(%r) was taken" % (bad,))
+try:
+    elastic.beat(step=-1)
+except ValueError as e:
+    print("refused:", e, flush=True)
+print("done", flush=True)
+`
+
+func TestProgressBeatQuietAndSave(t *testing.T) {
+	dir := moduleDir(t)
+	for _, py := range interpreters(t) {
+		t.Run(py, func(t *testing.T) {
+			sig := dumpSignal(t, py)
+			page := newPage(t)
+			script := writeScript(t, "progress.py", progressScript)
+			start := uint64(guard.MonoNow())
+			p := startPy(t, py, pyEnv(dir, "ELASTIC_PROGRESS_FD=3"), []*os.File{page}, script)
+			pid := uint64(p.cmd.Process.Pid)
+			p.expect(p.out, "page descriptors")
+			p.expect(p.out, "child None False")
+
+			// at waits for the script to reach name; it returns the time
+			// then.
+			at := func(name string) uint64 {
+				p.expect(p.out, "at "+name)
+				return uint64(guard.MonoNow())
+			}
+			now := at("beat")
+			assert.Equal(t, uint64(1), word(t, page, offSteps))
+			assert.Equal(t, uint64(7), word(t, page, offUserStep))
+			beat := word(t, page, offLastStep)
+			assert.True(t, start < beat && beat <= now, "the beat's time")
+			assert.Equal(t, beat, word(t, page, offLastActivity))
+			assert.Equal(t, pid, word(t, page, offAttached))
+			assert.Equal(t, pid|sig<<32, word(t, page, offDump))
+
+			p.reply()
+			before, now := now, at("quiet")
+			q := word(t, page, offQuietUntil)
+			const s = uint64(time.Second)
+			assert.True(t, before+30*s <= q && q <= now+30*s, "quiet(30) ends 30 s after it began: %d not in [%d, %d]", q, before+30*s, now+30*s)
+			p.reply()
+			before, now = now, at("longer")
+			longer := word(t, page, offQuietUntil)
+			assert.True(t, before+60*s <= longer && longer <= now+60*s, "a nested quiet(60) ends later")
+			p.reply()
+			at("outer")
+			assert.Equal(t, q, word(t, page, offQuietUntil), "the outer phase's end again")
+			p.reply()
+			now = at("shorter")
+			assert.Equal(t, q, word(t, page, offQuietUntil), "a nested shorter phase keeps the later end")
+			p.reply()
+			at("after")
+			assert.Zero(t, word(t, page, offQuietUntil), "no phase under way")
+			assert.Less(t, now, word(t, page, offLastActivity), "the end of a phase is a sign of life")
+			assert.Equal(t, beat, word(t, page, offLastStep), "and no step")
+			assert.Equal(t, uint64(1), word(t, page, offSteps))
+
+			p.reply()
+			now = at("saved")
+			assert.Equal(t, uint64(2), word(t, page, offSteps), "a save is a progress event")
+			assert.Equal(t, uint64(12), word(t, page, offUserStep), "its state's step")
+			assert.Less(t, beat, word(t, page, offLastStep))
+			p.reply()
+			at("beat again")
+			assert.Equal(t, uint64(3), word(t, page, offSteps))
+			assert.Equal(t, uint64(12), word(t, page, offUserStep), "a beat without a step keeps the last named")
+			assert.Less(t, now, word(t, page, offLastStep))
+
+			p.reply()
+			p.expect(p.out, "done")
+			p.succeed()
+			assert.Equal(t, 6, strings.Count(p.output(), "refused: elastic."), "%s", p.output())
+			assert.Contains(t, p.output(), "refused: elastic.quiet: seconds must be a number >= 0, not -1")
+			assert.Contains(t, p.output(), "refused: elastic.quiet: seconds must be a number >= 0, not a str")
+		})
+	}
+}
+
+func TestProgressSignalWritesTheStacks(t *testing.T) {
+	dir := moduleDir(t)
+	for _, py := range interpreters(t) {
+		t.Run(py, func(t *testing.T) {
+			page := newPage(t)
+			script := writeScript(t, "stuck.py", `import sys
+
+def stuck_here():
+    print("stuck", flush=True)
+    sys.stdin.readline()
+
+stuck_here()
+print("went on", flush=True)
+`)
+			p := startPy(t, py, pyEnv(dir, "ELASTIC_PROGRESS_FD=3"), []*os.File{page}, script)
+			p.expect(p.out, "stuck")
+			dump := word(t, page, offDump)
+			pid, sig := int(dump&0xffffffff), syscall.Signal(dump>>32)
+			require.Equal(t, p.cmd.Process.Pid, pid)
+			require.Equal(t, syscall.Signal(dumpSignal(t, py)), sig)
+
+			require.NoError(t, syscall.Kill(pid, sig))
+			p.expect(p.errs, "most recent call first")
+			line := p.expect(p.errs, "stuck_here")
+			assert.Contains(t, line, "stuck.py")
+			// The process goes on after its stacks were written.
+			p.reply()
+			p.expect(p.out, "went on")
+			p.succeed()
+		})
+	}
+}
+
+// siteScript says whether the user's sitecustomize ran, which one ours
+// ran after it, and whether the process has its page.
+const siteScript = `import os, sys
+import sitecustomize
+print("user sitecustomize:", os.environ.get("USER_SITECUSTOMIZE"))
+print("shadowed:", getattr(sitecustomize.shadowed, "__file__", None))
+print("attached:", "_elastic_progress" in sys.modules and sys.modules["_elastic_progress"].attached())
+try:
+    import torch
+    opt = torch.optim.SGD([torch.zeros(2, requires_grad=True)], lr=0.1)
+    opt.step()
+    print("stepped torch", flush=True)
+except ImportError:
+    print("no torch", flush=True)
+`
+
+func TestProgressSitecustomizeChainsAndIsQuietWithoutTheVariable(t *testing.T) {
+	dir := moduleDir(t)
+	userDir := t.TempDir()
+	userSite := filepath.Join(userDir, "sitecustomize.py")
+	require.NoError(t, os.WriteFile(userSite, []byte("import os\nos.environ['USER_SITECUSTOMIZE'] = 'ran'\n"), 0o644))
+	script := writeScript(t, "site.py", siteScript)
+	for _, py := range interpreters(t) {
+		// The sitecustomize the interpreter runs without ours.
+		cmd := exec.Command(py, "-c", "import sitecustomize; print(sitecustomize.__file__)")
+		cmd.Env, cmd.Dir = pyEnv(""), t.TempDir()
+		out, err := cmd.Output()
+		system := strings.TrimSpace(string(out))
+		if err != nil {
+			system = "None"
+		}
+		for _, tc := range []struct {
+			name       string
+			pythonPath string
+			variable   bool
+			shadowed   string
+			user       string
+		}{
+			{"without the variable", dir, false, system, "None"},
+			{"without the variable, the user's sitecustomize after ours", dir + ":" + userDir, false, userSite, "ran"},
+			{"with the variable, the user's sitecustomize after ours", dir + ":" + userDir, true, userSite, "ran"},
+		} {
+			t.Run(py+"/"+tc.name, func(t *testing.T) {
+				page := newPage(t)
+				env := pyEnv(tc.pythonPath)
+				if tc.variable {
+					env = append(env, "ELASTIC_PROGRESS_FD=3")
+				}
+				p := startPy(t, py, env, []*os.File{page}, script)
+				p.succeed()
+				out := p.output()
+				assert.Contains(t, out, "user sitecustomize: "+tc.user)
+				assert.Contains(t, out, "shadowed: "+tc.shadowed)
+				assert.Contains(t, out, fmt.Sprintf("attached: %v", map[bool]string{true: "True", false: "False"}[tc.variable]))
+				if tc.variable {
+					assert.Equal(t, uint64(p.cmd.Process.Pid), word(t, page, offAttached))
+					if strings.Contains(out, "stepped torch") {
+						assert.Equal(t, uint64(1), word(t, page, offSteps))
+					}
+					return
+				}
+				content := make([]byte, pageSize)
+				_, err := page.ReadAt(content, 0)
+				require.NoError(t, err)
+				assert.Equal(t, append(append([]byte{}, pageMagic...), make([]byte, pageSize-len(pageMagic))...), content,
+					"the page is untouched")
+			})
+		}
+	}
+}
