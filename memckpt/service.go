@@ -235,11 +235,15 @@ func (s *Service) ModuleDir() string { return s.cfg.ModuleDir }
 
 // PythonPath is the trainers' PYTHONPATH: the module's directory, then
 // user's path if any.
-func (s *Service) PythonPath(user string) string {
+func (s *Service) PythonPath(user string) string { return PythonPathWith(s.cfg.ModuleDir, user) }
+
+// PythonPathWith is a PYTHONPATH of the modules' directory dir, then the
+// user's path if any.
+func PythonPathWith(dir, user string) string {
 	if user == "" {
-		return s.cfg.ModuleDir
+		return dir
 	}
-	return s.cfg.ModuleDir + string(os.PathListSeparator) + user
+	return dir + string(os.PathListSeparator) + user
 }
 
 // Start serves the trainers and the peers for node until Close.

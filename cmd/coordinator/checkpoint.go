@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"strconv"
@@ -24,7 +25,10 @@ var _ memckpt.Node = (*sidecar.Agent)(nil)
 // checkpointOptions are the flags of the in-memory checkpoint store, on
 // sidecar and run alike.
 type checkpointOptions struct {
-	copies       int
+	copies int
+	// moduleDir is the modules' directory of a sidecar without a store,
+	// removed by close.
+	moduleDir    string
 	memory       string
 	port         int
 	diskInterval time.Duration
@@ -87,11 +91,22 @@ func (o *checkpointOptions) args() []string {
 }
 
 // start opens the node's checkpoint store; nil when it keeps none. The
-// node record advertises it; the trainers' environment names it.
+// node record advertises it; the trainers' environment names it. Without
+// one, the Python modules (elastic, and the progress counting that hang
+// watching reads) are still written and on the trainers' path, in a
+// directory that goes when the sidecar does (moduleDir).
 func (o *checkpointOptions) start(ctx context.Context, cli *clientv3.Client, keys membership.Keys, job string, node *membership.Node,
 	logger hclog.Logger) (*memckpt.Service, trainerenv.Checkpoint, error) {
 	if o.copies == 0 {
-		return nil, trainerenv.Checkpoint{}, nil
+		dir, err := os.MkdirTemp("", "elastic-module-")
+		if err == nil {
+			err = memckpt.WriteModule(dir)
+		}
+		if err != nil {
+			return nil, trainerenv.Checkpoint{}, fmt.Errorf("write the trainers' Python modules: %w", err)
+		}
+		o.moduleDir = dir
+		return nil, trainerenv.Checkpoint{PythonPath: memckpt.PythonPathWith(dir, os.Getenv("PYTHONPATH"))}, nil
 	}
 	memory, _ := o.validate()
 	listen := ":" + strconv.Itoa(o.port)
@@ -143,4 +158,11 @@ func (w watchedWorkload) StopStacks(ctx context.Context) error {
 	err := w.watcher.StopStacks(ctx)
 	w.store.KickDisk()
 	return err
+}
+
+// close removes what start left without a store.
+func (o *checkpointOptions) close() {
+	if o.moduleDir != "" {
+		_ = os.RemoveAll(o.moduleDir)
+	}
 }

@@ -425,6 +425,7 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 	if err != nil {
 		return err
 	}
+	defer o.checkpoint.close()
 	var agent *sidecar.Agent
 	processes := &sidecar.Processes{Logger: logger}
 	env := os.Environ()
