@@ -27,6 +27,7 @@ func subcommands(env lookupEnv) []*cobra.Command {
 		newInstallCommand(),
 		newPythonModuleCommand(),
 		newCommitCommand(env),
+		newBeatCommand(env),
 		newGuardCommand(),
 		newFenceWatchCommand(),
 		newVersionCommand(),

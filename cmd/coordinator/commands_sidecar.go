@@ -12,6 +12,7 @@ func subcommands(env lookupEnv) []*cobra.Command {
 	return []*cobra.Command{
 		newSidecarCommand(env),
 		newCommitCommand(env),
+		newBeatCommand(env),
 		newGuardCommand(),
 		newFenceWatchCommand(),
 		newVersionCommand(),

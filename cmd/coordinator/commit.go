@@ -64,3 +64,28 @@ func newFenceWatchCommand() *cobra.Command {
 		},
 	}
 }
+
+// newBeatCommand documents `beat`, which normally runs from the fastpath
+// package before cobra is reached.
+func newBeatCommand(env lookupEnv) *cobra.Command {
+	return &cobra.Command{
+		Use:   "beat [--step N]",
+		Short: "Tell the sidecar that this training process made progress (for a shell trainer's hang watch)",
+		Long: `beat is for training code run by a sidecar that neither steps a PyTorch optimizer
+nor calls elastic.beat() (a shell script, a program in another language): each
+call is one step of progress for the hang watch (see --hang-timeout), and --step
+names the step in messages. It writes to the progress page the sidecar's guard
+gave the process (ELASTIC_PROGRESS_FD), with no round trip. Outside a sidecar it
+does nothing.`,
+		Example: `  # in a shell trainer's loop:
+  "$ELASTIC_COORDINATOR" beat --step "$step"`,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			getenv := func(k string) string { v, _ := env(k); return v }
+			if code := guard.BeatMain(args, getenv, cmd.ErrOrStderr()); code != 0 {
+				return exitError{code: code}
+			}
+			return nil
+		},
+	}
+}

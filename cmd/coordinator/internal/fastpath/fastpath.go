@@ -17,5 +17,7 @@ func init() {
 		os.Exit(guard.WatchMain(os.Args[2:], os.Stderr))
 	case "commit":
 		os.Exit(guard.CommitMain(os.Args[2:], os.Getenv, os.Stderr))
+	case "beat":
+		os.Exit(guard.BeatMain(os.Args[2:], os.Getenv, os.Stderr))
 	}
 }
