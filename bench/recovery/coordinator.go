@@ -37,19 +37,30 @@ func trainerArgs(memory bool, path string, stateMB int) []string {
 	return []string{"--checkpoint", "disk", "--every", "50", "--path", path, "--state-mb", strconv.Itoa(stateMB)}
 }
 
+// extras are what a job runs with beyond its mode: flags for run.
+type extras struct {
+	runArgs []string
+}
+
+// recoveryArgs are run's flags for the recovery suite: restarts without
+// end, and a shorter grace period than the default.
+var recoveryArgs = []string{"--max-restarts", "1000000", "--grace-period", "5s"}
+
 // coordinatorJob is one `coordinator run --np N` of trainer.py.
 type coordinatorJob struct {
 	cfg      *config
 	np       int
 	dir      string
+	logDir   string
+	args     []string
 	cmd      *exec.Cmd
 	output   proctest.Buffer
 	endpoint string
 	session
 }
 
-func startCoordinator(cfg *config, np int, m mode, stateMB int) (*coordinatorJob, error) {
-	dir, err := os.MkdirTemp("", "bench-recovery-")
+func startCoordinator(cfg *config, np int, m mode, stateMB int, x extras) (*coordinatorJob, error) {
+	dir, err := os.MkdirTemp(cfg.tmp, "job-")
 	if err != nil {
 		return nil, err
 	}
@@ -57,22 +68,28 @@ func startCoordinator(cfg *config, np int, m mode, stateMB int) (*coordinatorJob
 	if err := os.Mkdir(logDir, 0o755); err != nil {
 		return nil, err
 	}
-	j := &coordinatorJob{cfg: cfg, np: np, dir: dir,
+	j := &coordinatorJob{cfg: cfg, np: np, dir: dir, logDir: logDir,
 		session: newSession(cfg, logDir)}
-	args := []string{"run", "--np", strconv.Itoa(np), "--job", "bench", "--max-restarts", "1000000", "--grace-period", "5s"}
+	args := []string{"run", "--np", strconv.Itoa(np), "--job", "bench"}
 	if m.preload {
 		args = append(args, "--preload", "torch")
 	}
-	args = append(args, cfg.runArgs...)
+	args = append(append(args, x.runArgs...), cfg.runArgs...)
 	args = append(append(args, "--", cfg.python, cfg.script), trainerArgs(m.memory, filepath.Join(dir, "checkpoint.pt"), stateMB)...)
-	j.cmd = exec.Command(cfg.coordinator, args...)
+	j.args = args
+	j.cmd = exec.Command(cfg.coordinator, j.args...)
 	j.cmd.Dir = dir
 	j.cmd.Env = append(os.Environ(), "BENCH_LOG_DIR="+logDir)
 	j.cmd.Stdout, j.cmd.Stderr = &j.output, &j.output
+	// A group of its own, so that nothing of it outlives the harness: it
+	// is stopped on the harness's signal (cleanups), and told when the
+	// harness dies.
+	j.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := j.cmd.Start(); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	cfg.live.add(j, j.stop)
 	if j.endpoint, err = waitEndpoint(&j.output); err != nil {
 		j.stop()
 		return nil, err
@@ -97,15 +114,24 @@ func waitEndpoint(out *proctest.Buffer) (string, error) {
 	return "", fmt.Errorf("coordinator run printed no endpoint:\n%s", out.String())
 }
 
-// stop ends run and everything it started: SIGTERM, then SIGKILL to what
-// is left of its tree after 20 s, and to any trainer still running.
+// stop ends run and everything it started: SIGTERM (a trainer the hang
+// suite stopped is continued first, to take it), then SIGKILL to what is
+// left of its tree after 20 s, and to any process left that carries the
+// job's environment, wherever it was reparented. It is safe to call
+// twice, and from the harness's signal handler: it reads no step log.
 func (j *coordinatorJob) stop() {
+	if !j.cfg.live.remove(j) {
+		return
+	}
 	done := make(chan struct{})
 	go func() {
 		_ = j.cmd.Wait()
 		close(done)
 	}()
 	pids := tree(j.cmd.Process.Pid)
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+	}
 	_ = j.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-done:
@@ -113,13 +139,7 @@ func (j *coordinatorJob) stop() {
 		_ = killAll(append(tree(j.cmd.Process.Pid), pids...))
 		<-done
 	}
-	var left []int
-	for _, p := range j.logs.list() {
-		if aliveTrainer(p.pid, j.cfg.script) {
-			left = append(left, p.pid)
-		}
-	}
-	_ = killAll(left)
+	sweep(j.logDir)
 	os.RemoveAll(j.dir)
 }
 
@@ -184,7 +204,7 @@ func measureCoordinator(cfg *config, np int, m mode, stateMB int, scenarios []st
 			res.rows = append(res.rows, row{scenario: s})
 		}
 	}
-	j, err := startCoordinator(cfg, np, m, stateMB)
+	j, err := startCoordinator(cfg, np, m, stateMB, extras{runArgs: recoveryArgs})
 	if err != nil {
 		res.fail(0, err)
 		return res

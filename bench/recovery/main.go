@@ -25,10 +25,15 @@ type config struct {
 	timeout     time.Duration
 	phase       time.Duration
 	runArgs     []string
+	// tmp holds every job's directory, and nothing else's.
+	tmp string
+	// live holds the stops of the jobs running now, for the harness's end
+	// on a signal.
+	live *liveJobs
 }
 
 func main() {
-	var cfg config
+	cfg := config{live: newLiveJobs()}
 	flags := flag.CommandLine
 	flags.StringVar(&cfg.coordinator, "coordinator", "bin/coordinator", "the coordinator binary")
 	flags.StringVar(&cfg.python, "python", "/usr/bin/python3", "python interpreter with torch")
@@ -84,6 +89,10 @@ func main() {
 	if err != nil {
 		fatalf("%s has no torch: %v", cfg.python, err)
 	}
+	if cfg.tmp, err = os.MkdirTemp("", "bench-recovery-"); err != nil {
+		fatalf("%v", err)
+	}
+	onSignal(func() { cleanUp(&cfg) })
 	missing := missingFeatures(&cfg)
 	rep := report{
 		date:    begun,
@@ -130,11 +139,29 @@ func main() {
 	}
 	rep.took = time.Since(begun)
 	rep.load += ", at the end " + loadAverage()
+	cleanUp(&cfg)
 	var buf bytes.Buffer
 	rep.write(&buf)
-	os.Stdout.Write(buf.Bytes())
-	if *out != "" {
-		if err := os.WriteFile(*out, buf.Bytes(), 0o644); err != nil {
+	writeReport(buf.Bytes(), *out)
+}
+
+// cleanUp kills what is left of the jobs' processes, removes their
+// directory, and returns the processes it found left.
+func cleanUp(cfg *config) []int {
+	cfg.live.stopAll()
+	left := leftovers(cfg.tmp)
+	_ = killAll(left)
+	os.RemoveAll(cfg.tmp)
+	if len(left) > 0 {
+		progress("killed %d processes the jobs' stops left: %v", len(left), left)
+	}
+	return left
+}
+
+func writeReport(data []byte, out string) {
+	os.Stdout.Write(data)
+	if out != "" {
+		if err := os.WriteFile(out, data, 0o644); err != nil {
 			fatalf("%v", err)
 		}
 	}
@@ -208,7 +235,7 @@ func missingFeatures(cfg *config) map[string]bool {
 	if help, _ := output(cfg.coordinator, "run", "--help"); !strings.Contains(help, "--preload") {
 		missing[featurePreload] = true
 	}
-	dir, err := os.MkdirTemp("", "bench-recovery-probe-")
+	dir, err := os.MkdirTemp(cfg.tmp, "probe-")
 	if err != nil {
 		fatalf("%v", err)
 	}

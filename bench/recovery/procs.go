@@ -69,10 +69,3 @@ func killAll(pids []int) error {
 	}
 	return first
 }
-
-// alive says whether pid runs the trainer script still (and is not a
-// process that took its pid since).
-func aliveTrainer(pid int, script string) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return err == nil && strings.Contains(string(data), script)
-}

@@ -22,6 +22,7 @@ type torchrunJob struct {
 	cfg    *config
 	np     int
 	dir    string
+	logDir string
 	args   []string
 	env    []string
 	agents []*exec.Cmd
@@ -32,7 +33,7 @@ type torchrunJob struct {
 }
 
 func startTorchrun(cfg *config, np, stateMB int) (*torchrunJob, error) {
-	dir, err := os.MkdirTemp("", "bench-recovery-torchrun-")
+	dir, err := os.MkdirTemp(cfg.tmp, "torchrun-")
 	if err != nil {
 		return nil, err
 	}
@@ -44,8 +45,9 @@ func startTorchrun(cfg *config, np, stateMB int) (*torchrunJob, error) {
 	if err != nil {
 		return nil, err
 	}
-	j := &torchrunJob{cfg: cfg, np: np, dir: dir, env: append(os.Environ(), "BENCH_LOG_DIR="+logDir),
+	j := &torchrunJob{cfg: cfg, np: np, dir: dir, logDir: logDir, env: append(os.Environ(), "BENCH_LOG_DIR="+logDir),
 		session: newSession(cfg, logDir)}
+	cfg.live.add(j, j.stop)
 	// Debian's torchrun 1.13 spells its flags with underscores and needs
 	// -r 1 -t 1 to start.
 	j.args = append([]string{"-m", "torch.distributed.run", "-r", "1", "-t", "1",
@@ -81,7 +83,7 @@ func (j *torchrunJob) startAgent() error {
 	cmd.Dir = j.dir
 	cmd.Env = j.env
 	cmd.Stdout, cmd.Stderr = &j.output, &j.output
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -101,18 +103,19 @@ func waitListening(port int, timeout time.Duration) error {
 	return fmt.Errorf("torchrun's c10d store did not listen on %d within %s", port, timeout)
 }
 
-// stop kills every agent's tree and any trainer left.
+// stop kills every agent's tree, and any process left that carries the
+// job's environment, wherever it was reparented. It is safe to call twice,
+// and from the harness's signal handler: it reads no step log.
 func (j *torchrunJob) stop() {
+	if !j.cfg.live.remove(j) {
+		return
+	}
 	var pids []int
 	for _, a := range j.agents {
 		pids = append(pids, tree(a.Process.Pid)...)
 	}
-	for _, p := range j.logs.list() {
-		if aliveTrainer(p.pid, j.cfg.script) {
-			pids = append(pids, p.pid)
-		}
-	}
 	_ = killAll(pids)
+	sweep(j.logDir)
 	os.RemoveAll(j.dir)
 }
 
