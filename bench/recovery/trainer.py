@@ -25,6 +25,16 @@ Checkpoints (--checkpoint):
 The state is {"step", "model", "optim", "extra"}: "extra" is a buffer that
 brings the whole state to --state-mb MiB when that is larger than the model
 and Adam's moments (about 4 MiB).
+
+Faults and pauses for the hang suite (-suite hang):
+  --hang-trigger  before each step, look for $BENCH_LOG_DIR/<pid>.hang (a stat,
+                  a few microseconds); once it exists, sleep in
+                  wait_forever_in_data_loader() until it is removed: a rank that
+                  deadlocked, alive, in a function its stack names.
+  --pause-every N --pause-s S
+                  after every N-th step (and its checkpoint) every rank sleeps S
+                  seconds in periodic_evaluation(), declaring nothing: a periodic
+                  save or evaluation the hang timeout must let pass.
 """
 import os
 import time
@@ -40,6 +50,18 @@ import torch.distributed as dist  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 
+def wait_forever_in_data_loader(trigger):
+    """A deadlock: no step, no exit. It ends only when the harness removes
+    the trigger, which it does not while it measures."""
+    while os.path.exists(trigger):
+        time.sleep(0.1)
+
+
+def periodic_evaluation(seconds):
+    """A long phase every rank goes through together, undeclared."""
+    time.sleep(seconds)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--checkpoint", choices=["none", "disk", "memory"], default="disk")
@@ -49,6 +71,9 @@ def main():
     p.add_argument("--step-ms", type=float, default=20.0, help="pad every step to this wall time")
     p.add_argument("--batch", type=int, default=4, help="samples a step")
     p.add_argument("--steps", type=int, default=0, help="stop after this step; 0 trains until killed")
+    p.add_argument("--hang-trigger", action="store_true", help="hang when $BENCH_LOG_DIR/<pid>.hang exists")
+    p.add_argument("--pause-every", type=int, default=0, help="pause every rank after every this many steps")
+    p.add_argument("--pause-s", type=float, default=0.0, help="how long a pause lasts, in seconds")
     args = p.parse_args()
     if args.checkpoint != "none" and not args.path:
         p.error("--path is required with a checkpoint")
@@ -86,7 +111,10 @@ def main():
     loss_fn = torch.nn.CrossEntropyLoss()
 
     prefix = f"{generation} {rank} {world}"
+    trigger = os.path.join(os.environ["BENCH_LOG_DIR"], f"{os.getpid()}.hang") if args.hang_trigger else ""
     while args.steps == 0 or step < args.steps:
+        if trigger and os.path.exists(trigger):
+            wait_forever_in_data_loader(trigger)
         t0 = time.monotonic()
         g = torch.Generator().manual_seed(step * 1000 + rank)
         x = torch.randn(args.batch, 128, generator=g)
@@ -107,6 +135,8 @@ def main():
                 tmp = f"{args.path}.tmp"
                 torch.save(state, tmp)
                 os.replace(tmp, args.path)
+        if args.pause_every > 0 and step % args.pause_every == 0:
+            periodic_evaluation(args.pause_s)
     dist.destroy_process_group()
 
 
