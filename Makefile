@@ -5,7 +5,7 @@ BENCHTIME ?= 20x
 FUZZTIME  ?= 30s
 BIN       := bin
 
-.PHONY: all build test tools lint bench bench-go bench-scale bench-footprint bench-restart bench-recovery bench-kube bench-fence bench-edl-sim bench-edl chaos chaos-warm fuzz clean kube-tools image push
+.PHONY: all build test tools lint bench bench-go bench-scale bench-footprint bench-restart bench-recovery bench-hang bench-kube bench-fence bench-edl-sim bench-edl chaos chaos-warm fuzz clean kube-tools image push
 
 all: lint build test
 
@@ -111,6 +111,21 @@ bench-recovery: build
 	@mkdir -p bench/results
 	$(GO) run ./bench/recovery -coordinator $(BIN)/coordinator -np $(RECOVERY_NP) -runs $(RECOVERY_RUNS) $(RECOVERY_ARGS) \
 		-out bench/results/recovery.txt
+
+# Hang detection (issue 32) on the same 2-rank DDP job, a plain script run
+# with --preload torch, and torchrun in the same run: rank 1's trainer
+# stopped (SIGSTOP) or deadlocked, each fault in a job of its own, until
+# every rank trains again or the limit (30 s; torchrun 60 s); then two
+# 5-minute runs whose ranks pause 3 s and 30 s every 150 steps, counting
+# hang restarts. About 25 minutes. HANG_ARGS adds flags, e.g. for a trial:
+# HANG_RUNS=1 HANG_ARGS="-pause-run 30s -hang-limit 10s -torchrun-limit 10s".
+HANG_NP   ?= 2
+HANG_RUNS ?= 5
+HANG_ARGS ?=
+bench-hang: build
+	@mkdir -p bench/results
+	$(GO) run ./bench/recovery -suite hang -coordinator $(BIN)/coordinator -np $(HANG_NP) -runs $(HANG_RUNS) $(HANG_ARGS) \
+		-out bench/results/hang.txt
 
 # Each fuzz target for FUZZTIME (the seed corpora also run in `make test`).
 FUZZ_PKGS := ./membership/ ./guard/ ./operatorbridge/jobcontroller/ ./trainerenv/ ./coordinator/ ./handover/ ./memckpt/

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/elastictraining/coordinator/internal/printers"
 	"github.com/elastictraining/coordinator/internal/testkit/proctest"
 )
 
@@ -37,9 +40,14 @@ func trainerArgs(memory bool, path string, stateMB int) []string {
 	return []string{"--checkpoint", "disk", "--every", "50", "--path", path, "--state-mb", strconv.Itoa(stateMB)}
 }
 
-// extras are what a job runs with beyond its mode: flags for run.
+// extras are what a job runs with beyond its mode: flags for run, and
+// arguments for the trainer after its checkpoint's.
 type extras struct {
-	runArgs []string
+	runArgs     []string
+	trainerArgs []string
+	// rankLogs keeps every rank's output in a file (run --log-dir, --tee
+	// none), for the stacks a hang stop writes.
+	rankLogs bool
 }
 
 // recoveryArgs are run's flags for the recovery suite: restarts without
@@ -52,6 +60,7 @@ type coordinatorJob struct {
 	np       int
 	dir      string
 	logDir   string
+	rankLogs string
 	args     []string
 	cmd      *exec.Cmd
 	output   proctest.Buffer
@@ -74,9 +83,13 @@ func startCoordinator(cfg *config, np int, m mode, stateMB int, x extras) (*coor
 	if m.preload {
 		args = append(args, "--preload", "torch")
 	}
+	if x.rankLogs {
+		j.rankLogs = filepath.Join(dir, "ranks")
+		args = append(args, "--log-dir", j.rankLogs, "--tee", "none")
+	}
 	args = append(append(args, x.runArgs...), cfg.runArgs...)
 	args = append(append(args, "--", cfg.python, cfg.script), trainerArgs(m.memory, filepath.Join(dir, "checkpoint.pt"), stateMB)...)
-	j.args = args
+	j.args = append(args, x.trainerArgs...)
 	j.cmd = exec.Command(cfg.coordinator, j.args...)
 	j.cmd.Dir = dir
 	j.cmd.Env = append(os.Environ(), "BENCH_LOG_DIR="+logDir)
@@ -248,4 +261,19 @@ func (j *coordinatorJob) measureScale(up, down *row) error {
 		}
 	}
 	return nil
+}
+
+// status is `coordinator status -o json` of the job.
+func (j *coordinatorJob) status() (printers.Status, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, j.cfg.coordinator, "status", "--etcd-endpoints", j.endpoint, "--job", "bench", "-o", "json").Output()
+	if err != nil {
+		return printers.Status{}, fmt.Errorf("coordinator status: %w", err)
+	}
+	var st printers.Status
+	if err := json.Unmarshal(out, &st); err != nil {
+		return printers.Status{}, fmt.Errorf("coordinator status: %w", err)
+	}
+	return st, nil
 }

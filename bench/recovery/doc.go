@@ -15,4 +15,14 @@
 // build and measures the rest.
 //
 //	go run ./bench/recovery -coordinator bin/coordinator -np 2,4 -runs 5 -out bench/results/recovery.txt
+//
+// The hang suite (-suite hang, `make bench-hang`) measures hang detection
+// on the same job, a plain script with --preload torch: rank 1's trainer
+// stopped (SIGSTOP) or deadlocked (asleep in wait_forever_in_data_loader,
+// alive), each fault in a job of its own, until every rank trains again
+// or a limit passes, and whether every rank's stack reached its log; then
+// fault-free runs whose ranks all pause every 150 steps, counting the hang
+// restarts they cost.
+//
+//	go run ./bench/recovery -suite hang -coordinator bin/coordinator -np 2 -runs 5 -out bench/results/hang.txt
 package main

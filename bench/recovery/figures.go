@@ -145,3 +145,13 @@ func intervals(procs []*proc, from, to time.Time) []time.Duration {
 	}
 	return out
 }
+
+// lastStep returns pid's last step; the zero step when it took none.
+func lastStep(procs []*proc, pid int) step {
+	for _, p := range procs {
+		if p.pid == pid && len(p.steps) > 0 {
+			return p.steps[len(p.steps)-1]
+		}
+	}
+	return step{}
+}

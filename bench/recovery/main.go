@@ -51,9 +51,17 @@ func main() {
 	flags.DurationVar(&cfg.timeout, "timeout", 90*time.Second, "longest wait for every rank to train again")
 	runArgs := flags.String("run-args", "", "more flags for coordinator run, space-separated (e.g. --checkpoint-memory ...)")
 	out := flags.String("out", "", "also write the report here")
+	suite := flags.String("suite", "recovery", "recovery (kills and scaling, -modes, -scenarios) or hang (a hung rank and pausing jobs, the -hang-*, -pause* flags; the modes preload and warm)")
+	hangConfig := registerHangFlags(flags)
 	flag.Parse()
+	if *suite != "recovery" && *suite != "hang" {
+		fatalf("-suite %q: want recovery or hang", *suite)
+	}
+	h, err := hangConfig()
+	if err != nil {
+		fatalf("%v", err)
+	}
 	cfg.runArgs = strings.Fields(*runArgs)
-	var err error
 	if cfg.coordinator, err = filepath.Abs(cfg.coordinator); err != nil {
 		fatalf("%v", err)
 	}
@@ -84,7 +92,7 @@ func main() {
 		fatalf("-alone-scenarios: %v", err)
 	}
 
-	begun := time.Now()
+	begun, loadAtStart := time.Now(), loadAverage()
 	torchVersion, err := output(cfg.python, "-c", "import torch; print(torch.__version__)")
 	if err != nil {
 		fatalf("%s has no torch: %v", cfg.python, err)
@@ -94,12 +102,23 @@ func main() {
 	}
 	onSignal(func() { cleanUp(&cfg) })
 	missing := missingFeatures(&cfg)
+	command := "go run ./bench/recovery " + strings.Join(os.Args[1:], " ")
+	if *suite == "hang" {
+		rep := measureHang(&cfg, h, sizes, *torchrun, missing)
+		rep.date, rep.took, rep.command, rep.torch = begun, time.Since(begun), command, torchVersion
+		rep.machine, rep.load = fmt.Sprintf("%d CPUs, %s", runtime.NumCPU(), cpuModel()), loadAtStart+", at the end "+loadAverage()
+		rep.left = cleanUp(&cfg)
+		var buf bytes.Buffer
+		rep.write(&buf)
+		writeReport(buf.Bytes(), *out)
+		return
+	}
 	rep := report{
 		date:    begun,
 		machine: fmt.Sprintf("%d CPUs, %s", runtime.NumCPU(), cpuModel()),
-		command: "go run ./bench/recovery " + strings.Join(os.Args[1:], " "),
+		command: command,
 		torch:   torchVersion,
-		load:    loadAverage(),
+		load:    loadAtStart,
 		missing: map[string]string{}, steadyAfter: cfg.steadyAfter,
 	}
 	var available []mode
@@ -228,12 +247,17 @@ const (
 	featureMemory  = "no elastic module on the trainer's path"
 )
 
-// missingFeatures finds what this build lacks: --preload in run's help,
-// and the elastic module importable by a trainer under run.
+// missingFeatures finds what this build lacks: --preload and
+// --hang-timeout in run's help, and the elastic module importable by a
+// trainer under run.
 func missingFeatures(cfg *config) map[string]bool {
 	missing := map[string]bool{}
-	if help, _ := output(cfg.coordinator, "run", "--help"); !strings.Contains(help, "--preload") {
+	help, _ := output(cfg.coordinator, "run", "--help")
+	if !strings.Contains(help, "--preload") {
 		missing[featurePreload] = true
+	}
+	if !strings.Contains(help, "--hang-timeout") {
+		missing[featureHangTimeout] = true
 	}
 	dir, err := os.MkdirTemp(cfg.tmp, "probe-")
 	if err != nil {

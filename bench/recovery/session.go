@@ -43,9 +43,7 @@ type session struct {
 func (s *session) measure(fault func(i int) (time.Time, int, error)) ([]outcome, error) {
 	var out []outcome
 	for i := range s.runs {
-		if s.phase > 0 {
-			time.Sleep(time.Duration(s.rand.Int64N(int64(s.phase))))
-		}
+		s.beforeFault()
 		if err := s.logs.poll(); err != nil {
 			return out, err
 		}
@@ -91,3 +89,33 @@ func earliest(a, b time.Time) time.Time {
 	}
 	return b
 }
+
+// waitRecovery waits until every rank of world is training again after
+// fault, for at most limit from the fault; ok is false when they were not
+// all training again within limit.
+func (s *session) waitRecovery(fault time.Time, world int, limit time.Duration) (o outcome, ok bool, err error) {
+	deadline := fault.Add(limit)
+	for {
+		if err := s.logs.poll(); err != nil {
+			return outcome{}, false, err
+		}
+		if o, ok := recovery(s.logs.list(), fault, world); ok {
+			return o, o.Recovery <= limit, nil
+		}
+		if time.Now().After(deadline) {
+			return outcome{}, false, nil
+		}
+		time.Sleep(20 * time.Millisecond) // a file, not a watch: poll it
+	}
+}
+
+// beforeFault waits a random time up to phase, so that a fault falls
+// anywhere in a checkpoint interval.
+func (s *session) beforeFault() {
+	if s.phase > 0 {
+		time.Sleep(time.Duration(s.rand.Int64N(int64(s.phase))))
+	}
+}
+
+// stepLogs is the session itself, for code that takes any job.
+func (s *session) stepLogs() *session { return s }

@@ -32,7 +32,7 @@ type torchrunJob struct {
 	session
 }
 
-func startTorchrun(cfg *config, np, stateMB int) (*torchrunJob, error) {
+func startTorchrun(cfg *config, np, stateMB int, more []string) (*torchrunJob, error) {
 	dir, err := os.MkdirTemp(cfg.tmp, "torchrun-")
 	if err != nil {
 		return nil, err
@@ -54,6 +54,7 @@ func startTorchrun(cfg *config, np, stateMB int) (*torchrunJob, error) {
 		"--nnodes", strconv.Itoa(np), "--nproc_per_node", "1", "--max_restarts", "1000000", "--monitor_interval", "0.1",
 		"--rdzv_backend", "c10d", "--rdzv_endpoint", fmt.Sprintf("127.0.0.1:%d", port), "--rdzv_id", "bench",
 		"--rdzv_conf", "last_call_timeout=1", cfg.script}, trainerArgs(false, filepath.Join(dir, "checkpoint.pt"), stateMB)...)
+	j.args = append(j.args, more...)
 	// The first agent serves the c10d store; the others start once it
 	// listens, so that it is known which one does.
 	if err := j.startAgent(); err != nil {
@@ -176,7 +177,7 @@ func measureTorchrun(cfg *config, np, stateMB int, scenarios []string) result {
 	if len(res.rows) == 0 {
 		return res
 	}
-	j, err := startTorchrun(cfg, np, stateMB)
+	j, err := startTorchrun(cfg, np, stateMB, nil)
 	if err != nil {
 		res.fail(0, err)
 		return res
