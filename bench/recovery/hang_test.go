@@ -195,9 +195,14 @@ func TestHangReport(t *testing.T) {
 			{fault: faultStopped, mode: "torchrun", settings: "-", limit: time.Minute, tried: 2, note: "gave up after 2 faults not recovered within 1m0s"},
 			{fault: faultDeadlocked, mode: "preload", settings: "default", limit: 30 * time.Second, tried: 2, outcomes: recovered(6000),
 				timeouts: []time.Duration{5 * time.Second, 5 * time.Second}, stacks: []stackCheck{ok, {why: "no stack in any rank's log"}}},
+			{fault: faultDeadlocked, mode: "preload", settings: "--hang-timeout 1s", limit: 30 * time.Second, tried: 1, outcomes: recovered(1300),
+				timeouts: []time.Duration{0}},
+			{fault: faultDeadlocked, mode: "warm", settings: "default", limit: 30 * time.Second, tried: 1, outcomes: recovered(1200),
+				timeouts: []time.Duration{0}, stacks: []stackCheck{ok}},
 		}, pauses: []pauseRun{
 			{pause: 3 * time.Second, every: 150, ran: 5 * time.Minute, steps: 7000, pauses: 49, generations: 1, timeout: 6 * time.Second},
 			{pause: 30 * time.Second, every: 150, ran: 5 * time.Minute, steps: 1300, pauses: 8, generations: 3, hangRestarts: 2, restarts: 2, timeout: 50 * time.Second},
+			{pause: 10 * time.Second, every: 150, ran: 5 * time.Minute, steps: 1300, pauses: 8, generations: 1},
 		}}}}
 	var b strings.Builder
 	rep.write(&b)
@@ -211,10 +216,12 @@ func TestHangReport(t *testing.T) {
 		"trainer stopped, training again: torchrun none within 1m0s, more than 40× as long as preload (1500ms)",
 		"trainer stopped → training again ≤ 2s (median), default settings: met, 1500ms",
 		"trainer deadlocked → training again ≤ 10s, default settings: NOT MET, 1 of 2 faults not recovered within 30s",
-		"trainer deadlocked → training again ≤ 2s, --hang-timeout 1s: not measured",
-		"a 3s pause every 150 steps for 5m0s → at most 0 hang restarts: met, 0",
-		"a 30s pause every 150 steps for 5m0s → at most 1 hang restart: NOT MET, 2",
-		"stacks of both ranks in their logs, naming the function: NOT MET, 4 of 5 faults",
+		"trainer deadlocked → training again ≤ 2s, --hang-timeout 1s: met, 1300ms (yet status showed no hang timeout: something else ended the hang)",
+		"pausing 3s every 150 steps for 5m0s → at most 0 hang restarts: met, 0",
+		"pausing 30s every 150 steps for 5m0s → at most 1 hang restart: NOT MET, 2",
+		"pausing 10s every 150 steps for 5m0s → at most 1 hang restart: not measured, nothing watched the ranks (status showed no hang timeout); 0",
+		"trainer deadlocked, elastic.save every step → ≤ 1 step lost: met, at most 1 step lost in 1 fault",
+		"stacks of both ranks in their logs, naming the function: NOT MET, 5 of 6 faults",
 		"processes of the jobs left running at the end: none",
 	} {
 		assert.Contains(t, out, want)

@@ -36,7 +36,7 @@ type hangReport struct {
 	results    []hangResult
 	// left are the processes of the harness's jobs still running at the
 	// end: none, or the harness failed at its own cleanup.
-	left []int
+	left []string
 }
 
 // defaultLeastTimeout is the least hang timeout run learns by default.
@@ -114,7 +114,7 @@ func (r *hangReport) write(w io.Writer) {
 	if len(r.left) == 0 {
 		fmt.Fprintf(w, "\nprocesses of the jobs left running at the end: none\n")
 	} else {
-		fmt.Fprintf(w, "\nprocesses of the jobs left running at the end: %v (killed)\n", r.left)
+		fmt.Fprintf(w, "\nprocesses of the jobs left running at the end (killed): %s\n", strings.Join(r.left, "; "))
 	}
 }
 
@@ -272,7 +272,11 @@ func (r *hangReport) writeBounds(w io.Writer, res hangResult) {
 			lines = append(lines, fmt.Sprintf("%s: NOT MET, %d of %d faults not recovered within %s", what, row.tried-len(row.outcomes), row.tried, row.limit))
 		default:
 			m := medianRecovery(row.outcomes)
-			lines = append(lines, fmt.Sprintf("%s: %s, %s", what, verdict(m <= bound), stats.Ms(m)))
+			line := fmt.Sprintf("%s: %s, %s", what, verdict(m <= bound), stats.Ms(m))
+			if !slices.ContainsFunc(row.timeouts, func(t time.Duration) bool { return t > 0 }) {
+				line += " (yet status showed no hang timeout: something else ended the hang)"
+			}
+			lines = append(lines, line)
 		}
 	}
 	within("trainer stopped → training again ≤ 2s (median), default settings", find(faultStopped, "preload", "default"), 2*time.Second)
@@ -287,7 +291,7 @@ func (r *hangReport) writeBounds(w io.Writer, res hangResult) {
 		for _, o := range row.outcomes {
 			most = max(most, o.Lost)
 		}
-		lines = append(lines, fmt.Sprintf("trainer deadlocked, elastic.save every step → ≤ 1 step lost: %s, at most %d of %d faults", verdict(most <= 1), most, len(row.outcomes)))
+		lines = append(lines, fmt.Sprintf("trainer deadlocked, elastic.save every step → ≤ 1 step lost: %s, at most %s lost in %s", verdict(most <= 1), english.Count(most, "step"), english.Count(len(row.outcomes), "fault")))
 	}
 	for _, p := range res.pauses {
 		// A pause within the default least hang timeout must cost no
@@ -296,10 +300,13 @@ func (r *hangReport) writeBounds(w io.Writer, res hangResult) {
 		if p.pause >= defaultLeastTimeout {
 			bound = 1
 		}
-		what := fmt.Sprintf("a %s pause every %d steps for %s → at most %s", p.pause, p.every, r.cfg.pauseRun, english.Count(bound, "hang restart"))
-		if p.generations == 0 {
+		what := fmt.Sprintf("pausing %s every %d steps for %s → at most %s", p.pause, p.every, r.cfg.pauseRun, english.Count(bound, "hang restart"))
+		switch {
+		case p.generations == 0:
 			lines = append(lines, what+": not measured")
-		} else {
+		case p.timeout == 0:
+			lines = append(lines, fmt.Sprintf("%s: not measured, nothing watched the ranks (status showed no hang timeout); %d", what, p.hangRestarts))
+		default:
 			lines = append(lines, fmt.Sprintf("%s: %s, %d", what, verdict(p.hangRestarts <= bound), p.hangRestarts))
 		}
 	}

@@ -2,12 +2,15 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // liveJobs are the jobs running now, each with its stop: a job's processes
@@ -74,8 +77,27 @@ func onSignal(cleanUp func()) {
 // its environment (BENCH_LOG_DIR): what a job's stop left, whatever its
 // parent now is. The directory is the job's own, so no other process
 // carries it.
+// A process of the job's may start while the sweep kills its parent (a
+// guard spawning a warm interpreter), so it sweeps until it finds none.
 func sweep(logDir string) {
-	_ = killAll(carrying("BENCH_LOG_DIR=" + logDir + "\x00"))
+	for range 20 {
+		pids := carrying("BENCH_LOG_DIR=" + logDir + "\x00")
+		if len(pids) == 0 {
+			return
+		}
+		_ = killAll(pids)
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// describe names each process by its pid and command line, for a report.
+func describe(pids []int) []string {
+	out := make([]string, len(pids))
+	for i, pid := range pids {
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		out[i] = fmt.Sprintf("%d (%s)", pid, strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " ")))
+	}
+	return out
 }
 
 // leftovers are the processes that carry the environment of any job of

@@ -165,14 +165,15 @@ func main() {
 }
 
 // cleanUp kills what is left of the jobs' processes, removes their
-// directory, and returns the processes it found left.
-func cleanUp(cfg *config) []int {
+// directory, and returns the processes it found left, described.
+func cleanUp(cfg *config) []string {
 	cfg.live.stopAll()
-	left := leftovers(cfg.tmp)
-	_ = killAll(left)
+	pids := leftovers(cfg.tmp)
+	left := describe(pids)
+	_ = killAll(pids)
 	os.RemoveAll(cfg.tmp)
 	if len(left) > 0 {
-		progress("killed %d processes the jobs' stops left: %v", len(left), left)
+		progress("killed %d processes the jobs' stops left: %s", len(left), strings.Join(left, "; "))
 	}
 	return left
 }
