@@ -117,7 +117,7 @@ bench-recovery: build
 # stopped (SIGSTOP) or deadlocked, each fault in a job of its own, until
 # every rank trains again or the limit (30 s; torchrun 60 s); then two
 # 5-minute runs whose ranks pause 3 s and 30 s every 150 steps, counting
-# hang restarts. About 25 minutes. HANG_ARGS adds flags, e.g. for a trial:
+# hang restarts. About 20 minutes. HANG_ARGS adds flags, e.g. for a trial:
 # HANG_RUNS=1 HANG_ARGS="-pause-run 30s -hang-limit 10s -torchrun-limit 10s".
 HANG_NP   ?= 2
 HANG_RUNS ?= 5
