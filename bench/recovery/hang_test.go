@@ -227,4 +227,12 @@ func TestHangReport(t *testing.T) {
 		assert.Contains(t, out, want)
 	}
 	assert.NotContains(t, out, "PARTIAL")
+
+	for i := range rep.results[0].rows {
+		rep.results[0].rows[i].timeouts, rep.results[0].rows[i].outcomes = nil, nil
+	}
+	rep.results[0].pauses = nil
+	b.Reset()
+	rep.write(&b)
+	assert.Contains(t, b.String(), "PARTIAL: coordinator status showed no hang timeout in any job and no hang on run was recovered")
 }
