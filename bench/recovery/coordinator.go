@@ -61,7 +61,6 @@ type coordinatorJob struct {
 	dir      string
 	logDir   string
 	rankLogs string
-	args     []string
 	cmd      *exec.Cmd
 	output   proctest.Buffer
 	endpoint string
@@ -89,14 +88,13 @@ func startCoordinator(cfg *config, np int, m mode, stateMB int, x extras) (*coor
 	}
 	args = append(append(args, x.runArgs...), cfg.runArgs...)
 	args = append(append(args, "--", cfg.python, cfg.script), trainerArgs(m.memory, filepath.Join(dir, "checkpoint.pt"), stateMB)...)
-	j.args = append(args, x.trainerArgs...)
-	j.cmd = exec.Command(cfg.coordinator, j.args...)
+	j.cmd = exec.Command(cfg.coordinator, append(args, x.trainerArgs...)...)
 	j.cmd.Dir = dir
 	j.cmd.Env = append(os.Environ(), "BENCH_LOG_DIR="+logDir)
 	j.cmd.Stdout, j.cmd.Stderr = &j.output, &j.output
-	// A group of its own, so that nothing of it outlives the harness: it
-	// is stopped on the harness's signal (cleanups), and told when the
-	// harness dies.
+	// A group of its own, out of reach of the terminal's interrupt: the
+	// harness stops it on its own signal (liveJobs), and run is told when
+	// the harness dies.
 	j.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := j.cmd.Start(); err != nil {
 		os.RemoveAll(dir)
