@@ -28,10 +28,7 @@ func Module() []byte { return module }
 
 // moduleFiles are the files WriteModule writes, the progress module
 // before the sitecustomize that imports it.
-var moduleFiles = []struct {
-	name string
-	src  []byte
-}{
+var moduleFiles = []moduleFile{
 	{"_elastic_progress.py", progress},
 	{"elastic.py", module},
 	{"sitecustomize.py", siteCustomize},
@@ -40,11 +37,24 @@ var moduleFiles = []struct {
 // WriteModule writes elastic.py, the progress module it uses and the
 // sitecustomize.py that maps a process's progress page into dir, each
 // atomically, so that a trainer starting meanwhile reads whole files.
-func WriteModule(dir string) error {
+func WriteModule(dir string) error { return writeFiles(dir, moduleFiles) }
+
+// WriteUserModule writes elastic.py and the progress module it uses into
+// dir, for a script run outside a sidecar: not the sitecustomize.py,
+// which acts only under a sidecar and has no place in a user's directory.
+func WriteUserModule(dir string) error { return writeFiles(dir, moduleFiles[:2]) }
+
+// moduleFile is one file of the trainers' modules.
+type moduleFile struct {
+	name string
+	src  []byte
+}
+
+func writeFiles(dir string, files []moduleFile) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	for _, f := range moduleFiles {
+	for _, f := range files {
 		if err := writeAtomic(dir, f.name, f.src); err != nil {
 			return err
 		}

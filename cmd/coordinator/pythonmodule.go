@@ -16,7 +16,7 @@ func newPythonModuleCommand() *cobra.Command {
 	var toStdout bool
 	cmd := &cobra.Command{
 		Use:   "python-module [DIR]",
-		Short: "Write the trainers' Python module elastic.py into DIR, for a script run outside a sidecar",
+		Short: "Write the trainers' Python module elastic.py (and _elastic_progress.py, which it uses) into DIR, for a script run outside a sidecar",
 		Long: `Every sidecar puts the module elastic (elastic.save, elastic.load, ...) on its
 trainers' PYTHONPATH. A script that imports it and runs on its own, outside
 a sidecar, finds it where this command writes it: DIR (the current directory
@@ -37,7 +37,7 @@ and load use the checkpoint file alone.`,
 			if len(args) == 1 {
 				dir = args[0]
 			}
-			if err := memckpt.WriteModule(dir); err != nil {
+			if err := memckpt.WriteUserModule(dir); err != nil {
 				return fmt.Errorf("write elastic.py into %s: %w", dir, err)
 			}
 			abs, err := filepath.Abs(dir)
