@@ -167,6 +167,7 @@ type Agent struct {
 	startedFirstRank int
 	hungGen          int64
 	progressWritten  time.Time
+	progressTimeout  membership.Duration
 }
 
 // New validates cfg.
@@ -444,7 +445,7 @@ func (a *Agent) follow(ctx context.Context, p membership.Plan) (Result, bool) {
 		// A stop phase no node had to ack may have passed unseen.
 		a.noteFaultElsewhere(p)
 		a.startedGen, a.startedRanks, a.startedInterruptions, a.startedFirstRank = p.Generation, ranksOf(m), p.Interruptions, m.GlobalRank
-		a.progressWritten = time.Time{}
+		a.progressWritten, a.progressTimeout = time.Time{}, 0
 		// Fence lets the processes store from their first instant.
 		a.runningNow.Store(&runningGen{generation: p.Generation, lease: m.Lease, members: p.Members})
 		exits, err := a.cfg.Workload.Start(ctx, Assignment{Job: a.cfg.Job, Plan: p, Member: m})

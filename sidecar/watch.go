@@ -60,7 +60,7 @@ func (a *Agent) observed(ctx context.Context, o Observation) {
 		})
 		return
 	}
-	if len(o.Steps) == 0 || time.Since(a.progressWritten) < progressWriteInterval {
+	if len(o.Steps) == 0 {
 		return
 	}
 	slowest := o.Steps[0]
@@ -70,7 +70,11 @@ func (a *Agent) observed(ctx context.Context, o Observation) {
 		}
 	}
 	slowest.Rank += a.startedFirstRank
-	a.progressWritten = time.Now()
+	// A new hang timeout (the first one learned) is written at once.
+	if time.Since(a.progressWritten) < progressWriteInterval && slowest.HangTimeout == a.progressTimeout {
+		return
+	}
+	a.progressWritten, a.progressTimeout = time.Now(), slowest.HangTimeout
 	a.write(ctx, membership.NodeRunning, o.Generation, func(n *membership.Node) {
 		if n.State == membership.NodeRunning && n.Generation == o.Generation {
 			n.Progress = &slowest
