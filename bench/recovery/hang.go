@@ -161,7 +161,7 @@ func hangOnce(cfg *config, np int, r *hangRow) (ok bool, err error) {
 		if st, err := coord.status(); err != nil {
 			progress("np %d, %s, %s: %v", np, r.fault, r.mode, err)
 		} else if st.Slowest != nil {
-			timeout = time.Duration(st.Slowest.HangTimeout * float64(time.Second))
+			timeout = time.Duration(st.Slowest.HangTimeout * float64(time.Second)).Round(time.Millisecond)
 		}
 		r.timeouts = append(r.timeouts, timeout)
 	}

@@ -61,7 +61,7 @@ func measurePauses(cfg *config, h hangConfig, np int, pause time.Duration) pause
 	}
 	r.hangRestarts, r.restarts = st.HangRestarts, st.Restarts
 	if st.Slowest != nil {
-		r.timeout = time.Duration(st.Slowest.HangTimeout * float64(time.Second))
+		r.timeout = time.Duration(st.Slowest.HangTimeout * float64(time.Second)).Round(time.Millisecond)
 	}
 	r.steps, r.pauses, r.generations = pausesOf(j.logs.list(), pause/2)
 	if r.generations == 0 {
