@@ -24,6 +24,12 @@ const fileMagic = "ELCKPT01"
 // ErrInvalidFile is returned for a file that is not a complete copy.
 var ErrInvalidFile = errors.New("memckpt: invalid checkpoint file")
 
+// errNewerOnDisk is a copy not written because the file at its path holds
+// one of the job at least as new: the trainer wrote it itself while this
+// sidecar did not answer (elastic.py), or another sidecar wrote a later
+// generation's.
+var errNewerOnDisk = errors.New("memckpt: the file on disk is as new or newer")
+
 // EncodeFileHeader is the part of the file before the payload.
 func EncodeFileHeader(m Meta) ([]byte, error) {
 	js, err := json.Marshal(m)
@@ -55,6 +61,23 @@ func DecodeFileHeader(b []byte) (m Meta, n int, err error) {
 	return m, 12 + int(l), nil
 }
 
+// readFileMeta reads the header of the file at path, not its payload.
+func readFileMeta(path string) (Meta, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Meta{}, err
+	}
+	defer f.Close()
+	return readHeader(bufio.NewReader(f))
+}
+
+// newerOnDisk says whether the file at path holds a copy of m's job at
+// least as new as m. A file that cannot be read holds none.
+func newerOnDisk(path string, m Meta) bool {
+	d, err := readFileMeta(path)
+	return err == nil && d.Job == m.Job && !m.Newer(d)
+}
+
 // ReadFile reads and checks the copy at path.
 func ReadFile(path string) (Copy, error) {
 	f, err := os.Open(path)
@@ -63,19 +86,7 @@ func ReadFile(path string) (Copy, error) {
 	}
 	defer f.Close()
 	r := bufio.NewReader(f)
-	head, err := r.Peek(12)
-	if err != nil {
-		return Copy{}, fmt.Errorf("%w: %v", ErrInvalidFile, err)
-	}
-	l := binary.LittleEndian.Uint32(head[8:12])
-	if l > MaxMeta {
-		return Copy{}, fmt.Errorf("%w: header of %d bytes", ErrInvalidFile, l)
-	}
-	hb := make([]byte, 12+int(l))
-	if _, err := io.ReadFull(r, hb); err != nil {
-		return Copy{}, fmt.Errorf("%w: %v", ErrInvalidFile, err)
-	}
-	m, _, err := DecodeFileHeader(hb)
+	m, err := readHeader(r)
 	if err != nil {
 		return Copy{}, err
 	}
@@ -89,9 +100,33 @@ func ReadFile(path string) (Copy, error) {
 	return Copy{Meta: m, Body: body}, nil
 }
 
+// readHeader reads the part of a file before the payload.
+func readHeader(r *bufio.Reader) (Meta, error) {
+	head, err := r.Peek(12)
+	if err != nil {
+		return Meta{}, fmt.Errorf("%w: %v", ErrInvalidFile, err)
+	}
+	l := binary.LittleEndian.Uint32(head[8:12])
+	if l > MaxMeta {
+		return Meta{}, fmt.Errorf("%w: header of %d bytes", ErrInvalidFile, l)
+	}
+	hb := make([]byte, 12+int(l))
+	if _, err := io.ReadFull(r, hb); err != nil {
+		return Meta{}, fmt.Errorf("%w: %v", ErrInvalidFile, err)
+	}
+	m, _, err := DecodeFileHeader(hb)
+	return m, err
+}
+
 // writeFile writes c to path atomically: to a file beside it, synced, then
 // renamed over it once commit says the node may still write (the fence).
+// It never writes over a file of the job as new as c or newer
+// (errNewerOnDisk): it looks before it writes and again right before the
+// rename.
 func writeFile(path string, c Copy, commit func() error) error {
+	if newerOnDisk(path, c.Meta) {
+		return errNewerOnDisk
+	}
 	head, err := EncodeFileHeader(c.Meta)
 	if err != nil {
 		return err
@@ -121,6 +156,9 @@ func writeFile(path string, c Copy, commit func() error) error {
 	}
 	if err := commit(); err != nil {
 		return err
+	}
+	if newerOnDisk(path, c.Meta) {
+		return errNewerOnDisk
 	}
 	return os.Rename(tmp, path)
 }

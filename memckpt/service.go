@@ -363,7 +363,13 @@ func (s *Service) writeDisk() {
 		return
 	}
 	start := time.Now()
-	if err := writeFile(c.Path, *c, s.node.Holds); err != nil {
+	if err := writeFile(c.Path, *c, s.node.Holds); errors.Is(err, errNewerOnDisk) {
+		// The trainer wrote later saves there itself while this sidecar
+		// did not answer, or a later generation's copy is there.
+		s.written = c.Meta
+		s.logger.Debug("checkpoint not written to disk: the file is newer", "path", c.Path, "generation", c.Generation, "seq", c.Seq)
+		return
+	} else if err != nil {
 		s.logger.Warn("checkpoint not written to disk", "path", c.Path, "error", err)
 		return
 	}

@@ -276,6 +276,56 @@ func TestDiskWritesTheNewestOwnCopyWhileTheLeaseIsHeld(t *testing.T) {
 	assert.Equal(t, "first", string(c.Body), "a node without its lease writes nothing")
 }
 
+// The sidecar never writes a copy over a file of the job as new or newer:
+// one the trainer wrote itself while the sidecar did not answer, or a
+// later generation's. Another job's file, or an older one, it replaces.
+func TestDiskNeverWritesOverANewerFile(t *testing.T) {
+	srv := etcdtest.Start(t)
+	s := startService(t, srv.Client(t), "job", "a", &testNode{}, 64<<20)
+	path := filepath.Join(t.TempDir(), "state.bin")
+	file := func(t *testing.T, job string, gen, seq int64, body string) {
+		t.Helper()
+		require.NoError(t, os.RemoveAll(path))
+		c := Copy{Meta: Meta{Job: job, Generation: gen, Seq: seq, Size: int64(len(body)), CRC32: checksum([]byte(body))}, Body: []byte(body)}
+		require.NoError(t, writeFile(path, c, func() error { return nil }))
+	}
+	put := func(t *testing.T, gen, seq int64, body string) {
+		t.Helper()
+		r, err := s.store.reserve(t.Context(), int64(len(body)))
+		require.NoError(t, err)
+		s.store.put(&Copy{Meta: Meta{Job: "job", Generation: gen, Seq: seq, Node: "a", Path: path, Size: int64(len(body)),
+			CRC32: checksum([]byte(body))}, Body: []byte(body)}, r)
+	}
+	onDisk := func(t *testing.T) string {
+		t.Helper()
+		c, err := ReadFile(path)
+		require.NoError(t, err)
+		return string(c.Body)
+	}
+	for _, tc := range []struct {
+		name          string
+		job           string
+		gen, seq      int64
+		copyGen, copy int64
+		want          string
+	}{
+		{name: "the trainer's later save", job: "job", gen: 2, seq: 9, copyGen: 2, copy: 5, want: "file"},
+		{name: "the same save", job: "job", gen: 2, seq: 5, copyGen: 2, copy: 5, want: "file"},
+		{name: "a later generation's", job: "job", gen: 3, seq: 1, copyGen: 2, copy: 5, want: "file"},
+		{name: "an older save", job: "job", gen: 2, seq: 4, copyGen: 2, copy: 5, want: "copy"},
+		{name: "another job's", job: "other", gen: 9, seq: 9, copyGen: 2, copy: 5, want: "copy"},
+		{name: "a standalone trainer's", job: "", gen: 0, seq: 9, copyGen: 2, copy: 5, want: "copy"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file(t, tc.job, tc.gen, tc.seq, "file")
+			put(t, tc.copyGen, tc.copy, "copy")
+			s.written = Meta{}
+			s.WriteDisk(t.Context())
+			assert.Equal(t, tc.want, onDisk(t))
+		})
+	}
+}
+
 // A save takes the state as it is when save returns, however it is taken
 // apart: the fast path (dicts, lists, tuples, tensors, immutable values,
 // pickled later in the background) keeps shared objects shared, cycles and
