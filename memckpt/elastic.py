@@ -28,6 +28,10 @@ raised by the next save() or by flush().
 load() returns the newest complete copy among this node's sidecar, the other
 sidecars of the job, and the file at `path`; tensors come back on the CPU.
 
+fenced_replace(src, dst) renames src over dst only while this process's
+generation is current and its node's deadline is ahead, as `coordinator
+commit` does for a shell script: for a script's own checkpoint files.
+
 Outside a sidecar (no ELASTIC_CHECKPOINT_SOCKET) save and load use the file
 at `path` alone, so the script runs on its own. The module uses the standard
 library only; torch and numpy are used when they are there.
@@ -65,9 +69,14 @@ import struct
 import threading
 import zlib
 
-__all__ = ["save", "load", "flush", "beat", "quiet", "CheckpointError", "FencedError", "TooLargeError"]
+__all__ = ["save", "load", "flush", "fenced_replace", "beat", "quiet", "CheckpointError", "FencedError",
+           "TooLargeError"]
 
 SOCKET_ENV = "ELASTIC_CHECKPOINT_SOCKET"
+# The fence's sockets (guard/commit.go): the process's fence watchdog's,
+# asked first, and its guard's.
+WATCHDOG_SOCKET_ENV = "ELASTIC_WATCHDOG_SOCKET"
+FENCE_SOCKET_ENV = "ELASTIC_FENCE_SOCKET"
 
 try:
     import torch
@@ -418,11 +427,15 @@ def _refusal(reply):
     return cls(reply.get("error", "the sidecar refused"))
 
 
+def _address(name):
+    """The address of a socket named as the sidecar names them: '@name' is abstract."""
+    return "\0" + name[1:] if name.startswith("@") else name
+
+
 def _connect(name):
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    addr = "\0" + name[1:] if name.startswith("@") else name
     try:
-        sock.connect(addr)
+        sock.connect(_address(name))
     except OSError as e:
         sock.close()
         raise CheckpointError("the sidecar's checkpoint store at %s is unreachable: %s" % (name, e)) from None
@@ -446,6 +459,83 @@ def _write_file(path, meta, chunks):
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def fenced_replace(src, dst):
+    """Rename src over dst, but only while this process's generation is
+    current and its node holds its lease, before its deadline.
+
+    Under a sidecar the process's fence watchdog does the rename, or its
+    guard when the watchdog cannot be reached; the watchdog answers even
+    while the sidecar and the guard are frozen, until the deadline. A
+    refusal (the generation is over, the node fenced out, the deadline
+    passed) raises FencedError and renames nothing, so a process that will
+    be killed never writes over the next generation's files. Outside a
+    sidecar (no ELASTIC_FENCE_SOCKET) it is os.replace.
+    """
+    _fenced_rename(_env_int("ELASTIC_GENERATION"), src, dst)
+
+
+def _fenced_rename(generation, src, dst):
+    """fenced_replace for a process of generation (guard.Fence.Commit)."""
+    guard = os.environ.get(FENCE_SOCKET_ENV, "")
+    if not guard:
+        os.replace(src, dst)
+        return
+    line = (json.dumps({"op": "rename", "generation": generation, "src": os.path.abspath(src),
+                        "dst": os.path.abspath(dst)}) + "\n").encode()
+    watchdog = os.environ.get(WATCHDOG_SOCKET_ENV, "")
+    if watchdog:
+        sock = _dial_fence(watchdog)
+        if sock is not None:
+            # The watchdog's answer stands; without one there, the guard's.
+            _fence_exchange(sock, line, "the fence watchdog")
+            return
+    sock = _dial_fence(guard)
+    if sock is None:
+        raise CheckpointError("the guard's fence at %s is unreachable" % guard)
+    _fence_exchange(sock, line, "the guard")
+
+
+def _dial_fence(name):
+    """A connection to the fence socket name, None if it cannot be reached
+    within 30 s (as guard.dialUnix)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(30)
+        sock.connect(_address(name))
+        sock.settimeout(None)
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def _fence_exchange(sock, line, who):
+    """Sends a request line, reads the answer of who and closes sock."""
+    with sock:
+        write_error = None
+        try:
+            sock.sendall(line)
+        except OSError as e:
+            # One that refuses the peer answers at once and closes without
+            # reading: read its answer all the same.
+            write_error = e
+        try:
+            reply = sock.makefile("rb").readline()
+        except OSError:
+            reply = b""
+    if not reply.endswith(b"\n"):
+        if write_error is not None:
+            raise CheckpointError("ask %s: %s" % (who, write_error))
+        # Closed without an answer: going away with the node's fence.
+        raise FencedError("%s did not answer" % who)
+    reply = reply.decode(errors="replace").strip()
+    if reply == "ok":
+        return
+    if reply.startswith("refused: "):
+        raise FencedError(reply[len("refused: "):])
+    raise CheckpointError(reply[len("error: "):] if reply.startswith("error: ") else reply)
 
 
 def _read_file_meta(path):

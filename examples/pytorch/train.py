@@ -10,19 +10,22 @@ the last checkpoint, as it must under any hot restart.
 
 It learns a small regression (y = sin(x) + noise) with an MLP, shares every
 batch across the ranks, and rank 0 checkpoints model, optimizer, step and
-generation after every step, through fenced_replace. Rank 0 appends
+generation after every step, through elastic.fenced_replace: the rename
+lands only while its generation is current, through the process's fence
+watchdog, which answers even while the sidecar and the guard are frozen.
+Outside a sidecar, put the module on the path first (`coordinator
+python-module DIR`, PYTHONPATH=DIR). Rank 0 appends
 "generation,world_size,step,loss" to --loss-log so that a run can be checked
 afterwards.
 """
 
 import argparse
-import json
 import math
 import os
-import socket
 import sys
 import time
 
+import elastic  # on the trainers' path under every sidecar
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -38,38 +41,6 @@ def parse_args():
     p.add_argument("--loss-log", default="", help="file rank 0 appends its losses to")
     p.add_argument("--step-time", type=float, default=0.0, help="extra seconds per step, to watch it")
     return p.parse_args()
-
-
-def fenced_replace(tmp, path):
-    """Commit a checkpoint: rename tmp to path, but only while this process's
-    generation is current and its node holds its lease.
-
-    Under the sidecar, this process's fence watchdog, or else its guard, does
-    the rename. It refuses a process whose node was fenced out (frozen, cut
-    off or evicted, and about to be killed), so that such a process can never
-    write an older checkpoint over the next generation's. The watchdog answers
-    even while the sidecar and the guard are frozen; the guard answers when
-    the watchdog cannot be reached. Outside a sidecar it is os.replace.
-    Returns False when refused.
-    """
-    guard = os.environ.get("ELASTIC_FENCE_SOCKET")
-    if not guard:
-        os.replace(tmp, path)
-        return True
-    request = {"op": "rename", "generation": int(os.environ["ELASTIC_GENERATION"]),
-               "src": os.path.abspath(tmp), "dst": os.path.abspath(path)}
-    for addr in (os.environ.get("ELASTIC_WATCHDOG_SOCKET"), guard):
-        if not addr:
-            continue
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            try:
-                s.connect("\0" + addr[1:] if addr.startswith("@") else addr)  # '@': an abstract socket
-            except OSError:
-                if addr == guard:
-                    raise
-                continue  # no watchdog there: ask the guard
-            s.sendall((json.dumps(request) + "\n").encode())
-            return s.makefile().readline().strip() == "ok"
 
 
 def batch(step, rank, world, size):
@@ -112,7 +83,11 @@ def main():
             tmp = f"{ckpt}.{os.getpid()}.tmp"
             torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step + 1,
                         "generation": generation}, tmp)
-            if not fenced_replace(tmp, ckpt):
+            try:
+                # Renamed only while this generation is current and the node's
+                # deadline ahead; outside a sidecar it is os.replace.
+                elastic.fenced_replace(tmp, ckpt)
+            except elastic.FencedError:
                 os.remove(tmp)
                 print(f"checkpoint of step {step + 1} refused: generation {generation} is over", flush=True)
                 sys.exit(1)
