@@ -25,8 +25,21 @@ newest wins. The error of a save (FencedError: this process's generation is
 over; TooLargeError: the state does not fit the node's checkpoint memory) is
 raised by the next save() or by flush().
 
+A save with a `path` does not wait long on a sidecar that does not answer
+(frozen, or its socket gone): when the sidecar takes more than a second to
+answer, or to take the next part of the payload, this process writes the
+copy to `path` itself, renamed into place through the fence
+(fenced_replace), and writes later saves there directly, the newest first,
+until the sidecar answers again. The fence is the process's fence watchdog, which answers until the
+node's deadline even while the sidecar and the guard are frozen: a freeze of
+the supervisors costs the saves of the last moment before the trainer is
+killed, not those since the freeze. A save without a path has nowhere else
+to go: it waits for the sidecar, however long, as it always did.
+
 load() returns the newest complete copy among this node's sidecar, the other
-sidecars of the job, and the file at `path`; tensors come back on the CPU.
+sidecars of the job, and the file at `path`, by (generation, sequence): a
+file this process wrote is newer than what the sidecars held of it, and no
+sidecar writes an older copy over a newer file. Tensors come back on the CPU.
 
 fenced_replace(src, dst) renames src over dst only while this process's
 generation is current and its node's deadline is ahead, as `coordinator
@@ -64,9 +77,11 @@ import numbers
 import operator
 import os
 import pickle
+import select
 import socket
 import struct
 import threading
+import time
 import zlib
 
 __all__ = ["save", "load", "flush", "fenced_replace", "beat", "quiet", "CheckpointError", "FencedError",
@@ -106,10 +121,18 @@ class TooLargeError(CheckpointError):
     """The state does not fit the node's checkpoint memory (--checkpoint-memory)."""
 
 
+class _Unanswered(CheckpointError):
+    """The sidecar did not answer in time, or its socket failed."""
+
+
 # The frame of the sidecar's socket (memckpt/frame.go).
 _HEADER = struct.Struct("<4sB3xIQ")
 _MAGIC = b"EMC1"
-_OP_SAVE, _OP_LOAD, _OP_READY, _OP_REPLY = 1, 2, 7, 8
+_OP_SAVE, _OP_LOAD, _OP_READY, _OP_REPLY, _OP_PING = 1, 2, 7, 8, 9
+# How long the sidecar may take to answer a save with a path, or to take the
+# next part of its payload, before this process writes it to the path
+# itself; and how often a sidecar that did not answer is asked again.
+_SIDECAR_BOUND = 1.0
 # The file on disk (memckpt/diskfile.go).
 _FILE_MAGIC = b"ELCKPT01"
 # The payload: magic, skeleton length, pickled skeleton, padding, tensor bytes.
@@ -408,7 +431,7 @@ def _read_exact(sock, n):
     while got < n:
         k = sock.recv_into(view[got:], n - got)
         if k == 0:
-            raise CheckpointError("the sidecar hung up")
+            raise _Unanswered("the sidecar hung up")
         got += k
     return out
 
@@ -432,18 +455,34 @@ def _address(name):
     return "\0" + name[1:] if name.startswith("@") else name
 
 
-def _connect(name):
+def _set_bound(sock, seconds):
+    """Bounds each wait of sock's sends, receives and connect (0: none).
+
+    The kernel's own timeouts (SO_SNDTIMEO, SO_RCVTIMEO): a blocking call
+    that makes no progress for that long fails with EAGAIN, and no call
+    makes a system call more than it did without them.
+    """
+    tv = struct.pack("@ll", int(seconds), int(seconds % 1 * 1e6))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+
+
+def _connect(name, bound=0):
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
+        sock.settimeout(None)  # blocking, whatever socket.setdefaulttimeout says
+        if bound:
+            _set_bound(sock, bound)
         sock.connect(_address(name))
     except OSError as e:
         sock.close()
-        raise CheckpointError("the sidecar's checkpoint store at %s is unreachable: %s" % (name, e)) from None
+        raise _Unanswered("the sidecar's checkpoint store at %s is unreachable: %s" % (name, e)) from None
     return sock
 
 
-def _write_file(path, meta, chunks):
-    """Writes a copy to path atomically, as the sidecar does."""
+def _write_file(path, meta, chunks, commit=os.replace):
+    """Writes a copy to path atomically, as the sidecar does: to a file
+    beside it, synced, then renamed over it by commit(tmp, path)."""
     crc = 0
     for c in chunks:
         crc = zlib.crc32(c, crc)
@@ -452,13 +491,20 @@ def _write_file(path, meta, chunks):
     d = os.path.dirname(path) or "."
     os.makedirs(d, exist_ok=True)
     tmp = os.path.join(d, ".%s.tmp-%d" % (os.path.basename(path), os.getpid()))
-    with open(tmp, "wb") as f:
-        f.write(_FILE_MAGIC + struct.pack("<I", len(head)) + head)
-        for c in chunks:
-            f.write(c)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(_FILE_MAGIC + struct.pack("<I", len(head)) + head)
+            for c in chunks:
+                f.write(c)
+            f.flush()
+            os.fsync(f.fileno())
+        commit(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def fenced_replace(src, dst):
@@ -538,6 +584,56 @@ def _fence_exchange(sock, line, who):
     raise CheckpointError(reply[len("error: "):] if reply.startswith("error: ") else reply)
 
 
+class _Probe:
+    """Asks a sidecar that did not take a save whether it answers again,
+    without waiting: one ping, looked at (never waited for) at each save,
+    and sent again a second after the last when its connection fails."""
+
+    def __init__(self, name, generation):
+        self.name = name
+        meta = json.dumps({"generation": generation}).encode()
+        self.frame = _HEADER.pack(_MAGIC, _OP_PING, len(meta), 0) + meta
+        self.sock = None
+        self.sent = time.monotonic()
+        self.ping()
+
+    def answered(self):
+        """Whether the sidecar has answered the ping."""
+        if self.sock is None:
+            now = time.monotonic()
+            if now - self.sent >= _SIDECAR_BOUND:
+                self.sent = now
+                self.ping()
+            return False
+        try:
+            ready, _, _ = select.select([self.sock], [], [], 0)
+            if not ready:
+                return False
+            if self.sock.recv(1):
+                return True
+        except OSError:
+            pass
+        # Closed without an answer: ask again in a while.
+        self.close()
+        return False
+
+    def ping(self):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            sock.connect(_address(self.name))
+            sock.send(self.frame)
+        except OSError:
+            sock.close()
+            return
+        self.sock = sock
+
+    def close(self):
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+
 def _read_file_meta(path):
     try:
         with open(path, "rb") as f:
@@ -571,6 +667,9 @@ class _Saver:
         self.seq = 0
         self.thread = None
         self.sock = None
+        self.sock_bound = 0  # the bound set on sock: _SIDECAR_BOUND, or 0 for none
+        # While the sidecar has not answered: saves with a path go to disk.
+        self.probe = None
         self.last = None  # standalone without a path: (meta, body)
         self.socket_name = os.environ.get(SOCKET_ENV, "")
         self.generation = _env_int("ELASTIC_GENERATION")
@@ -638,8 +737,38 @@ class _Saver:
             else:
                 self.last = (dict(self.meta(snap), size=snap.size), bytearray(b"".join(bytes(c) for c in snap.chunks())))
             return
+        if not snap.path:
+            # Nowhere else to go: wait for the sidecar.
+            self.send_sidecar(snap, 0)
+            return
+        if self.probe is not None:
+            if not self.probe.answered():
+                self.write_fenced(snap)
+                return
+            self.probe.close()
+            self.probe = None
+        try:
+            self.send_sidecar(snap, _SIDECAR_BOUND)
+        except _Unanswered:
+            self.probe = _Probe(self.socket_name, self.generation)
+            self.write_fenced(snap)
+
+    def write_fenced(self, snap):
+        """Writes snap to its path in this process, renamed into place
+        through the fence: the sidecar did not take it."""
+        _write_file(snap.path, self.meta(snap), snap.chunks(),
+                    lambda tmp, path: _fenced_rename(self.generation, tmp, path))
+
+    def send_sidecar(self, snap, bound):
+        """Sends snap to the sidecar; each of its waits bounded by bound
+        seconds (0: none). _Unanswered when it does not answer in time or
+        its socket fails."""
+        if self.sock is not None and self.sock_bound != bound:
+            _set_bound(self.sock, bound)
+            self.sock_bound = bound
         if self.sock is None:
-            self.sock = _connect(self.socket_name)
+            self.sock = _connect(self.socket_name, bound)
+            self.sock_bound = bound
         try:
             req = {"generation": self.generation, "seq": snap.seq, "rank": self.rank}
             if snap.path:
@@ -654,10 +783,16 @@ class _Saver:
             op, reply, _ = _read_frame(self.sock)
             if reply.get("error"):
                 raise _refusal(reply)
-        except OSError as e:
+        except (OSError, _Unanswered) as e:
+            # A failed or late exchange leaves the connection in an unknown
+            # state: the next save opens another.
             self.sock.close()
             self.sock = None
-            raise CheckpointError("the sidecar's checkpoint store is unreachable: %s" % e) from None
+            if isinstance(e, _Unanswered):
+                raise
+            if isinstance(e, (BlockingIOError, socket.timeout)):
+                raise _Unanswered("the sidecar's checkpoint store did not answer within %gs" % bound) from None
+            raise _Unanswered("the sidecar's checkpoint store is unreachable: %s" % e) from None
 
     def flush(self):
         with self.cond:
@@ -698,8 +833,12 @@ def save(state, path=None):
     """Store state (any picklable object; tensors are copied now, sent in the background).
 
     path, if given, is where the copy is also written on disk, at a slower
-    interval. Raises the error of an earlier save, if one failed. A save is
-    a progress event; state["step"], an int, names its step.
+    interval; and where this process writes it itself, through the fence,
+    when the sidecar does not take it within a second (frozen, or gone),
+    until the sidecar answers again. Without a path a save waits for the
+    sidecar. Raises the error of an earlier save, if one failed
+    (FencedError: the generation is over, or the fence refused the file).
+    A save is a progress event; state["step"], an int, names its step.
     """
     _the_saver().save(state, path)
     if _progress is not None:
@@ -781,7 +920,7 @@ _FOREVER_NS = (1 << 63) - 1
 
 
 def flush():
-    """Wait until the last save is stored; raise its error if it failed."""
+    """Wait until the last save is stored (by the sidecar, or in its file); raise its error if it failed."""
     _the_saver().flush()
 
 

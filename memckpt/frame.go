@@ -49,6 +49,11 @@ const (
 	OpReady
 	// OpReply answers a request; Reply in meta.
 	OpReply
+	// OpPing (trainer): would a save of the generation in meta
+	// (SaveRequest) be taken now? OpReply at once: empty, or the fence's
+	// refusal. A trainer whose save the store did not answer in time
+	// asks, without waiting, to learn when it answers again.
+	OpPing
 	opEnd
 )
 
@@ -148,7 +153,7 @@ func writeFrame(w io.Writer, op Op, meta any, body []byte) error {
 	return nil
 }
 
-// SaveRequest is a trainer's OpSave.
+// SaveRequest is a trainer's OpSave, or its OpPing (Generation alone).
 type SaveRequest struct {
 	// Generation is the trainer's ELASTIC_GENERATION: what the fence checks.
 	Generation int64 `json:"generation"`

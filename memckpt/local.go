@@ -80,6 +80,18 @@ func (s *Service) serveTrainer(conn *net.UnixConn) {
 			if err := s.answerLoad(conn); err != nil {
 				return
 			}
+		case OpPing:
+			if h.BodyLen != 0 {
+				_ = writeFrame(conn, OpReply, Reply{Error: "a ping has no body", Kind: "error"}, nil)
+				return
+			}
+			reply := Reply{}
+			if err := s.fence(req.Generation); err != nil {
+				reply = refusal(err)
+			}
+			if err := writeFrame(conn, OpReply, reply, nil); err != nil {
+				return
+			}
 		default:
 			_ = writeFrame(conn, OpReply, Reply{Error: fmt.Sprintf("op %d is not a trainer's", h.Op), Kind: "error"}, nil)
 			return

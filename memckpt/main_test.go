@@ -8,13 +8,27 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/elastictraining/coordinator/guard"
 )
 
 func TestMain(m *testing.M) {
-	// The test binary re-executed as a sidecar that dies in the middle of
-	// a push.
-	if os.Getenv("MEMCKPT_HELPER") == "half-push" {
+	// The test binary re-executed as a guard and its fence watchdogs, for
+	// the launcher of a frozen host.
+	if len(os.Args) > 1 && os.Args[1] == "guard" {
+		os.Exit(guard.Main(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "fence-watch" {
+		os.Exit(guard.WatchMain(os.Args[2:], os.Stderr))
+	}
+	switch os.Getenv("MEMCKPT_HELPER") {
+	case "half-push":
+		// A sidecar that dies in the middle of a push.
 		halfPush()
+		return
+	case "frozen-host":
+		// A node's sidecar in a process of its own, to be frozen.
+		frozenHost()
 		return
 	}
 	goleak.VerifyTestMain(m)

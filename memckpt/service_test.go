@@ -68,7 +68,7 @@ func members(ids ...string) []membership.Member {
 
 // startService starts a store for node id of job, registered in etcd with
 // its address as the sidecar's record would be.
-func startService(t *testing.T, cli *clientv3.Client, job, id string, n *testNode, memory int64) *Service {
+func startService(t *testing.T, cli *clientv3.Client, job, id string, n Node, memory int64) *Service {
 	t.Helper()
 	s, err := New(t.Context(), Config{Job: job, NodeID: id, Client: cli, Memory: memory, Listen: "127.0.0.1:0", Host: "127.0.0.1",
 		ModuleDir: t.TempDir()})
