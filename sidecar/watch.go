@@ -42,8 +42,12 @@ func (a *Agent) observed(ctx context.Context, o Observation) {
 	if !a.running || o.Generation != a.startedGen {
 		return // a generation that is over
 	}
+	// A rank's step time is known from its second step on: until then it
+	// has none to show, not one of 0s.
 	for _, st := range o.Steps {
-		a.cfg.Observer.StepTime(a.startedFirstRank+st.Rank, time.Duration(st.StepTime))
+		if st.StepTime > 0 {
+			a.cfg.Observer.StepTime(a.startedFirstRank+st.Rank, time.Duration(st.StepTime))
+		}
 	}
 	if h := o.Hung; h != nil && a.hungGen != o.Generation {
 		a.hungGen = o.Generation
@@ -68,6 +72,12 @@ func (a *Agent) observed(ctx context.Context, o Observation) {
 		if st.StepTime > slowest.StepTime {
 			slowest = st
 		}
+	}
+	if slowest.StepTime == 0 {
+		// No rank has a step time yet (the guard's first report comes
+		// with the first step): written, "0s a step" and no hang timeout
+		// would stand in status for progressWriteInterval.
+		return
 	}
 	slowest.Rank += a.startedFirstRank
 	// A new hang timeout (the first one learned) is written at once.
