@@ -123,6 +123,10 @@ func TestBadInputThroughTheBinary(t *testing.T) {
 		{[]string{"run", "--np", "2", "--"}, 2, "no training command"},
 		{[]string{"run", "--np", "2", "--preload", "torch,a-b", "--", "python3", "t.py"}, 2, `--preload: "a-b" is not a Python module name`},
 		{[]string{"sidecar", "--job", "j", "--preload", "1x", "--", "python3", "t.py"}, 2, `--preload: "1x" is not a Python module name`},
+		{[]string{"run", "--np", "2", "--hang-timeout", "-1s", "--", "true"}, 2, "--hang-timeout -1s: must not be negative (0 turns it off)"},
+		{[]string{"run", "--np", "2", "--startup-timeout", "abc", "--", "true"}, 2, `--startup-timeout "abc": want a duration such as 30s or 2m, 0 (off) or auto`},
+		{[]string{"run", "--np", "2", "--max-hang-restarts", "-1", "--", "true"}, 2, "--max-hang-restarts -1: must not be negative"},
+		{[]string{"sidecar", "--job", "j", "--hang-timeout", "5", "--", "true"}, 2, `--hang-timeout "5": want a duration such as 30s or 2m, 0 (off) or auto`},
 		{[]string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--dial-timeout", "300ms", "--job", "j", "--", "true"}, 1, "unreachable"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
