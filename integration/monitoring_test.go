@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -69,15 +70,23 @@ func TestMetricsPassPromtoolAndTheDashboardAndAlertsUseThem(t *testing.T) {
 	srv := etcdtest.Start(t)
 	serveAddr, sidecarAddr := "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t)
 	background(t, nil, "serve", "--etcd-endpoints", srv.Endpoint(), "--listen-metrics", serveAddr)
-	background(t, []string{"TOY_DIR=" + t.TempDir(), "TOY_STEPS=1000", "TOY_INTERVAL=0.1"},
+	// The trainer steps as a shell trainer does, with `coordinator beat`:
+	// its rank's step time is exported too.
+	stepping := `step=0; while :; do step=$((step + 1)); "$ELASTIC_COORDINATOR" beat --step "$step"; sleep 0.1; done`
+	background(t, nil,
 		"sidecar", "--etcd-endpoints", srv.Endpoint(), "--job", "mon", "--np", "1", "--host", "127.0.0.1",
-		"--port", freePort(t), "--master-port", freePort(t), "--listen-metrics", sidecarAddr, "--", "testdata/toytrainer.sh")
+		"--port", freePort(t), "--master-port", freePort(t), "--listen-metrics", sidecarAddr, "--", "sh", "-c", stepping)
+	stepTime := regexp.MustCompile(`(?m)^elastic_rank_step_seconds\{job="mon",node="[^"]+",rank="0"\} (\S+)$`)
 	var serveMetrics, sidecarMetrics string
 	require.Eventually(t, func() bool {
 		serveMetrics, sidecarMetrics = scrape(t, serveAddr), scrape(t, sidecarAddr)
 		return strings.Contains(serveMetrics, `elastic_job_phase{job="mon",phase="Running"} 1`) &&
-			strings.Contains(sidecarMetrics, `elastic_sidecar_lease_renewals_total{job="mon",node=`)
-	}, 60*time.Second, 100*time.Millisecond, "the job runs and both report it")
+			strings.Contains(sidecarMetrics, `elastic_sidecar_lease_renewals_total{job="mon",node=`) &&
+			stepTime.MatchString(sidecarMetrics)
+	}, 60*time.Second, 100*time.Millisecond, "the job runs and steps, and both report it")
+	seconds, err := strconv.ParseFloat(stepTime.FindStringSubmatch(sidecarMetrics)[1], 64)
+	require.NoError(t, err)
+	assert.Positive(t, seconds, "rank 0's step time")
 	for _, series := range []string{
 		`elastic_job_restarts_total{job="mon"} 0`, `elastic_job_world_size{job="mon"} 1`, `elastic_job_np_max{job="mon"} 1`,
 		`elastic_job_step_seconds_count{job="mon",step="total"} 1`, `elastic_job_generation{job="mon"} 1`,
