@@ -153,17 +153,18 @@ func TestAStoppedTrainerRestartsItsGeneration(t *testing.T) {
 	assert.Contains(t, out, "job stopped succeeded")
 }
 
-// A rank blocked for good (here in a sleep that stands for a read from a
-// filesystem gone away) stalls its peer in backward's allreduce. With a
-// hang timeout of 1s the job restarts its generation; the RankHung event
-// names the rank that hung and the step after which it did; each rank's
-// log has the Python stacks of the moment, the blocked rank's in the
-// function it blocked in, its peer's in backward.
+// A rank blocked for good (here in a select that nothing answers, standing
+// for a read from a filesystem gone away) stalls its peer in backward's
+// allreduce. With a hang timeout of 1s the job restarts its generation;
+// the RankHung event names the rank that hung and the step after which it
+// did; each rank's log has the Python stacks of the moment, the blocked
+// rank's in the function it blocked in, its peer's in backward.
 //
-// The blocked rank notes a SIGTERM in a file and goes on blocking, as a
-// rank stuck in C code would: it can end only by SIGKILL. Once generation
-// 2 runs it is gone, and it never saw a SIGTERM: it was killed without
-// one, so no grace period (SIGTERM, then 60s, then SIGKILL) was waited.
+// The blocked rank notes a SIGTERM in a file, whichever of its threads
+// the signal is delivered to, and goes on blocking, as a rank stuck in C
+// code would: it can end only by SIGKILL. Once generation 2 runs it is
+// gone, and it never noted a SIGTERM: it was killed without one, so no
+// grace period (SIGTERM, then 60s, then SIGKILL) was waited.
 func TestADeadlockedRankIsFoundAndWhereItHungIsShown(t *testing.T) {
 	t.Parallel()
 	logs := t.TempDir()

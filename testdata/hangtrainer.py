@@ -15,6 +15,7 @@ and what it does instead of stepping.
 """
 
 import os
+import select
 import signal
 import time
 
@@ -46,12 +47,19 @@ def noted_sigterm(*_):
 
 
 def blocked_in_the_data_loader(step, seconds):
-    """A read that does not return, as from a filesystem gone away. A
-    SIGTERM is noted and changes nothing: a rank blocked in C code cannot
-    act on it either."""
+    """A read that does not return for seconds, as from a filesystem gone
+    away. A SIGTERM is noted and changes nothing, as for a rank blocked in
+    C code: noted whichever of the process's threads (gloo has several) it
+    was delivered to, as its wakeup fd wakes this one."""
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    signal.set_wakeup_fd(w)
     signal.signal(signal.SIGTERM, noted_sigterm)
     say("blocks after step %d" % step)
-    time.sleep(seconds)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if select.select([r], [], [], max(end - time.monotonic(), 0))[0]:
+            os.read(r, 512)
     say("unblocks")
 
 
