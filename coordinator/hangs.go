@@ -22,6 +22,24 @@ import (
 // is the cause.
 const hangSettle = 300 * time.Millisecond
 
+// hangAfterQuiet is how long after a declared quiet phase ends its peers'
+// hang reports wait before they count: the time their sidecars take to see
+// them step again.
+const hangAfterQuiet = 3 * time.Second
+
+// quietEnd is the latest end of a quiet phase the generation's running
+// members declared; zero for none.
+func quietEnd(v view, p membership.Plan) time.Time {
+	var end time.Time
+	ix := v.index()
+	for _, m := range p.Members {
+		if n, ok := ix.lookup(m.Node); ok && n.Generation == p.Generation && n.State == membership.NodeRunning && n.QuietUntil.After(end) {
+			end = n.QuietUntil
+		}
+	}
+	return end
+}
+
 // hangGrowth is how much the least hang timeout of a job grows after a
 // hang restart: a legitimate pause longer than the timeout (an evaluation,
 // a large save) may cost one restart, and passes the next time.
@@ -37,6 +55,7 @@ const hangsToExclude = 2
 func decideHang(v view, d decision, now time.Time) (decision, bool) {
 	pr := v.progress()
 	if len(pr.hung) == 0 {
+		d.memo.hangGen = 0 // a report withdrawn: the next one settles anew
 		return d, false
 	}
 	p := *v.plan
@@ -60,6 +79,15 @@ func decideHang(v view, d decision, now time.Time) (decision, bool) {
 		d.memo.hangGen, d.memo.hangSeen = p.Generation, now
 	}
 	if until := d.memo.hangSeen.Add(hangSettle); !stopped && len(reports) < pr.ready && now.Before(until) {
+		wakeEarlier(&d, until)
+		d.status = runningStatus(v, p, pr.ready, now)
+		return d, true
+	}
+	// A rank in a long phase it declared (a rank-0-only evaluation or
+	// save) keeps its peers waiting in their next collective: they are
+	// not hung until it is over, and hangAfterQuiet after it, which their
+	// sidecars take to see them step again and withdraw their reports.
+	if until := quietEnd(v, p).Add(hangAfterQuiet); !stopped && now.Before(until) {
 		wakeEarlier(&d, until)
 		d.status = runningStatus(v, p, pr.ready, now)
 		return d, true

@@ -109,3 +109,27 @@ func TestHangRestartCharges(t *testing.T) {
 		assert.Contains(t, d.plan.Reason, "the hang budget of 10 is spent")
 	})
 }
+
+func TestAHangReportWaitsForAPeersDeclaredQuietPhase(t *testing.T) {
+	nodes := live("a", "b")
+	run := runPlan(3, nodes)
+	// b's rank waits in its allreduce for a's, which declared a long
+	// evaluation (elastic.quiet) until t0+10s.
+	n := hung(nodes, 3, map[string]time.Time{"b": t0.Add(-5 * time.Second)}, "")
+	n[0].QuietUntil = t0.Add(10 * time.Second)
+	v := view{job: "j", spec: ptr(spec("2")), plan: run, nodes: n}
+	d := decide(v, memo{}, tm, t0.Add(time.Second))
+	assert.Nil(t, d.plan, "the peer's report has hangSettle to come")
+	d = decide(v, d.memo, tm, t0.Add(time.Second+hangSettle))
+	assert.Nil(t, d.plan, "the peer's quiet phase is not over")
+	assert.Equal(t, t0.Add(10*time.Second+hangAfterQuiet), d.wakeAt)
+
+	d = decide(v, d.memo, tm, t0.Add(10*time.Second+hangAfterQuiet))
+	require.NotNil(t, d.plan, "still reported after the phase and its margin: hung")
+	assert.Equal(t, "b", d.plan.Hang.Node)
+
+	n[1].Hang.Stopped = true
+	v.idx, v.prog = nil, nil
+	d = decide(v, memo{}, tm, t0.Add(time.Second))
+	require.NotNil(t, d.plan, "a stopped rank is hung whatever its peers declared")
+}

@@ -73,9 +73,11 @@ type run struct {
 	ranks    []*rankWatch
 	stopping bool // a stop was asked for: no more hang reports
 	// lastProgress is when progress was last reported; moved, whether a
-	// rank stepped since.
+	// rank stepped since, or began or ended a quiet phase (quietChanged),
+	// which is reported at once.
 	lastProgress int64
 	moved        bool
+	quietChanged bool
 }
 
 // server is the guard's state, owned by its loop.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/elastictraining/coordinator/guard"
 	"github.com/elastictraining/coordinator/internal/testkit/proctest"
+	"github.com/elastictraining/coordinator/memckpt"
 )
 
 // standin is a trainer as the Python side of hang detection makes it: it
@@ -35,15 +36,21 @@ import (
 // On SIGTERM it says "got term" and exits 0.
 const standin = `import faulthandler, mmap, os, signal, struct, sys, time
 
-fd = int(os.environ.pop("ELASTIC_PROGRESS_FD"))
-mm = mmap.mmap(fd, 4096)
-os.close(fd)
+fd = os.environ.pop("ELASTIC_PROGRESS_FD", None)
+if fd is not None:
+    mm = mmap.mmap(int(fd), 4096)
+    os.close(int(fd))
+    how = "fd=" + fd
+else:
+    # A warm interpreter's bootstrap attached it (guard/warm.py).
+    import _elastic_progress
+    mm, how = _elastic_progress._page, "attached"
 struct.pack_into("<Q", mm, 64, os.getpid())
 dump = signal.SIGRTMIN + 6
 faulthandler.register(dump, all_threads=True, file=sys.stderr, chain=False)
 struct.pack_into("<Q", mm, 56, os.getpid() | (int(dump) << 32))
 magic, gen = struct.unpack_from("<8sQ", mm, 0)
-print("page fd=%d magic=%s gen=%d" % (fd, magic.rstrip(b"\0").decode(), gen), flush=True)
+print("page %s magic=%s gen=%d" % (how, magic.rstrip(b"\0").decode(), gen), flush=True)
 
 def term(*_):
     print("got term", flush=True)
@@ -277,10 +284,10 @@ func TestAQuietRankIsReportedHung(t *testing.T) {
 	assert.Equal(t, int64(300*time.Millisecond), last.TimeoutNanos)
 	require.Len(t, last.Progress, 3)
 	p0 := last.Progress[0]
-	assert.Equal(t, guard.RankProgress{Rank: 0, Steps: 5, Step: 42, IntervalNanos: p0.IntervalNanos, MaxIntervalNanos: p0.MaxIntervalNanos}, p0)
+	assert.Equal(t, guard.RankProgress{Rank: 0, Steps: 5, Step: 42, IntervalNanos: p0.IntervalNanos, MaxIntervalNanos: p0.MaxIntervalNanos, Hung: p0.Hung}, p0)
 	assert.Positive(t, p0.IntervalNanos)
 	assert.GreaterOrEqual(t, p0.MaxIntervalNanos, p0.IntervalNanos)
-	assert.Equal(t, guard.RankProgress{Rank: 2}, last.Progress[2], "rank 2 never stepped")
+	assert.Equal(t, guard.RankProgress{Rank: 2, Hung: last.Progress[2].Hung}, last.Progress[2], "rank 2 never stepped")
 
 	j.stop(guard.Command{})
 	_, count := of(guard.EventHung, j.seen)
@@ -363,18 +370,22 @@ func TestAGracefulStopKillsABlockedRankAtOnce(t *testing.T) {
 }
 
 // A warm interpreter gets its page as descriptor 5, named in its go
-// message, and written the generation it runs.
+// message, which its bootstrap attaches (the trainers' modules on its
+// path), written the generation it runs.
 func TestAWarmStartGetsItsPage(t *testing.T) {
 	j := newHangJob(t)
+	modules := t.TempDir()
+	require.NoError(t, memckpt.WriteModule(modules))
 	p := j.proc(0, "step", "3", "20", "wait")
-	j.send(guard.Command{Op: guard.OpWarm, Warm: []guard.Warm{{Slot: 0, Path: p.Path, Argv: p.Argv, Dir: p.Dir, Env: os.Environ(),
+	p.Env = append(p.Env, "PYTHONPATH="+modules)
+	j.send(guard.Command{Op: guard.OpWarm, Warm: []guard.Warm{{Slot: 0, Path: p.Path, Argv: p.Argv, Dir: p.Dir, Env: append(os.Environ(), "PYTHONPATH="+modules),
 		Prefix: "[warm 0] ", Preload: []string{"json"}}}})
 	j.until(func(r guard.Report) bool { return r.Event == guard.EventWarmReady })
 
 	seq := j.send(guard.Command{Op: guard.OpStart, Lease: 1, Generation: 2, Procs: []guard.Proc{p}, Watch: fixed})
 	reps := j.until(func(r guard.Report) bool { return r.Seq == seq && r.Event == guard.EventStarted })
 	assert.Equal(t, 1, reps[len(reps)-1].Warm)
-	j.printed("[rank 0] page fd=5 magic=ELPROG1 gen=2")
+	j.printed("[rank 0] page attached magic=ELPROG1 gen=2")
 	reps = j.until(func(r guard.Report) bool { return r.Event == guard.EventProgress && r.Progress[0].Steps == 3 })
 	assert.Equal(t, int64(2), reps[len(reps)-1].Generation)
 }

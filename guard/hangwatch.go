@@ -41,7 +41,14 @@ type rankWatch struct {
 	// stoppedSince is when p was first seen stopped, 0 while it is not.
 	stoppedSince int64
 	attached     attachedProc
-	hung         bool // reported
+	// hung: reported, and not seen stepping since (a rank that steps
+	// again may be reported again); quietUntil is the declared quiet
+	// phase's end last reported.
+	hung       bool
+	quietUntil int64
+	// quietMark is the end of its last quiet phase, as declared while it
+	// lasts, as it happened once over; 0 for none.
+	quietMark int64
 }
 
 // attachedProc is the process that attached a rank's page, when it is not
@@ -99,7 +106,7 @@ func (s *server) watchTick() {
 		}
 	}
 	// A tick late or early by half an interval still counts as a second.
-	if r.moved && now-r.lastProgress >= progressEvery-int64(watchInterval)/2 {
+	if r.moved && (r.quietChanged || now-r.lastProgress >= progressEvery-int64(watchInterval)/2) {
 		s.reportProgress(r, now, timeout)
 	}
 }
@@ -131,10 +138,22 @@ func (s *server) sample(r *run, rw *rankWatch, now int64) {
 			}
 		}
 		rw.steps, rw.lastStep = pr.Steps, pr.LastStep
-		r.moved = true
+		r.moved, rw.hung = true, false
 	case pr.Steps < rw.steps:
 		// The page was written over: count from here.
 		rw.steps, rw.lastStep = max(pr.Steps, 0), pr.LastStep
+	}
+	if pr.QuietUntil != rw.quietUntil {
+		// A quiet phase begun or ended is reported at the next tick,
+		// steps or not: other nodes' ranks wait for this one meanwhile.
+		// One that ended is reported by when it did, which its peers'
+		// reports are held past.
+		if pr.QuietUntil > now {
+			rw.quietMark = pr.QuietUntil
+		} else if rw.quietUntil != 0 {
+			rw.quietMark = min(rw.quietUntil, now)
+		}
+		rw.quietUntil, r.moved, r.quietChanged = pr.QuietUntil, true, true
 	}
 	rw.sampledAt = now
 }
@@ -225,11 +244,16 @@ func (s *server) reportProgress(r *run, now, timeout int64) {
 	if len(r.ranks) == 0 {
 		return
 	}
-	r.moved, r.lastProgress = false, now
+	r.moved, r.quietChanged, r.lastProgress = false, false, now
 	rep := Report{Event: EventProgress, Seq: s.seq, Generation: r.gen, TimeoutNanos: timeout}
+	wall := time.Now().UnixNano()
 	for _, rw := range r.ranks {
-		rep.Progress = append(rep.Progress, RankProgress{Rank: rw.p.rank, Steps: rw.steps, Step: rw.last.step(),
-			IntervalNanos: median(rw.recent), MaxIntervalNanos: rw.longest})
+		rp := RankProgress{Rank: rw.p.rank, Steps: rw.steps, Step: rw.last.step(),
+			IntervalNanos: median(rw.recent), MaxIntervalNanos: rw.longest, Hung: rw.hung}
+		if q := rw.quietMark; q > 0 {
+			rp.QuietUntilUnixNanos = wall + (q - now)
+		}
+		rep.Progress = append(rep.Progress, rp)
 	}
 	s.out.send(rep)
 }

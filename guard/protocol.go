@@ -244,6 +244,14 @@ type RankProgress struct {
 	// MaxIntervalNanos its longest in this generation.
 	IntervalNanos    int64 `json:"intervalNanos"`
 	MaxIntervalNanos int64 `json:"maxIntervalNanos"`
+	// QuietUntilUnixNanos, when not 0, is the end of the last long phase
+	// the rank declared (elastic.quiet), on the wall clock: as declared
+	// while it lasts, as it happened once over. Its peers, waiting for it
+	// in a collective, are not hung before then.
+	QuietUntilUnixNanos int64 `json:"quietUntilUnixNanos,omitempty"`
+	// Hung says the rank was reported hung and has not stepped since: one
+	// that steps again is reported so, and may be reported hung again.
+	Hung bool `json:"hung,omitempty"`
 }
 
 // Report is one message from the guard to the sidecar.

@@ -148,7 +148,7 @@ func TestAStoppedTrainerRestartsItsGeneration(t *testing.T) {
 	h.finish()
 	require.Equal(t, 0, h.wait())
 	out := h.out.String()
-	assert.Regexp(t, `\[rank 1\] rank 1 was stopped \(SIGSTOP, not a debugger\) for \S+ after step \d+; stacks in its log; asked the coordinator to restart the generation`, out)
+	assert.Regexp(t, `\[rank 1\] rank 1 was stopped \(SIGSTOP, not a debugger\) for \S+ after step \d+; stacks in its log; reported to the coordinator`, out)
 	assert.Regexp(t, `coordinator run: generation 2 running: 2 nodes, world size 2 \(rank 1 on node stopped-\d was stopped \(SIGSTOP, not a debugger\) for \S+ after step \d+; stacks in its log\)`, out)
 	assert.Contains(t, out, "job stopped succeeded")
 }
@@ -228,7 +228,29 @@ func TestAPauseDeclaredWithQuietIsNoHang(t *testing.T) {
 	h.finish()
 	require.Equal(t, 0, h.wait())
 	out := h.out.String()
-	assert.NotContains(t, out, "asked the coordinator to restart")
+	assert.NotContains(t, out, "reported to the coordinator")
+	assert.NotContains(t, out, "hangtest gen=2")
+}
+
+// Rank 0 alone evaluates for 3s inside `with elastic.quiet(5)`, with a
+// hang timeout of 1s: rank 1, waiting for it in its next allreduce, is
+// found quiet and reported, but the coordinator waits for rank 0's
+// declared phase; once rank 0 is back, rank 1 steps again, its report is
+// withdrawn, and the generation goes on.
+func TestAPeersDeclaredQuietPhaseIsNoHangOfTheRanksWaitingForIt(t *testing.T) {
+	t.Parallel()
+	h := startHangRun(t, "peerquiet", []string{"--hang-timeout", "1s"}, "HANG_PAUSE_AFTER=3", "HANG_PAUSE=3", "HANG_QUIET=5", "HANG_PAUSE_RANKS=0")
+	h.said(1, 0, `resumes`)
+	for rank := range 2 {
+		h.said(1, rank, `step=6`)
+	}
+	st := h.statusWhen("ran generation 1", running(1))
+	assert.Equal(t, 0, st.HangRestarts)
+
+	h.finish()
+	require.Equal(t, 0, h.wait())
+	out := h.out.String()
+	assert.Contains(t, out, "rank 1 steps again: its hang report is withdrawn", "rank 1 was quiet past its timeout, and reported")
 	assert.NotContains(t, out, "hangtest gen=2")
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 )
 
 // Role is what a node does in a job.
@@ -104,6 +105,10 @@ type Node struct {
 	Hang *Hang `json:"hang,omitempty"`
 	// Progress is how the node's slowest rank steps, while they run.
 	Progress *RankProgress `json:"progress,omitempty"`
+	// QuietUntil, while it is ahead, is the end of a long phase one of the
+	// node's ranks declared (elastic.quiet): the other nodes' ranks wait
+	// for it in a collective meanwhile, and are not hung.
+	QuietUntil time.Time `json:"quietUntil,omitzero"`
 	// Checkpoint is host:port where the node's sidecar serves the job's
 	// in-memory checkpoints to the other sidecars of the job (replicas,
 	// and copies asked for by a node that has none); empty if it serves

@@ -165,7 +165,8 @@ type Agent struct {
 	// hungGen the last generation whose hang this node reported, and
 	// progressWritten when it last wrote its ranks' progress.
 	startedFirstRank int
-	hungGen          int64
+	hang             *membership.Hang
+	quietUntil       time.Time
 	progressWritten  time.Time
 	progressTimeout  membership.Duration
 }
@@ -445,7 +446,7 @@ func (a *Agent) follow(ctx context.Context, p membership.Plan) (Result, bool) {
 		// A stop phase no node had to ack may have passed unseen.
 		a.noteFaultElsewhere(p)
 		a.startedGen, a.startedRanks, a.startedInterruptions, a.startedFirstRank = p.Generation, ranksOf(m), p.Interruptions, m.GlobalRank
-		a.progressWritten, a.progressTimeout = time.Time{}, 0
+		a.progressWritten, a.progressTimeout, a.hang, a.quietUntil = time.Time{}, 0, nil, time.Time{}
 		// Fence lets the processes store from their first instant.
 		a.runningNow.Store(&runningGen{generation: p.Generation, lease: m.Lease, members: p.Members})
 		exits, err := a.cfg.Workload.Start(ctx, Assignment{Job: a.cfg.Job, Plan: p, Member: m})
@@ -472,7 +473,7 @@ func (a *Agent) follow(ctx context.Context, p membership.Plan) (Result, bool) {
 		pids := a.cfg.Workload.Pids()
 		a.write(ctx, membership.NodeRunning, p.Generation, func(n *membership.Node) {
 			n.State, n.Generation, n.ExitCode, n.Message, n.CannotStart, n.PIDs = membership.NodeRunning, p.Generation, 0, "", false, pids
-			n.Hang, n.Progress = nil, nil
+			n.Hang, n.Progress, n.QuietUntil = nil, nil, time.Time{}
 		})
 	}
 	return Result{}, false
@@ -559,7 +560,7 @@ func (a *Agent) ack(ctx context.Context, state membership.NodeState, gen int64, 
 func (a *Agent) ackMessage(ctx context.Context, state membership.NodeState, gen int64, code int, msg string) bool {
 	return a.write(ctx, state, gen, func(n *membership.Node) {
 		n.State, n.Generation, n.ExitCode, n.Message, n.CannotStart, n.PIDs = state, gen, code, msg, false, nil
-		n.Hang, n.Progress = nil, nil
+		n.Hang, n.Progress, n.QuietUntil = nil, nil, time.Time{}
 	})
 }
 
@@ -568,7 +569,7 @@ func (a *Agent) ackMessage(ctx context.Context, state membership.NodeState, gen 
 func (a *Agent) ackFailure(ctx context.Context, gen int64, code int, msg string, cannot bool) bool {
 	return a.write(ctx, membership.NodeFailed, gen, func(n *membership.Node) {
 		n.State, n.Generation, n.ExitCode, n.Message, n.CannotStart, n.PIDs = membership.NodeFailed, gen, code, msg, cannot, nil
-		n.Hang, n.Progress = nil, nil
+		n.Hang, n.Progress, n.QuietUntil = nil, nil, time.Time{}
 	})
 }
 

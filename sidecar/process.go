@@ -74,6 +74,12 @@ func (p *Processes) Observe(rep guard.Report) {
 		for _, r := range rep.Progress {
 			o.Steps = append(o.Steps, membership.RankProgress{Rank: r.Rank - base, Step: r.Step,
 				StepTime: membership.Duration(r.IntervalNanos), HangTimeout: membership.Duration(rep.TimeoutNanos)})
+			if q := time.Unix(0, r.QuietUntilUnixNanos).UTC(); r.QuietUntilUnixNanos != 0 && q.After(o.QuietUntil) {
+				o.QuietUntil = q
+			}
+			if !r.Hung {
+				o.Stepping = append(o.Stepping, r.Rank-base)
+			}
 		}
 	default:
 		return

@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/elastictraining/coordinator/membership"
@@ -30,6 +31,12 @@ type Observation struct {
 	Hung *membership.Hang
 	// Steps are the ranks' progress, about every second while they step.
 	Steps []membership.RankProgress
+	// QuietUntil, with Steps, is the latest end of a quiet phase one of
+	// the ranks declared; zero for none.
+	QuietUntil time.Time
+	// Stepping, with Steps, are the ranks not hung: a rank reported hung
+	// that is among them stepped again.
+	Stepping []int
 }
 
 // progressWriteInterval is how often at most the node's record is
@@ -49,13 +56,13 @@ func (a *Agent) observed(ctx context.Context, o Observation) {
 			a.cfg.Observer.StepTime(a.startedFirstRank+st.Rank, time.Duration(st.StepTime))
 		}
 	}
-	if h := o.Hung; h != nil && a.hungGen != o.Generation {
-		a.hungGen = o.Generation
+	if h := o.Hung; h != nil && a.hang == nil {
 		h.Rank += a.startedFirstRank
+		a.hang = h
 		a.cfg.Observer.Hung()
 		a.logger.Info("a rank hung; the coordinator stops the generation", "generation", o.Generation, "hang", h.String())
 		if a.cfg.Notes != nil {
-			fmt.Fprintf(a.cfg.Notes, "[rank %d] %s; asked the coordinator to restart the generation\n", h.Rank, h.String())
+			fmt.Fprintf(a.cfg.Notes, "[rank %d] %s; reported to the coordinator\n", h.Rank, h.String())
 		}
 		a.write(ctx, membership.NodeRunning, o.Generation, func(n *membership.Node) {
 			if n.State == membership.NodeRunning && n.Generation == o.Generation {
@@ -64,8 +71,31 @@ func (a *Agent) observed(ctx context.Context, o Observation) {
 		})
 		return
 	}
-	if len(o.Steps) == 0 {
+	if o.Hung != nil || len(o.Steps) == 0 {
 		return
+	}
+	if h := a.hang; h != nil && slices.Contains(o.Stepping, h.Rank-a.startedFirstRank) {
+		// It was waiting for a peer in a declared quiet phase, or was
+		// slow, not hung: the report goes, and a hang may be reported
+		// again.
+		a.hang = nil
+		a.logger.Info("a rank reported hung steps again", "generation", o.Generation, "rank", h.Rank)
+		if a.cfg.Notes != nil {
+			fmt.Fprintf(a.cfg.Notes, "[rank %d] rank %d steps again: its hang report is withdrawn\n", h.Rank, h.Rank)
+		}
+		a.write(ctx, membership.NodeRunning, o.Generation, func(n *membership.Node) {
+			if n.State == membership.NodeRunning && n.Generation == o.Generation {
+				n.Hang = nil
+			}
+		})
+	}
+	if !o.QuietUntil.Equal(a.quietUntil) {
+		a.quietUntil = o.QuietUntil
+		a.write(ctx, membership.NodeRunning, o.Generation, func(n *membership.Node) {
+			if n.State == membership.NodeRunning && n.Generation == o.Generation {
+				n.QuietUntil = o.QuietUntil
+			}
+		})
 	}
 	slowest := o.Steps[0]
 	for _, st := range o.Steps[1:] {

@@ -11,7 +11,9 @@ and what it does instead of stepping.
                       blocked_in_the_data_loader for HANG_BLOCK_SECONDS (default: ever)
     HANG_STOP_AFTER   N[@G,...]: after step N, rank 1 stops itself (SIGSTOP)
     HANG_PAUSE_AFTER  N[@G,...]: after step N, every rank pauses HANG_PAUSE seconds,
-                      inside elastic.quiet(HANG_QUIET) when HANG_QUIET is set
+                      inside elastic.quiet(HANG_QUIET) when HANG_QUIET is set;
+                      HANG_PAUSE_RANKS=0 makes it rank 0's alone (the others wait
+                      for it in their next allreduce)
 """
 
 import os
@@ -96,7 +98,7 @@ while (step < steps) if steps else not finished():
     if rank == 1 and step == stop:
         say("stops after step %d" % step)
         os.kill(os.getpid(), signal.SIGSTOP)
-    if step == pause_at:
+    if step == pause_at and env("HANG_PAUSE_RANKS", str(rank)) == str(rank):
         pause(step, float(env("HANG_PAUSE")))
     loss = model(torch.randn(8, 4)).pow(2).mean()
     opt.zero_grad()
