@@ -39,7 +39,10 @@ type metrics struct {
 	spent        *prometheus.GaugeVec
 	budget       *prometheus.GaugeVec
 	unacked      *prometheus.GaugeVec
-	malformed    *prometheus.GaugeVec
+	// hangSpent and hangBudget are the hang budget's, as spent and budget
+	// are the failures'.
+	hangSpent, hangBudget *prometheus.GaugeVec
+	malformed             *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -96,13 +99,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		spent:      jobGauge("elastic_job_restart_budget_spent", "Restarts the job has spent on failures."),
 		budget:     jobGauge("elastic_job_restart_budget", "Restarts the job may spend on failures (its max restarts)."),
 		unacked:    jobGauge("elastic_job_unacked_members", "Members of the job's stop phase that have not acked it yet."),
+		hangSpent:  jobGauge("elastic_job_hang_restarts", "Restarts the job has spent on hung ranks (a rank that made no progress for its hang timeout, or was stopped)."),
+		hangBudget: jobGauge("elastic_job_hang_restart_budget", "Restarts the job may spend on hung ranks (its max hang restarts)."),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.leader, m.writes, m.invalid, m.writeFails, m.commitTime, m.generations, m.restarts,
 		m.leaseLosses, m.evictions, m.steps, m.phase, m.members, m.ready, m.worldSize, m.generation, m.npMin, m.npMax,
-		m.spent, m.budget, m.unacked, m.malformed} {
+		m.spent, m.budget, m.unacked, m.malformed, m.hangSpent, m.hangBudget} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -136,19 +141,22 @@ func (m *metrics) observeStatus(job string, st *membership.Status, spec *members
 		m.worldSize.WithLabelValues(job).Set(float64(st.WorldSize))
 		m.generation.WithLabelValues(job).Set(float64(st.Generation))
 		m.spent.WithLabelValues(job).Set(float64(st.Restarts))
+		m.hangSpent.WithLabelValues(job).Set(float64(st.HangRestarts))
 	}
 	if spec != nil {
 		np := spec.Workers()
 		m.npMin.WithLabelValues(job).Set(float64(np.Min))
 		m.npMax.WithLabelValues(job).Set(float64(np.Max))
 		m.budget.WithLabelValues(job).Set(float64(spec.MaxRestarts))
+		m.hangBudget.WithLabelValues(job).Set(float64(spec.MaxHangRestarts))
 	}
 }
 
 // forgetGauges drops a job's gauges: this replica no longer knows its
 // state (it lost the lead), or the job is gone.
 func (m *metrics) forgetGauges(job string) {
-	for _, g := range []*prometheus.GaugeVec{m.phase, m.members, m.ready, m.worldSize, m.generation, m.npMin, m.npMax, m.spent, m.budget, m.unacked, m.malformed} {
+	for _, g := range []*prometheus.GaugeVec{m.phase, m.members, m.ready, m.worldSize, m.generation, m.npMin, m.npMax, m.spent, m.budget, m.unacked, m.malformed,
+		m.hangSpent, m.hangBudget} {
 		g.DeletePartialMatch(prometheus.Labels{"job": job})
 	}
 }
