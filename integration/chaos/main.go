@@ -92,6 +92,8 @@ func defaults() config {
 		plan:        plan{Nodes: 5, NP: 3, TTL: 3 * time.Second, StopTimeout: 4 * time.Second},
 		Replicas:    2,
 		Beat:        50 * time.Millisecond,
+		BeatEvery:   2,
+		HangTimeout: 2 * time.Second,
 		CkptEvery:   10,
 		GracePeriod: 15 * time.Second,
 		Converge:    90 * time.Second,

@@ -39,9 +39,20 @@ type config struct {
 	// Warm runs the worker (worker.py) on the warm path with checkpoints
 	// in memory: under --preload, saving every step through package
 	// memckpt instead of committing a file every CkptEvery steps.
-	Warm        bool
-	Replicas    int           // coordinator replicas
-	Beat        time.Duration // the worker's heartbeat
+	Warm     bool
+	Replicas int           // coordinator replicas
+	Beat     time.Duration // the worker's heartbeat
+	// BeatEvery is how many steps apart the shell worker reports its
+	// progress to the hang watch: each report is a process started (about
+	// 4 ms of CPU), too many on two cores at every 50 ms step of four
+	// ranks. The Python worker reports every step, which costs nothing.
+	BeatEvery int
+	// HangTimeout is the sidecars' --hang-timeout: fixed rather than
+	// learned, so that a hang ends within a known time and the invariant
+	// that bounds it is sharp. 2 s is 20 times the shell worker's
+	// reporting interval (BeatEvery steps of Beat), 4 times a slow rank's
+	// at its slowest, and short enough for several hangs a run.
+	HangTimeout time.Duration
 	CkptEvery   int           // steps between checkpoints
 	GracePeriod time.Duration // SIGTERM → SIGKILL, longer than the stop timeout
 	Converge    time.Duration // how long the quiet period may take
@@ -60,6 +71,7 @@ type injection struct {
 	fault
 	At   time.Time
 	Note string // what it struck: a pid, the leader, an error
+	Pid  int    // the trainer a stop-trainer or deadlock-trainer struck
 }
 
 // statusSample is the job's status as seen at a moment.
@@ -70,12 +82,16 @@ type statusSample struct {
 
 // run is one seed's job and everything around it.
 type run struct {
-	cfg    config
-	dir    string
-	log    string // the workers' log
-	ckpt   string
-	slow   string // where slow-stop files go
-	marker string
+	cfg  config
+	dir  string
+	log  string // the workers' log
+	ckpt string
+	slow string // where slow-stop files go
+	// deadlock holds a file per node naming the trainer that is to sleep
+	// forever at its next step; straggle a file per node with the seconds
+	// a slow rank's step takes.
+	deadlock, straggle string
+	marker             string
 
 	etcd     *etcdcluster.Cluster
 	replicas []*coordinatorReplica
@@ -100,8 +116,11 @@ func execute(ctx context.Context, cfg config) (*result, error) {
 		return nil, err
 	}
 	r.log, r.ckpt, r.slow = filepath.Join(r.dir, "worker.log"), filepath.Join(r.dir, "checkpoint"), filepath.Join(r.dir, "slow")
-	if err := os.MkdirAll(r.slow, 0o700); err != nil {
-		return nil, err
+	r.deadlock, r.straggle = filepath.Join(r.dir, "deadlock"), filepath.Join(r.dir, "straggle")
+	for _, d := range []string{r.slow, r.deadlock, r.straggle} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
 	}
 	mark := make([]byte, 8)
 	_, _ = rand.Read(mark)
@@ -202,11 +221,14 @@ func (r *run) up(ctx context.Context) error {
 			}
 		}
 		env := []string{r.marker, "CHAOS_LOG=" + r.log, "CHAOS_CKPT=" + r.ckpt, "CHAOS_SLOW_DIR=" + r.slow, "CHAOS_NODE=" + n.id,
-			"CHAOS_BEAT=" + strconv.FormatFloat(r.cfg.Beat.Seconds(), 'f', -1, 64), "CHAOS_CKPT_EVERY=" + strconv.Itoa(r.cfg.CkptEvery)}
+			"CHAOS_DEADLOCK_DIR=" + r.deadlock, "CHAOS_STRAGGLE_DIR=" + r.straggle,
+			"CHAOS_BEAT=" + strconv.FormatFloat(r.cfg.Beat.Seconds(), 'f', -1, 64), "CHAOS_CKPT_EVERY=" + strconv.Itoa(r.cfg.CkptEvery),
+			"CHAOS_BEAT_EVERY=" + strconv.Itoa(r.cfg.BeatEvery)}
 		args := []string{"sidecar", "--etcd-endpoints", strings.Join(via, ","), "--job", job, "--node-id", n.id,
 			"--host", "127.0.0.1", "--port", strconv.Itoa(ports[0]), "--master-port", strconv.Itoa(ports[1]),
 			"--np", strconv.Itoa(r.cfg.NP), "--ttl", r.cfg.TTL.String(), "--grace-period", r.cfg.GracePeriod.String(),
-			"--max-restarts", "100000", "--log-level", "info"}
+			"--max-restarts", "100000", "--hang-timeout", r.cfg.HangTimeout.String(), "--max-hang-restarts", "100000",
+			"--log-level", "info"}
 		args = append(append(append(args, warmArgs(r.cfg)...), "--"), r.cfg.command()...)
 		n.sidecar = supervise(n.id, r.cfg.Binary, filepath.Join(r.dir, n.id+".log"), env, args...)
 		r.nodes = append(r.nodes, n)
@@ -297,21 +319,22 @@ func (r *run) statusCLI() (membership.Status, error) {
 	}
 	// The JSON a script reads: numbers as numbers, np as {min,max}.
 	var view struct {
-		Phase      membership.JobPhase     `json:"phase"`
-		Generation int64                   `json:"generation"`
-		NP         *struct{ Min, Max int } `json:"np"`
-		Members    int                     `json:"members"`
-		Ready      int                     `json:"ready"`
-		WorldSize  int                     `json:"worldSize"`
-		Restarts   int                     `json:"restarts"`
-		Message    string                  `json:"message"`
-		ExitCode   int                     `json:"exitCode"`
+		Phase        membership.JobPhase     `json:"phase"`
+		Generation   int64                   `json:"generation"`
+		NP           *struct{ Min, Max int } `json:"np"`
+		Members      int                     `json:"members"`
+		Ready        int                     `json:"ready"`
+		WorldSize    int                     `json:"worldSize"`
+		Restarts     int                     `json:"restarts"`
+		HangRestarts int                     `json:"hangRestarts"`
+		Message      string                  `json:"message"`
+		ExitCode     int                     `json:"exitCode"`
 	}
 	if err := json.Unmarshal(out.Bytes(), &view); err != nil {
 		return membership.Status{}, err
 	}
 	st := membership.Status{Phase: view.Phase, Generation: view.Generation, Members: view.Members, Ready: view.Ready,
-		WorldSize: view.WorldSize, Restarts: view.Restarts, Message: view.Message, ExitCode: view.ExitCode}
+		WorldSize: view.WorldSize, Restarts: view.Restarts, HangRestarts: view.HangRestarts, Message: view.Message, ExitCode: view.ExitCode}
 	if view.NP != nil {
 		st.NP = membership.NP{Min: view.NP.Min, Max: view.NP.Max}
 	}
@@ -461,6 +484,53 @@ func (r *run) inject(ctx context.Context, f fault) {
 			r.scale(np)
 		}
 		return
+	case stopTrainer:
+		// The trainer alone: its sidecar, guard and fence watchdog run on,
+		// and the hang watch must end it. Continued at the fault's end if
+		// it is still there (it should not be).
+		n := r.nodes[f.Node]
+		pid := r.trainerPid(n)
+		if pid == 0 {
+			note("no trainer running")
+			break
+		}
+		st, _ := guard.ReadProc(pid)
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+		rec.Pid = pid
+		note("stopped trainer pid %d", pid)
+		r.record(rec)
+		time.Sleep(f.For)
+		if now, ok := guard.ReadProc(pid); ok && now.Start == st.Start {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+		return
+	case deadlockTrainer:
+		// The order names the trainer running now, so that a trainer of a
+		// later generation never obeys it: a trainer that sleeps before
+		// its first step is watched only by the startup budget (minutes).
+		n := r.nodes[f.Node]
+		pid := r.trainerPid(n)
+		if pid == 0 {
+			note("no trainer running")
+			break
+		}
+		file := filepath.Join(r.deadlock, n.id)
+		_ = os.WriteFile(file, []byte(strconv.Itoa(pid)+"\n"), 0o600)
+		rec.Pid = pid
+		note("trainer pid %d to sleep forever at its next step", pid)
+		r.record(rec)
+		time.Sleep(f.For)
+		_ = os.Remove(file)
+		return
+	case slowRank:
+		file := filepath.Join(r.straggle, r.nodes[f.Node].id)
+		step := r.cfg.Beat * time.Duration(f.Factor)
+		_ = os.WriteFile(file, []byte(strconv.FormatFloat(step.Seconds(), 'f', 3, 64)+"\n"), 0o600)
+		note("n%d's trainers step every %s", f.Node, step)
+		r.record(rec)
+		time.Sleep(f.For)
+		_ = os.Remove(file)
+		return
 	case slowStop:
 		file := filepath.Join(r.slow, r.nodes[f.Node].id)
 		delay := r.cfg.StopTimeout + 2*time.Second
@@ -530,23 +600,33 @@ func (cfg config) command() []string {
 
 // killTrainer sends SIGKILL to the training process below a node's sidecar.
 func (r *run) killTrainer(n *node) string {
+	if n.sidecar.pid() == 0 {
+		return "no sidecar running"
+	}
+	if pid := r.trainerPid(n); pid != 0 {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		return fmt.Sprintf("killed trainer pid %d", pid)
+	}
+	return "no trainer running"
+}
+
+// trainerPid is the training process below a node's sidecar, 0 if none.
+func (r *run) trainerPid(n *node) int {
 	root := n.sidecar.pid()
 	if root == 0 {
-		return "no sidecar running"
+		return 0
 	}
 	for _, pid := range guard.Descendants(root) {
 		if parent, _ := guard.ParentOf(pid); isWorker(pid) && !isWorker(parent) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			return fmt.Sprintf("killed trainer pid %d", pid)
+			return pid
 		}
 	}
 	// A trainer in a warm interpreter has the interpreter's command line:
 	// the pid it logged when it started is the one.
 	if pid := r.loggedTrainer(n.id); pid != 0 && guard.IsDescendant(pid, root) {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-		return fmt.Sprintf("killed trainer pid %d", pid)
+		return pid
 	}
-	return "no trainer running"
+	return 0
 }
 
 // loggedTrainer is the pid of the last trainer the node's log line says

@@ -24,11 +24,14 @@ const (
 	scale           kind = "scale"              // `coordinator scale` to NP
 	scaleBurst      kind = "scale-burst"        // several scales Gap apart
 	slowStop        kind = "slow-stop"          // a node answers SIGTERM after longer than the stop timeout, and another's trainer is killed
+	stopTrainer     kind = "stop-trainer"       // SIGSTOP of a training process alone, continued after For if still there
+	deadlockTrainer kind = "deadlock-trainer"   // a training process sleeps forever before its next step, alive
+	slowRank        kind = "slow-rank"          // a node's trainer steps Factor times slower for For: a straggler, not a hang
 )
 
 // kinds in the order the report lists them.
 var kinds = []kind{killTrainer, killSidecar, freezeNode, freezeSidecar, freezeSupers, partition, killCoordinator,
-	killEtcd, quorumLoss, moveEtcdLeader, scale, scaleBurst, slowStop}
+	killEtcd, quorumLoss, moveEtcdLeader, scale, scaleBurst, slowStop, stopTrainer, deadlockTrainer, slowRank}
 
 // fault is one entry of a schedule: what happens, when, to whom.
 type fault struct {
@@ -39,6 +42,8 @@ type fault struct {
 	For  time.Duration // how long the fault lasts, or the delay before a restart
 	NP   []int         // the targets of a scale or a burst
 	Gap  time.Duration // between the scales of a burst
+	// Factor is how many times slower a slow rank steps.
+	Factor int
 }
 
 func (f fault) String() string {
@@ -51,6 +56,12 @@ func (f fault) String() string {
 		fmt.Fprintf(&b, " node n%d, back after %s", f.Node, f.For.Round(time.Millisecond))
 	case freezeNode, freezeSidecar, freezeSupers, partition:
 		fmt.Fprintf(&b, " node n%d for %s", f.Node, f.For.Round(time.Millisecond))
+	case stopTrainer:
+		fmt.Fprintf(&b, " node n%d, continued after %s", f.Node, f.For.Round(time.Millisecond))
+	case deadlockTrainer:
+		fmt.Fprintf(&b, " node n%d (the order withdrawn after %s)", f.Node, f.For.Round(time.Millisecond))
+	case slowRank:
+		fmt.Fprintf(&b, " node n%d %dx slower for %s", f.Node, f.Factor, f.For.Round(time.Millisecond))
 	case killCoordinator:
 		fmt.Fprintf(&b, " leader, back after %s", f.For.Round(time.Millisecond))
 	case killEtcd:
@@ -114,7 +125,7 @@ func schedule(p plan) []fault {
 		past := p.TTL + uniform(500*time.Millisecond, 3*time.Second) // past the TTL
 		ok := true
 		switch f.Kind {
-		case killTrainer, killSidecar, freezeNode, freezeSidecar, freezeSupers, partition:
+		case killTrainer, killSidecar, freezeNode, freezeSidecar, freezeSupers, partition, stopTrainer, deadlockTrainer, slowRank:
 			nodes := free(at, -1)
 			if len(nodes) == 0 {
 				ok = false
@@ -128,6 +139,13 @@ func schedule(p plan) []fault {
 				f.For = past
 			case freezeSidecar:
 				f.For = uniform(500*time.Millisecond, 2*p.TTL)
+			case stopTrainer, deadlockTrainer:
+				// Longer than the hang watch takes to end it, so that
+				// a watch that missed it is seen missing it.
+				f.For = uniform(3*time.Second, 6*time.Second)
+			case slowRank:
+				f.For = uniform(5*time.Second, 15*time.Second)
+				f.Factor = 3 + rng.IntN(3)
 			}
 			busyNode[f.Node] = at + f.For + p.TTL
 		case slowStop:

@@ -8,6 +8,12 @@ elastic.save(); a step is logged as commit once the sidecar stored it
 (elastic.flush() returned), so the invariant checker holds the memory
 checkpoint to the rules of a committed one. It runs under --preload, so
 that a fault's next generation starts in a warm interpreter.
+
+Each step is a progress event for the sidecar's hang watch
+(elastic.beat(step=N), no system call). The files CHAOS_STRAGGLE_DIR/NODE
+(a step takes the seconds it holds) and CHAOS_DEADLOCK_DIR/NODE (naming
+the pid that sleeps forever before its next step, alive, logging hang once
+a second) are read as worker.sh reads them.
 """
 
 import os
@@ -26,6 +32,8 @@ world = os.environ["WORLD_SIZE"]
 ckpt = os.environ["CHAOS_CKPT"]
 log_path = os.environ["CHAOS_LOG"]
 slow_dir = os.environ.get("CHAOS_SLOW_DIR", "")
+deadlock = os.path.join(os.environ.get("CHAOS_DEADLOCK_DIR", "/nonexistent"), node)
+straggle = os.path.join(os.environ.get("CHAOS_STRAGGLE_DIR", "/nonexistent"), node)
 
 
 def now_us():
@@ -69,11 +77,33 @@ def on_term(signum, frame):
 
 signal.signal(signal.SIGTERM, on_term)
 
+
+def read_file(path):
+    """The file's first line, "" when it is missing."""
+    try:
+        with open(path) as f:
+            return f.readline().strip()
+    except OSError:
+        return ""
+
+
+taken = 0  # steps this process took
 while True:
     if term_at is not None and time.monotonic() - term_at >= delay:
         os._exit(143)
+    # After the first step only, as worker.sh: before it, the start-up
+    # budget watches a rank, not the hang timeout.
+    if taken > 0 and read_file(deadlock) == str(os.getpid()):
+        # Once a second a sign of life that is not progress: one that
+        # outlived its generation would be seen.
+        while term_at is None:
+            log("hang")
+            time.sleep(1)
+        os._exit(143)
     step += 1
+    taken += 1
     log("alive")
+    elastic.beat(step=step)
     if rank == "0":
         try:
             elastic.save({"generation": int(gen), "step": step}, path=ckpt)
@@ -81,4 +111,11 @@ while True:
             log("commit")
         except elastic.CheckpointError as e:
             print("chaos worker: save of step %d not stored: %s" % (step, e), file=sys.stderr)
-    time.sleep(beat)
+    pause = beat
+    slow = read_file(straggle)
+    if slow:
+        try:
+            pause = float(slow)
+        except ValueError:
+            pass
+    time.sleep(pause)
