@@ -75,6 +75,8 @@ type result struct {
 	lostSteps   int
 	lostTime    time.Duration
 	restarts    int // the budget the job spent
+	hangs       hangFindings
+	hangBudget  int // the hang budget the job spent
 	failures    int // the training processes the run killed
 	converged   time.Duration
 	gens        int64
@@ -276,6 +278,12 @@ func analyse(r *run, end time.Time, converged time.Duration, final membership.St
 			strings.Join(charged, "; "))
 	}
 
+	// The hang watch ends hangs in time, and nothing else.
+	res.hangBudget = final.HangRestarts
+	res.hangs = checkHangs(lines, injections, events, final.HangRestarts, r.cfg)
+	res.violations = append(res.violations, res.hangs.violations...)
+	res.tolerated = append(res.tolerated, res.hangs.tolerated...)
+
 	res.goodput, res.recovery, res.unexplained = availability(lines, injections, events, r.start, end, r.cfg)
 	res.phases = map[membership.JobPhase]time.Duration{}
 	for i := 1; i < len(samples); i++ {
@@ -356,37 +364,7 @@ func availability(lines []line, injections []injection, events []membership.Even
 	}
 	// A stop has been recovered from when every rank of its generation, or
 	// of a later one, is alive.
-	firstAlive := map[int64]map[int]time.Time{}
-	for _, l := range lines {
-		if l.kind != "alive" {
-			continue
-		}
-		if firstAlive[l.gen] == nil {
-			firstAlive[l.gen] = map[int]time.Time{}
-		}
-		if _, ok := firstAlive[l.gen][l.rank]; !ok {
-			firstAlive[l.gen][l.rank] = l.at
-		}
-	}
-	var full []struct {
-		gen int64
-		at  time.Time
-	}
-	for g, ranks := range firstAlive {
-		if len(ranks) < world[g] || world[g] == 0 {
-			continue
-		}
-		var at time.Time
-		for _, t := range ranks {
-			if t.After(at) {
-				at = t
-			}
-		}
-		full = append(full, struct {
-			gen int64
-			at  time.Time
-		}{g, at})
-	}
+	full := wholeGenerations(lines)
 	backAfter := func(e membership.Event) time.Time {
 		var back time.Time
 		for _, f := range full {
@@ -459,6 +437,10 @@ func cause(e membership.Event, injections []injection, cfg config) int {
 	case strings.Contains(e.Message, "failed with exit code"):
 		return last(func(in injection) bool {
 			return in.Kind == killTrainer && named(in.Node) || in.Kind == slowStop && named(in.Peer)
+		})
+	case hangMessage.MatchString(e.Message):
+		return last(func(in injection) bool {
+			return (in.Kind == stopTrainer || in.Kind == deadlockTrainer || in.Kind == freezeNode) && named(in.Node)
 		})
 	case strings.HasPrefix(e.Message, "membership change"):
 		if i := last(func(in injection) bool { return in.Kind == scale || in.Kind == scaleBurst }); i >= 0 {

@@ -18,6 +18,14 @@ import (
 // PID MS STEP WORLD NODE" (MS from the run's start) and on the faults given.
 func checked(t *testing.T, log []string, injections []injection, restarts int, left []string) *result {
 	t.Helper()
+	return checkedWith(t, log, injections, nil, membership.Status{Restarts: restarts}, left)
+}
+
+// checkedWith is checked with the job's events (their times in ms from the
+// run's start, in Time's milliseconds since the epoch) and more of its
+// final status.
+func checkedWith(t *testing.T, log []string, injections []injection, events []membership.Event, status membership.Status, left []string) *result {
+	t.Helper()
 	cfg := defaults()
 	cfg.Duration = 20 * time.Second
 	r := &run{cfg: cfg, log: filepath.Join(t.TempDir(), "worker.log"), start: time.UnixMilli(1_000_000), injections: injections}
@@ -33,8 +41,12 @@ func checked(t *testing.T, log []string, injections []injection, restarts int, l
 	for i := range r.injections {
 		r.injections[i].At = r.start.Add(r.injections[i].fault.At)
 	}
-	final := membership.Status{Phase: membership.JobRunning, Generation: 2, Restarts: restarts}
-	return analyse(r, r.start.Add(cfg.Duration), time.Second, final, nil, nil, left)
+	final := status
+	final.Phase, final.Generation = membership.JobRunning, 2
+	for i := range events {
+		events[i].Time = r.start.Add(time.Duration(events[i].Time.UnixMilli()) * time.Millisecond)
+	}
+	return analyse(r, r.start.Add(cfg.Duration), time.Second, final, nil, events, left)
 }
 
 // A clean handover: generation 1 stops, then generation 2 starts.

@@ -16,13 +16,20 @@ func summarise(w io.Writer, cfg config, results []*result) {
 	if cfg.Warm {
 		ckpt = fmt.Sprintf("warm path (--preload), a checkpoint in memory every step, %d steps lost allowed per fault", cfg.CkptEvery)
 	}
-	fmt.Fprintf(w, "each sidecar behind proxies that can be cut; lease TTL %s, stop timeout %s, grace period %s; worker beat %s, %s.\n\n",
+	beats := fmt.Sprintf("progress reported every %d steps", cfg.BeatEvery)
+	if cfg.Warm {
+		beats = "progress reported every step"
+	}
+	fmt.Fprintf(w, "each sidecar behind proxies that can be cut; lease TTL %s, stop timeout %s, grace period %s; worker beat %s, %s;\n",
 		cfg.TTL, cfg.StopTimeout, cfg.GracePeriod, cfg.Beat, ckpt)
+	fmt.Fprintf(w, "hang timeout %s (fixed), %s.\n\n", cfg.HangTimeout, beats)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "seed\tfaults\tgenerations\tgoodput\tlost progress\trestarts spent / trainers killed\tconverged after\tviolations\t")
+	fmt.Fprintln(tw, "seed\tfaults\tgenerations\tgoodput\tlost progress\trestarts spent / trainers killed\thang restarts / hangs\tconverged after\tviolations\t")
 	injected := map[kind]int{}
 	recovery := map[kind][]time.Duration{}
 	var violations, lostSteps int
+	var hf hangFindings
+	hangRecovery := map[kind][]time.Duration{}
 	var lost time.Duration
 	var goodput float64
 	for _, r := range results {
@@ -35,11 +42,20 @@ func summarise(w io.Writer, cfg config, results []*result) {
 			recovery[k] = append(recovery[k], d...)
 		}
 		violations += len(r.violations)
+		hf.stops += r.hangs.stops
+		hf.falseStops += r.hangs.falseStops
+		hf.strict += r.hangs.strict
+		hf.struck += r.hangs.struck
+		hf.late += r.hangs.late
+		for k, d := range r.hangs.recovery {
+			hangRecovery[k] = append(hangRecovery[k], d...)
+		}
 		lostSteps += r.lostSteps
 		lost += r.lostTime
 		goodput += r.goodput
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%.1f%%\t%d steps (%s)\t%d / %d\t%s\t%d\t\n", r.seed, faults, r.gens, 100*r.goodput,
-			r.lostSteps, r.lostTime.Round(10*time.Millisecond), r.restarts, r.failures, r.converged.Round(100*time.Millisecond), len(r.violations))
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%.1f%%\t%d steps (%s)\t%d / %d\t%d / %d\t%s\t%d\t\n", r.seed, faults, r.gens, 100*r.goodput,
+			r.lostSteps, r.lostTime.Round(10*time.Millisecond), r.restarts, r.failures, r.hangBudget, r.hangs.struck,
+			r.converged.Round(100*time.Millisecond), len(r.violations))
 	}
 	tw.Flush()
 	if len(results) == 0 {
@@ -47,6 +63,18 @@ func summarise(w io.Writer, cfg config, results []*result) {
 	}
 	fmt.Fprintf(w, "\nAll seeds: %d invariant violations; goodput %.1f%% on average; %d steps (%s) of progress lost in all.\n\n",
 		violations, 100*goodput/float64(len(results)), lostSteps, lost.Round(10*time.Millisecond))
+	fmt.Fprintf(w, "Hangs: %d trainers stopped or deadlocked, %d not ended within the hang timeout %s and %s for the restart (%d had no other fault meanwhile);\n",
+		hf.struck, hf.late, cfg.HangTimeout, hangRestart, hf.strict)
+	fmt.Fprintf(w, "%d stops for a hang in the events, %d false. From the fault until a later generation ran whole:", hf.stops, hf.falseStops)
+	for _, k := range []kind{stopTrainer, deadlockTrainer} {
+		d := slices.Clone(hangRecovery[k])
+		slices.Sort(d)
+		if len(d) > 0 {
+			fmt.Fprintf(w, " %s %s p50, %s max (%d);", k, ms(d[len(d)/2]), ms(d[len(d)-1]), len(d))
+		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Recovery: from the fault until every rank of a generation runs again (0 when no generation was interrupted).")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "fault\tinjected\tinterrupted\tp50\tmax\t")
