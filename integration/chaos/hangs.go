@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/elastictraining/coordinator/membership"
@@ -32,6 +33,7 @@ const stoppedLimit = time.Second
 type hangStop struct {
 	gen     int64 // the generation that hung
 	at      time.Time
+	rank    int
 	node    string
 	stopped bool   // "was stopped (SIGSTOP ...)", else "made no progress"
 	timeout string // the hang timeout the message names, for a quiet rank
@@ -39,7 +41,7 @@ type hangStop struct {
 }
 
 // hangMessage reads a hang's description (membership.Hang.String).
-var hangMessage = regexp.MustCompile(`^rank \d+ on node (\S+) (?:(was stopped) \(SIGSTOP|made no progress for \S+ (?:after step \d+|before its first step) \(hang timeout (\S+)\))`)
+var hangMessage = regexp.MustCompile(`^rank (\d+) on node (\S+) (?:(was stopped) \(SIGSTOP|made no progress for \S+ (?:after step \d+|before its first step) \(hang timeout (\S+)\))`)
 
 // hangStops are the stops of the job for a hang, one a generation: its
 // RankHung event (of the generation that hung) or its GenerationStopping
@@ -60,7 +62,8 @@ func hangStops(events []membership.Event) []hangStop {
 		if m == nil {
 			continue
 		}
-		h := hangStop{gen: gen, at: e.Time, node: m[1], stopped: m[2] != "", timeout: m[3], message: e.Message}
+		rank, _ := strconv.Atoi(m[1])
+		h := hangStop{gen: gen, at: e.Time, rank: rank, node: m[2], stopped: m[3] != "", timeout: m[4], message: e.Message}
 		prev, seen := byGen[gen]
 		if !seen {
 			gens = append(gens, gen)
@@ -141,12 +144,22 @@ func reachOf(in injection, cfg config) time.Time {
 	return in.At.Add(in.For + cfg.TTL + cfg.StopTimeout + time.Second)
 }
 
+// hangLimit is how long the guard takes to find a hang fault's trainer
+// hung: the hang timeout for one that sleeps, stoppedLimit for one that
+// is stopped.
+func hangLimit(k kind, cfg config) time.Duration {
+	if k == stopTrainer {
+		return stoppedLimit
+	}
+	return cfg.HangTimeout
+}
+
 // hangDeadline is when the job must run whole again after a hang fault:
-// its hang timeout and a restart after it, or a restart after the reach
-// of another fault that was under way meanwhile and could hold the
-// restart up. It reports whether another fault extended it.
+// its hangLimit and a restart after it, or a restart after the reach of
+// another fault that was under way meanwhile and could hold the restart
+// up. It reports whether another fault extended it.
 func hangDeadline(s struckHang, lines []line, injections []injection, cfg config) (time.Time, bool) {
-	deadline := s.in.At.Add(cfg.HangTimeout + hangRestart)
+	deadline := s.in.At.Add(hangLimit(s.in.Kind, cfg) + hangRestart)
 	extended := false
 	for i, in := range injections {
 		if !in.At.Before(deadline) {
@@ -181,8 +194,9 @@ type hangFindings struct {
 //
 //   - A hang ends in time: after a stop-trainer or deadlock-trainer fault
 //     that struck a trainer of generation g, every rank of a later
-//     generation is alive within the hang timeout and hangRestart
-//     (hangDeadline: later if another fault held the restart up).
+//     generation is alive within the hang timeout (for a stopped trainer,
+//     stoppedLimit) and hangRestart (hangDeadline: later if another fault
+//     held the restart up).
 //   - No false hang restart: every stop for a hang names a node whose
 //     trainer of that generation a stop-trainer or deadlock-trainer fault
 //     struck within its reach, and says what was done to it: stopped
@@ -192,8 +206,14 @@ type hangFindings struct {
 //     generation to stop for that; should the lease outlive the freeze
 //     (etcd changing leader extends leases), its rank made no progress for
 //     longer than the timeout indeed, and a hang stop naming that node is
-//     tolerated. A straggler (slow-rank), frozen supervisors, a partition
-//     or any other fault must never cause one.
+//     tolerated. So is, on the warm path, one of rank 0 on a node whose
+//     sidecar alone was frozen: the worker waits in elastic.flush() every
+//     step for its sidecar to store the save, and a freeze longer than the
+//     hang timeout but short enough for the lease (TTL less the fence
+//     margin, less the time since the last renewal) leaves it waiting past
+//     the timeout, a hang by the watch's own words (a wait on a store that
+//     does not answer). A straggler (slow-rank), frozen supervisors, a
+//     partition or any other fault must never cause one.
 //   - The hang budget is spent on those stops alone.
 func checkHangs(lines []line, injections []injection, events []membership.Event, hangRestarts int, cfg config) hangFindings {
 	f := hangFindings{recovery: map[kind][]time.Duration{}}
@@ -216,8 +236,8 @@ func checkHangs(lines []line, injections []injection, events []membership.Event,
 			if !back.IsZero() {
 				seen = fmt.Sprintf("at %s, %s after it", back.Format("15:04:05.000"), back.Sub(s.in.At).Round(time.Millisecond))
 			}
-			violate("hang not ended in time: %s at %s struck pid %d of generation %d; a later generation ran whole %s, past %s (hang timeout %s and a restart, %s%s)",
-				s.in.Kind, s.in.At.Format("15:04:05.000"), s.in.Pid, s.gen, seen, deadline.Format("15:04:05.000"), cfg.HangTimeout, hangRestart,
+			violate("hang not ended in time: %s at %s struck pid %d of generation %d; a later generation ran whole %s, past %s (found hung after %s, a restart in %s%s)",
+				s.in.Kind, s.in.At.Format("15:04:05.000"), s.in.Pid, s.gen, seen, deadline.Format("15:04:05.000"), hangLimit(s.in.Kind, cfg), hangRestart,
 				map[bool]string{true: " after the other faults meanwhile", false: ""}[extended])
 			continue
 		}
@@ -245,11 +265,18 @@ func checkHangs(lines []line, injections []injection, events []membership.Event,
 			}
 			continue
 		}
-		frozen := slices.ContainsFunc(injections, func(in injection) bool {
-			return in.Kind == freezeNode && fmt.Sprintf("n%d", in.Node) == h.node && !h.at.Before(in.At) && !h.at.After(reachOf(in, cfg))
-		})
-		if frozen {
+		frozen := func(k kind) bool {
+			return slices.ContainsFunc(injections, func(in injection) bool {
+				return in.Kind == k && fmt.Sprintf("n%d", in.Node) == h.node && !h.at.Before(in.At) && !h.at.After(reachOf(in, cfg))
+			})
+		}
+		switch {
+		case frozen(freezeNode):
 			f.tolerated = append(f.tolerated, fmt.Sprintf("hang after a whole node frozen past the hang timeout, its lease kept: generation %d at %s: %s",
+				h.gen, h.at.Format("15:04:05.000"), h.message))
+			continue
+		case cfg.Warm && h.rank == 0 && !h.stopped && frozen(freezeSidecar):
+			f.tolerated = append(f.tolerated, fmt.Sprintf("hang of rank 0 waiting in elastic.flush() on its frozen sidecar, its lease kept: generation %d at %s: %s",
 				h.gen, h.at.Format("15:04:05.000"), h.message))
 			continue
 		}

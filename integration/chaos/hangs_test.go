@@ -17,7 +17,11 @@ func msAt(ms int) time.Time { return time.UnixMilli(int64(ms)) }
 // hangOf is the description the coordinator gives a hang: the checks read
 // the real one.
 func hangOf(node string, stopped bool, timeout time.Duration) string {
-	h := membership.Hang{Node: node, Generation: 1, Rank: 1, Step: 2, Quiet: membership.Duration(timeout + 100*time.Millisecond),
+	return rankHangOf(1, node, stopped, timeout)
+}
+
+func rankHangOf(rank int, node string, stopped bool, timeout time.Duration) string {
+	h := membership.Hang{Node: node, Generation: 1, Rank: rank, Step: 2, Quiet: membership.Duration(timeout + 100*time.Millisecond),
 		Timeout: membership.Duration(timeout), Stopped: stopped}
 	if stopped {
 		h.Timeout = membership.Duration(time.Second)
@@ -39,7 +43,7 @@ func TestHangStopsAreReadFromTheCoordinatorsWords(t *testing.T) {
 		membership.Event{Time: msAt(500), Generation: 3, Type: "GenerationStopping", Message: hangOf("n4", true, 0)},
 		membership.Event{Time: msAt(600), Generation: 4, Type: "GenerationStopping", Message: "member n2 lost"}))
 	require.Len(t, stops, 2, "one stop a generation, whichever event says it")
-	assert.Equal(t, hangStop{gen: 1, at: msAt(100), node: "n1", timeout: "2s", message: hangOf("n1", false, 2*time.Second)}, stops[0])
+	assert.Equal(t, hangStop{gen: 1, at: msAt(100), rank: 1, node: "n1", timeout: "2s", message: hangOf("n1", false, 2*time.Second)}, stops[0])
 	assert.Equal(t, int64(2), stops[1].gen)
 	assert.Equal(t, "n4", stops[1].node)
 	assert.True(t, stops[1].stopped)
@@ -59,6 +63,9 @@ func TestAHangEndsInTime(t *testing.T) {
 		"start 2 0 200 6000 1 2 n2", "start 2 1 201 6000 1 2 n1",
 		"alive 2 0 200 6120 2 2 n2", "alive 2 1 201 6120 2 2 n1",
 	}
+	// Whole 4.5 s after the fault: in time for a deadlock (hang timeout 2
+	// s), not for a stop (found after 1 s).
+	slower := slicesReplace(late, "5000", "4000", "6000", "4500", "6120", "4620")
 	hang := "hang 1 1 101 130 1 2 n1"
 	for _, tc := range []struct {
 		name       string
@@ -78,6 +85,10 @@ func TestAHangEndsInTime(t *testing.T) {
 			violation: "hang not ended in time: stop-trainer"},
 		{name: "deadlocked, ended late", log: append(append([]string{}, late...), hang), faults: []injection{deadlock},
 			events: hangEvents(5000, hangOf("n1", false, 2*time.Second)), violation: "hang not ended in time: deadlock-trainer"},
+		{name: "deadlocked, ended in the timeout and a restart", log: append(append([]string{}, slower...), hang), faults: []injection{deadlock},
+			events: hangEvents(2200, hangOf("n1", false, 2*time.Second)), recovery: 4500 * time.Millisecond},
+		{name: "stopped, ended later than a second and a restart", log: slower, faults: []injection{stop},
+			events: hangEvents(1200, hangOf("n1", true, 0)), violation: "found hung after 1s, a restart in 3s"},
 		{name: "stopped, never ended", log: clean[:5], faults: []injection{stop}, violation: "a later generation ran whole never"},
 		{name: "late, but etcd was down meanwhile", log: late, faults: []injection{stop,
 			{fault: fault{At: 1000 * time.Millisecond, Kind: quorumLoss, Node: 0, Peer: 1, For: 2 * time.Second}}},
@@ -125,8 +136,9 @@ func TestNoFalseHangRestart(t *testing.T) {
 		extra     []string
 		events    []membership.Event
 		budget    int
+		warm      bool
 		violation string // "" for none
-		tolerated bool
+		tolerated string
 	}{
 		{name: "a stopped trainer", faults: []injection{on(stopTrainer, 1)}, events: hangEvents(1150, hangOf("n1", true, 0))},
 		{name: "a deadlocked trainer", faults: []injection{on(deadlockTrainer, 1)}, extra: []string{hang},
@@ -149,7 +161,15 @@ func TestNoFalseHangRestart(t *testing.T) {
 		{name: "a stop taken for a deadlock", faults: []injection{on(stopTrainer, 1)},
 			events: hangEvents(2200, hangOf("n1", false, 2*time.Second)), violation: "does not say the trainer was stopped"},
 		{name: "a whole node frozen, its lease kept", faults: []injection{on(freezeNode, 1)},
-			events: hangEvents(3500, hangOf("n1", false, 2*time.Second)), tolerated: true},
+			events: hangEvents(3500, hangOf("n1", false, 2*time.Second)), tolerated: "whole node frozen"},
+		{name: "warm rank 0 waiting on its frozen sidecar", faults: []injection{on(freezeSidecar, 0)}, warm: true,
+			events: hangEvents(2500, rankHangOf(0, "n0", false, 2*time.Second)), tolerated: "elastic.flush() on its frozen sidecar"},
+		{name: "cold rank 0 with its sidecar frozen", faults: []injection{on(freezeSidecar, 0)},
+			events: hangEvents(2500, rankHangOf(0, "n0", false, 2*time.Second)), violation: "false hang restart"},
+		{name: "warm rank 1 with its sidecar frozen", faults: []injection{on(freezeSidecar, 1)}, warm: true,
+			events: hangEvents(2500, hangOf("n1", false, 2*time.Second)), violation: "false hang restart"},
+		{name: "warm rank 0 stopped with its sidecar frozen", faults: []injection{on(freezeSidecar, 0)}, warm: true,
+			events: hangEvents(2500, rankHangOf(0, "n0", true, 0)), violation: "false hang restart"},
 		{name: "the budget spent without a stop", faults: []injection{on(stopTrainer, 1)}, budget: 1, violation: "hang budget: 1 spent, 0 stops"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -158,16 +178,16 @@ func TestNoFalseHangRestart(t *testing.T) {
 				budget = len(hangStops(tc.events))
 			}
 			res := checkedWith(t, append(append([]string{}, clean...), tc.extra...), tc.faults, tc.events,
-				membership.Status{HangRestarts: budget}, nil)
+				membership.Status{HangRestarts: budget}, nil, func(c *config) { c.Warm = tc.warm })
 			if tc.violation != "" {
 				require.NotEmpty(t, res.violations)
 				assert.Contains(t, strings.Join(res.violations, "\n"), tc.violation)
 				return
 			}
 			assert.Empty(t, res.violations)
-			if tc.tolerated {
+			if tc.tolerated != "" {
 				require.Len(t, res.tolerated, 1)
-				assert.Contains(t, res.tolerated[0], "whole node frozen")
+				assert.Contains(t, res.tolerated[0], tc.tolerated)
 			}
 		})
 	}
@@ -181,4 +201,32 @@ func TestADeadlockedTrainerOutlivingItsGenerationIsSeen(t *testing.T) {
 		[]injection{deadlock}, hangEvents(1150, hangOf("n1", false, 2*time.Second)), membership.Status{HangRestarts: 1}, nil)
 	require.NotEmpty(t, res.violations)
 	assert.Contains(t, strings.Join(res.violations, "\n"), "alive after a later generation started: hang gen 1")
+}
+
+// A generation stopped for a hang steps on while its ranks write their
+// stacks, and its saves are refused: those steps are not progress, as
+// after a SIGTERM.
+func TestStepsAfterAHangStopAreNotProgress(t *testing.T) {
+	stop := injection{fault: fault{At: 80 * time.Millisecond, Kind: stopTrainer, Node: 1, For: 3 * time.Second}, Pid: 101}
+	log := append(append([]string{}, clean...), "alive 1 0 100 130 30 2 n0")
+	res := checkedWith(t, log, []injection{stop}, hangEvents(110, hangOf("n1", true, 0)), membership.Status{HangRestarts: 1}, nil)
+	assert.Empty(t, res.violations)
+	assert.Equal(t, 1, res.lostSteps, "step 2 was reached before the stop, step 1 committed")
+
+	res = checkedWith(t, log, []injection{stop}, hangEvents(140, hangOf("n1", true, 0)), membership.Status{HangRestarts: 1}, nil)
+	require.NotEmpty(t, res.violations, "step 30 was reached before the stop")
+	assert.Contains(t, strings.Join(res.violations, "\n"), "steps behind")
+}
+
+// slicesReplace is lines with each old string replaced by the new one
+// after it, pairwise.
+func slicesReplace(lines []string, pairs ...string) []string {
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		for j := 0; j+1 < len(pairs); j += 2 {
+			l = strings.ReplaceAll(l, " "+pairs[j]+" ", " "+pairs[j+1]+" ")
+		}
+		out[i] = l
+	}
+	return out
 }

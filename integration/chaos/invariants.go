@@ -210,10 +210,17 @@ func analyse(r *run, end time.Time, converged time.Duration, final membership.St
 	// checkpoint interval of progress per fault since the last commit.
 	// Steps a process takes after its SIGTERM (a slow stop) are not
 	// progress: its generation is over, and nothing it saves is stored.
+	// Nor are those after its generation was stopped for a hang: its
+	// ranks get no SIGTERM, they write their stacks and are killed 200 ms
+	// later, stepping meanwhile.
 	var lastCommit line
 	best := 0
 	resumed := map[int64]bool{}
 	stopping := map[int]bool{}
+	hungAt := map[int64]time.Time{}
+	for _, h := range hangStops(events) {
+		hungAt[h.gen] = h.at
+	}
 	for _, l := range lines {
 		if l.rank != 0 {
 			continue
@@ -252,6 +259,9 @@ func analyse(r *run, end time.Time, converged time.Duration, final membership.St
 				violate("generation %d resumed from step %d, %d steps behind step %d reached before; %d faults since the last commit allow %d (%s)",
 					l.gen, l.step, lost, best, hits, allowed, l)
 			}
+		}
+		if at, hung := hungAt[l.gen]; hung && l.at.After(at) {
+			stopping[l.pid] = true
 		}
 		if l.kind == "commit" || l.kind == "alive" && !stopping[l.pid] {
 			best = max(best, l.step)

@@ -22,11 +22,15 @@ func checked(t *testing.T, log []string, injections []injection, restarts int, l
 }
 
 // checkedWith is checked with the job's events (their times in ms from the
-// run's start, in Time's milliseconds since the epoch) and more of its
-// final status.
-func checkedWith(t *testing.T, log []string, injections []injection, events []membership.Event, status membership.Status, left []string) *result {
+// run's start, in Time's milliseconds since the epoch), more of its final
+// status, and changes to the run's settings.
+func checkedWith(t *testing.T, log []string, injections []injection, events []membership.Event, status membership.Status, left []string,
+	settings ...func(*config)) *result {
 	t.Helper()
 	cfg := defaults()
+	for _, set := range settings {
+		set(&cfg)
+	}
 	cfg.Duration = 20 * time.Second
 	r := &run{cfg: cfg, log: filepath.Join(t.TempDir(), "worker.log"), start: time.UnixMilli(1_000_000), injections: injections}
 	var text strings.Builder

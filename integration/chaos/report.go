@@ -63,8 +63,8 @@ func summarise(w io.Writer, cfg config, results []*result) {
 	}
 	fmt.Fprintf(w, "\nAll seeds: %d invariant violations; goodput %.1f%% on average; %d steps (%s) of progress lost in all.\n\n",
 		violations, 100*goodput/float64(len(results)), lostSteps, lost.Round(10*time.Millisecond))
-	fmt.Fprintf(w, "Hangs: %d trainers stopped or deadlocked, %d not ended within the hang timeout %s and %s for the restart (%d had no other fault meanwhile);\n",
-		hf.struck, hf.late, cfg.HangTimeout, hangRestart, hf.strict)
+	fmt.Fprintf(w, "Hangs: %d trainers stopped or deadlocked, %d not ended within %s (stopped) or the hang timeout %s, and %s for the restart (%d had no other fault meanwhile);\n",
+		hf.struck, hf.late, stoppedLimit, cfg.HangTimeout, hangRestart, hf.strict)
 	fmt.Fprintf(w, "%d stops for a hang in the events, %d false. From the fault until a later generation ran whole:", hf.stops, hf.falseStops)
 	for _, k := range []kind{stopTrainer, deadlockTrainer} {
 		d := slices.Clone(hangRecovery[k])

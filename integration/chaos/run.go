@@ -163,6 +163,7 @@ func execute(ctx context.Context, cfg config) (*result, error) {
 	stopSampling()
 	r.writeInjections()
 	events, _ := r.client.Events(context.Background(), job)
+	r.writeEvents(events)
 	r.down()
 	left := r.leftovers()
 
@@ -555,6 +556,15 @@ func (r *run) writeInjections() {
 		fmt.Fprintf(&text, "%s %s: %s\n", in.At.Format("15:04:05.000"), in.fault, in.Note)
 	}
 	_ = os.WriteFile(filepath.Join(r.dir, "injections.txt"), []byte(text.String()), 0o600)
+}
+
+// writeEvents leaves the job's events next to the processes' logs.
+func (r *run) writeEvents(events []membership.Event) {
+	var text strings.Builder
+	for _, e := range events {
+		fmt.Fprintf(&text, "%s gen %d %s: %s\n", e.Time.Local().Format("15:04:05.000"), e.Generation, e.Type, e.Message)
+	}
+	_ = os.WriteFile(filepath.Join(r.dir, "events.txt"), []byte(text.String()), 0o600)
 }
 
 func (r *run) record(rec injection) {
