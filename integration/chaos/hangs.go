@@ -179,12 +179,12 @@ func hangDeadline(s struckHang, lines []line, injections []injection, cfg config
 type hangFindings struct {
 	violations, tolerated []string
 	// recovery is, per struck hang fault, the time from the fault until
-	// a later generation ran whole; strict counts those no other fault
-	// held up.
+	// a later generation ran whole.
 	recovery   map[kind][]time.Duration
-	strict     int
 	struck     int // hang faults that struck a trainer
 	late       int // of them, ended past their deadline
+	extended   int // of them, ended in time only thanks to another fault's reach
+	slowed     int // slow-rank faults that slowed a running trainer
 	stops      int // hang stops in the events
 	falseStops int // of them, with no hang fault to explain them
 }
@@ -242,10 +242,12 @@ func checkHangs(lines []line, injections []injection, events []membership.Event,
 			continue
 		}
 		f.recovery[s.in.Kind] = append(f.recovery[s.in.Kind], max(back.Sub(s.in.At), 0))
-		if !extended {
-			f.strict++
+		if extended && back.After(s.in.At.Add(hangLimit(s.in.Kind, cfg)+hangRestart)) {
+			f.extended++
 		}
 	}
+
+	f.slowed = slowed(lines, injections, cfg)
 
 	stops := hangStops(events)
 	f.stops = len(stops)
@@ -288,6 +290,31 @@ func checkHangs(lines []line, injections []injection, events []membership.Event,
 		violate("hang budget: %d spent, %d stops for a hang in the events", hangRestarts, len(stops))
 	}
 	return f
+}
+
+// slowed counts the slow-rank faults during which a trainer of the node
+// took a step at least Factor-1 heartbeats after its last: the straggler
+// ran, and no hang stop may follow it.
+func slowed(lines []line, injections []injection, cfg config) int {
+	n := 0
+	for _, in := range injections {
+		if in.Kind != slowRank {
+			continue
+		}
+		node, until := fmt.Sprintf("n%d", in.Node), in.At.Add(in.For)
+		last := map[int]time.Time{}
+		for _, l := range lines {
+			if l.kind != "alive" || l.node != node || l.at.Before(in.At) || l.at.After(until) {
+				continue
+			}
+			if prev, ok := last[l.pid]; ok && l.at.Sub(prev) >= time.Duration(in.Factor-1)*cfg.Beat {
+				n++
+				break
+			}
+			last[l.pid] = l.at
+		}
+	}
+	return n
 }
 
 // wholeAt is when every rank of a generation was first alive.

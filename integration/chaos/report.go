@@ -44,7 +44,8 @@ func summarise(w io.Writer, cfg config, results []*result) {
 		violations += len(r.violations)
 		hf.stops += r.hangs.stops
 		hf.falseStops += r.hangs.falseStops
-		hf.strict += r.hangs.strict
+		hf.extended += r.hangs.extended
+		hf.slowed += r.hangs.slowed
 		hf.struck += r.hangs.struck
 		hf.late += r.hangs.late
 		for k, d := range r.hangs.recovery {
@@ -63,9 +64,11 @@ func summarise(w io.Writer, cfg config, results []*result) {
 	}
 	fmt.Fprintf(w, "\nAll seeds: %d invariant violations; goodput %.1f%% on average; %d steps (%s) of progress lost in all.\n\n",
 		violations, 100*goodput/float64(len(results)), lostSteps, lost.Round(10*time.Millisecond))
-	fmt.Fprintf(w, "Hangs: %d trainers stopped or deadlocked, %d not ended within %s (stopped) or the hang timeout %s, and %s for the restart (%d had no other fault meanwhile);\n",
-		hf.struck, hf.late, stoppedLimit, cfg.HangTimeout, hangRestart, hf.strict)
-	fmt.Fprintf(w, "%d stops for a hang in the events, %d false. From the fault until a later generation ran whole:", hf.stops, hf.falseStops)
+	fmt.Fprintf(w, "Hangs: %d trainers stopped or deadlocked; %d not ended within %s (stopped) or the hang timeout %s, and %s for the restart,\n",
+		hf.struck, hf.late, stoppedLimit, cfg.HangTimeout, hangRestart)
+	fmt.Fprintf(w, "%d more only thanks to another fault's reach meanwhile. %d stops for a hang in the events, %d false; %d of %d slow-rank faults slowed a running trainer.\n",
+		hf.extended, hf.stops, hf.falseStops, hf.slowed, injected[slowRank])
+	fmt.Fprint(w, "From the fault until a later generation ran whole:")
 	for _, k := range []kind{stopTrainer, deadlockTrainer} {
 		d := slices.Clone(hangRecovery[k])
 		slices.Sort(d)
