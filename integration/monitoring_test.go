@@ -56,7 +56,7 @@ func scrape(t *testing.T, addr string) string {
 // where it should and not where it should not.
 func TestTheAlertRulesAreValidAndFire(t *testing.T) {
 	t.Parallel()
-	assert.Contains(t, promtool(t, "", "check", "rules", "deploy/monitoring/alerts.yaml"), "SUCCESS: 9 rules found")
+	assert.Contains(t, promtool(t, "", "check", "rules", "deploy/monitoring/alerts.yaml"), "SUCCESS: 10 rules found")
 	assert.Contains(t, promtool(t, "", "test", "rules", "deploy/monitoring/alerts_test.yaml"), "SUCCESS")
 }
 

@@ -433,10 +433,12 @@ func (a *Agent) follow(ctx context.Context, p membership.Plan) (Result, bool) {
 		} else {
 			a.stopWorkload(ctx, a.cfg.StopGrace)
 		}
+		// Said before the ack, which lets the next generation start:
+		// after what this generation's ranks printed, before the next's.
+		a.noteFaultElsewhere(p)
 		if a.ack(ctx, membership.NodeStopped, p.Generation, 0) {
 			a.ackedStop = p.Generation
 		}
-		a.noteFaultElsewhere(p)
 	case membership.PhaseRun:
 		m, ok := p.Member(a.cfg.Node.ID)
 		if !ok || m.Lease != int64(a.reg.Lease()) || a.startedGen >= p.Generation {
