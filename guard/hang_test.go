@@ -278,14 +278,16 @@ func TestAQuietRankIsReportedHung(t *testing.T) {
 	// Progress comes once a second while the ranks step: their last steps
 	// come after the first.
 	last := j.find(func(r guard.Report) bool {
-		return r.Event == guard.EventProgress && r.Progress[0].Steps == 5 && r.Progress[1].Steps == 3
+		return r.Event == guard.EventProgress && r.Progress[0].Steps == 5 && r.Progress[0].Step == 42 && r.Progress[1].Steps == 3
 	})
 	assert.Equal(t, int64(1), last.Generation)
 	assert.Equal(t, int64(300*time.Millisecond), last.TimeoutNanos)
 	require.Len(t, last.Progress, 3)
 	p0 := last.Progress[0]
 	assert.Equal(t, guard.RankProgress{Rank: 0, Steps: 5, Step: 42, IntervalNanos: p0.IntervalNanos, MaxIntervalNanos: p0.MaxIntervalNanos, Hung: p0.Hung}, p0)
-	assert.Positive(t, p0.IntervalNanos)
+	// Steps that all fall between two samples (a loaded machine) give no
+	// interval: the median is 0 then, never negative.
+	assert.GreaterOrEqual(t, p0.IntervalNanos, int64(0))
 	assert.GreaterOrEqual(t, p0.MaxIntervalNanos, p0.IntervalNanos)
 	assert.Equal(t, guard.RankProgress{Rank: 2, Hung: last.Progress[2].Hung}, last.Progress[2], "rank 2 never stepped")
 
