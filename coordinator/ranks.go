@@ -38,10 +38,15 @@ func (s shortage) String() string {
 // the same table on every replica.
 //
 // Survivors of the previous table keep their rank while it is below the new
-// size. The holes left are filled, lowest rank first, by survivors whose rank
-// no longer fits (lowest old rank first), then by newcomers in join order.
-// Nodes in excluded come last, so that they run only when no other node can
-// take their place. Live nodes beyond the table are on standby.
+// size. A survivor is a member still under the lease the table names: a
+// node that came back under another lease (restarted, or fenced) is a
+// newcomer. The holes left are filled, lowest rank first, by survivors whose
+// rank no longer fits (lowest old rank first), then by newcomers in join
+// order. Nodes in excluded come last, so that they run only when no other
+// node can take their place. Live nodes beyond the table are on standby:
+// the job's spares. As they joined before a node that comes back, a lost
+// member's rank goes to the spare that waited longest, and the returning
+// node becomes a spare.
 func assignRanks(spec membership.Spec, live []membership.LiveNode, prev []membership.Member, excluded map[string]bool) (table, *shortage) {
 	byRole := map[membership.Role][]membership.LiveNode{}
 	for _, n := range live {
@@ -50,9 +55,13 @@ func assignRanks(spec membership.Spec, live []membership.LiveNode, prev []member
 		}
 		byRole[n.Role] = append(byRole[n.Role], n)
 	}
-	prevRank := map[string]int{}
+	type place struct {
+		rank  int
+		lease int64
+	}
+	prevPlace := map[string]place{}
 	for _, m := range prev {
-		prevRank[string(m.Role)+"/"+m.Node] = m.Rank
+		prevPlace[string(m.Role)+"/"+m.Node] = place{m.Rank, m.Lease}
 	}
 
 	if short := shortOf(spec, func(r membership.Role) int { return len(byRole[r]) }); short != nil {
@@ -71,10 +80,10 @@ func assignRanks(spec membership.Spec, live []membership.LiveNode, prev []member
 		{membership.RoleScheduler, spec.Schedulers},
 		{membership.RoleHeter, spec.Heter},
 	} {
-		ranked := rankRole(byRole[rc.role], rc.n, func(id string) (int, bool) {
-			r, ok := prevRank[string(rc.role)+"/"+id]
-			return r, ok
-		}, excluded)
+		ranked := rankRole(byRole[rc.role], rc.n, func(n membership.LiveNode) (int, bool) {
+			p, ok := prevPlace[string(rc.role)+"/"+n.ID]
+			return p.rank, ok && p.lease == int64(n.Lease)
+		}, len(prev) == 0, excluded)
 		global := 0
 		for rank, n := range ranked {
 			t.members = append(t.members, membership.Member{
@@ -119,14 +128,15 @@ func shortOf(spec membership.Spec, count func(membership.Role) int) *shortage {
 // by rank.
 //
 // The nodes kept are, in this order of preference: survivors, newcomers in
-// join order, then excluded survivors and excluded newcomers. When not every
+// join order (by ordinal in a first generation, first), then excluded
+// survivors and excluded newcomers. When not every
 // survivor fits, those of the lowest ordinals are kept if every survivor has
 // one (a StatefulSet that shrinks removes its highest ordinals, so the
 // table keeps the pods it keeps and a scale-down restarts once), else those
 // of the lowest old ranks. Kept survivors keep their rank while it fits;
 // the holes are filled lowest first by the other kept nodes in the same
 // order.
-func rankRole(candidates []membership.LiveNode, n int, prevRank func(string) (int, bool), excluded map[string]bool) []membership.LiveNode {
+func rankRole(candidates []membership.LiveNode, n int, prevRank func(membership.LiveNode) (int, bool), first bool, excluded map[string]bool) []membership.LiveNode {
 	type withRank struct {
 		node membership.LiveNode
 		rank int
@@ -134,7 +144,7 @@ func rankRole(candidates []membership.LiveNode, n int, prevRank func(string) (in
 	var survivors, excludedTail []withRank
 	var newcomers, excludedNewcomers []membership.LiveNode
 	for _, c := range candidates {
-		r, survivor := prevRank(c.ID)
+		r, survivor := prevRank(c)
 		switch {
 		case survivor && excluded[c.ID]:
 			excludedTail = append(excludedTail, withRank{c, r})
@@ -153,9 +163,10 @@ func rankRole(candidates []membership.LiveNode, n int, prevRank func(string) (in
 	byOldRank(excludedTail)
 	// Pods of a StatefulSet come in by ordinal: worker-0 is rank 0 of a
 	// first generation (as the operators number their pods, and MSJob's
-	// success policy names worker 0), and the lowest ordinals are
-	// preferred, as a scale-down keeps them.
-	if allHaveOrdinals(newcomers, func(n membership.LiveNode) membership.LiveNode { return n }) {
+	// success policy names worker 0). Later, join order: a spare that has
+	// waited goes before a node that just came back, whatever their
+	// ordinals.
+	if first && allHaveOrdinals(newcomers, func(n membership.LiveNode) membership.LiveNode { return n }) {
 		sort.SliceStable(newcomers, func(i, j int) bool { return *newcomers[i].Ordinal < *newcomers[j].Ordinal })
 	}
 	if len(survivors) > n && allHaveOrdinals(survivors, func(w withRank) membership.LiveNode { return w.node }) {

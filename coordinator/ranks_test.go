@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"testing"
 
@@ -29,7 +30,7 @@ func live(names ...string) []membership.LiveNode {
 		out[i] = membership.LiveNode{
 			Node: membership.Node{ID: name, Role: role, Host: "h-" + name, Ports: []int{7000}, NProc: 1, MasterPort: 6000,
 				State: membership.NodeWaiting},
-			JoinRevision: int64(10 + i), Lease: clientv3.LeaseID(100 + i),
+			JoinRevision: int64(10 + i), Lease: leaseOf(name),
 		}
 	}
 	return out
@@ -42,6 +43,19 @@ func withOrdinals(nodes []membership.LiveNode, ordinals ...int) []membership.Liv
 	for i := range nodes {
 		if ordinals[i] >= 0 {
 			nodes[i].Ordinal = &ordinals[i]
+		}
+	}
+	return nodes
+}
+
+// relet gives nodes a lease of another registration than prevTable's: they
+// restarted, or fenced themselves and registered again.
+func relet(nodes []membership.LiveNode, ids ...string) []membership.LiveNode {
+	for i := range nodes {
+		for _, id := range ids {
+			if nodes[i].ID == id {
+				nodes[i].Lease++
+			}
 		}
 	}
 	return nodes
@@ -62,9 +76,17 @@ func leaving(nodes []membership.LiveNode, ids ...string) []membership.LiveNode {
 func prevTable(names ...string) []membership.Member {
 	out := make([]membership.Member, len(names))
 	for i, n := range names {
-		out[i] = membership.Member{Node: n, Role: membership.RoleWorker, Rank: i}
+		out[i] = membership.Member{Node: n, Role: membership.RoleWorker, Rank: i, Lease: int64(leaseOf(n))}
 	}
 	return out
+}
+
+// leaseOf is the lease the nodes of live hold, and the members of
+// prevTable: a node of a previous table is a survivor under it.
+func leaseOf(name string) clientv3.LeaseID {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(name))
+	return clientv3.LeaseID(100 + h.Sum32()%1_000_000)
 }
 
 func workerRanks(t table) map[string]int {
@@ -127,9 +149,15 @@ func TestAssignRanks(t *testing.T) {
 			want: map[string]int{"p3": 0, "p1": 1, "p0": 2, "p2": 3}},
 		{name: "a first generation of a StatefulSet's pods is ranked by ordinal", spec: spec("3"),
 			live: withOrdinals(live("p2", "p0", "p1"), 2, 0, 1), want: map[string]int{"p0": 0, "p1": 1, "p2": 2}},
-		{name: "newcomers take the holes lowest ordinal first, the lowest preferred", spec: spec("3"),
+		{name: "later, newcomers take the holes in join order, whatever their ordinals", spec: spec("3"),
 			live: withOrdinals(live("p0", "p5", "p3", "p2"), 0, 5, 3, 2), prev: prevTable("p0", "p1"),
-			want: map[string]int{"p0": 0, "p2": 1, "p3": 2}},
+			want: map[string]int{"p0": 0, "p5": 1, "p3": 2}},
+		{name: "a spare takes a lost member's rank; the member back under a new lease is the spare", spec: spec("2"),
+			live: relet(withOrdinals(live("w0", "w2", "w1"), 0, 2, 1), "w1"), prev: prevTable("w0", "w1"),
+			want: map[string]int{"w0": 0, "w2": 1}},
+		{name: "a member back under a new lease with no spare takes its rank again", spec: spec("2"),
+			live: relet(live("a", "b"), "b"), prev: prevTable("a", "b"),
+			want: map[string]int{"a": 0, "b": 1}},
 		{name: "a leaving node takes no rank", spec: spec("2"), live: leaving(live("a", "b", "c"), "a"), prev: prevTable("a", "b"),
 			want: map[string]int{"b": 1, "c": 0}},
 	} {
@@ -180,7 +208,7 @@ func TestAssignRanksRolesAndGlobalRanks(t *testing.T) {
 	got, short := assignRanks(s, nodes, nil, nil)
 	require.Nil(t, short)
 	require.Len(t, got.members, 3)
-	assert.Equal(t, membership.Member{Node: "a", Role: membership.RoleWorker, Rank: 0, GlobalRank: 0, Host: "h-a", Ports: []int{7000, 7001}, NProc: 2, Lease: 101}, got.members[0])
+	assert.Equal(t, membership.Member{Node: "a", Role: membership.RoleWorker, Rank: 0, GlobalRank: 0, Host: "h-a", Ports: []int{7000, 7001}, NProc: 2, Lease: int64(leaseOf("a"))}, got.members[0])
 	assert.Equal(t, 2, got.members[1].GlobalRank, "b's first process follows a's two")
 	assert.Equal(t, membership.RolePS, got.members[2].Role)
 	assert.Equal(t, 0, got.members[2].Rank)
@@ -213,7 +241,8 @@ func TestAssignRanksInvariants(t *testing.T) {
 		nodes := live(names...)
 		var prev []membership.Member
 		for r, n := range rng.Perm(10)[:rng.IntN(8)] {
-			prev = append(prev, membership.Member{Node: fmt.Sprintf("n%d", n), Role: membership.RoleWorker, Rank: r})
+			id := fmt.Sprintf("n%d", n)
+			prev = append(prev, membership.Member{Node: id, Role: membership.RoleWorker, Rank: r, Lease: int64(leaseOf(id))})
 		}
 		lo := 1 + rng.IntN(6)
 		s := membership.DefaultSpec(membership.NP{Min: lo, Max: lo + rng.IntN(4)})

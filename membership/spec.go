@@ -59,6 +59,12 @@ type Spec struct {
 	// within NP (or a resource's replicas between its bounds): the job runs
 	// as if np were NP.Min:Target. Setting np by hand clears it.
 	Target int `json:"target,omitempty"`
+	// Spares is how many worker nodes beyond the target the job keeps
+	// registered and warm, holding no rank: when a member is lost, the
+	// next generation takes a spare at once instead of waiting for the
+	// lost node to come back. `run` and the Kubernetes bridge start them;
+	// the coordinator ranks them last.
+	Spares int `json:"spares,omitempty"`
 	// PS is the exact number of parameter-server nodes.
 	PS int `json:"ps"`
 	// Schedulers is the number of scheduler nodes (MindSpore), 0 or 1.
@@ -126,6 +132,10 @@ func (s Spec) Validate() error {
 		return err
 	}
 	switch {
+	case s.Spares < 0:
+		return fmt.Errorf("spares %d: must not be negative", s.Spares)
+	case s.Spares > s.NP.Max:
+		return fmt.Errorf("spares %d: at most the workers' maximum, %d", s.Spares, s.NP.Max)
 	case s.PS < 0 || s.PS > MaxNP:
 		return fmt.Errorf("ps %d: want 0..%d", s.PS, MaxNP)
 	case s.Schedulers < 0 || s.Schedulers > 1:

@@ -36,7 +36,7 @@ func newRunCommand(env lookupEnv) *cobra.Command {
 		successPolicy                      string
 		nproc, faultTolerance, maxRestarts int
 		hang                               hangFlags
-		ps, schedulers                     int
+		ps, schedulers, spares             int
 		framework, devices                 string
 		frameworkFrom, devicesFrom         origin
 		ttl, grace                         time.Duration
@@ -138,6 +138,10 @@ removes what such runs left.`,
 				return usagef("--with-gloo %d: want 0, 1 or 2", withGloo)
 			case grace < 0:
 				return usagef("--grace-period %s: must not be negative", grace)
+			case spares < 0:
+				return usagef("--spares %d: must not be negative", spares)
+			case spares > target.Max:
+				return usagef("--spares %d: at most np's maximum, %d", spares, target.Max)
 			}
 			if _, err := checkpoint.validate(); err != nil {
 				return err
@@ -147,7 +151,7 @@ removes what such runs left.`,
 			if err := hang.apply(&spec); err != nil {
 				return err
 			}
-			spec.PS, spec.Schedulers = ps, schedulers
+			spec.PS, spec.Schedulers, spec.Spares = ps, schedulers, spares
 			spec.SuccessPolicy, spec.Name = membership.SuccessPolicy(successPolicy), job.specName(id)
 			if err := spec.Validate(); err != nil {
 				return usageError{specFlagError(err, npOrigin)}
@@ -215,6 +219,7 @@ removes what such runs left.`,
 	npOrigin = envString(fs, &np, "np", env, "", "nodes to run, N or MIN:MAX", "ELASTIC_NP", "PADDLE_ELASTIC_NP")
 	job.register(fs, env, "default", jobVariables...)
 	fs.IntVar(&nproc, "nproc-per-node", 1, "training processes per node")
+	fs.IntVar(&spares, "spares", 0, "worker nodes to keep registered and warm beyond np, holding no rank: one takes a lost node's rank at once, and the node back becomes a spare")
 	fs.IntVar(&ps, "ps", 0, "parameter-server nodes to run besides the workers (PaddlePaddle, MindSpore), one process each")
 	fs.IntVar(&schedulers, "schedulers", 0, "scheduler nodes to run (MindSpore), 0 or 1; 1 by default with --framework mindspore")
 	frameworkFrom = envString(fs, &framework, "framework", env, "auto", frameworkUsage, "ELASTIC_FRAMEWORK")

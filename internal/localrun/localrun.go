@@ -197,7 +197,7 @@ func (r *runner) run(ctx context.Context) (int, error) {
 		r.stopAll(r.cfg.Grace + 5*time.Second)
 		return 1, err
 	}
-	want := r.cfg.Spec.Workers().Max
+	want := r.cfg.Spec.Workers().Max + r.cfg.Spec.Spares
 	r.scaleTo(ctx, want)
 	for {
 		select {
@@ -209,8 +209,8 @@ func (r *runner) run(ctx context.Context) (int, error) {
 			r.stopAll(r.cfg.Grace + 5*time.Second)
 			return 130, ctx.Err()
 		case s := <-specs:
-			if s.Workers().Max != want {
-				want = s.Workers().Max
+			if n := s.Workers().Max + s.Spares; n != want {
+				want = n
 				r.scaleTo(ctx, want)
 			}
 		case n := <-r.exited:

@@ -52,21 +52,28 @@ type Status struct {
 	WorldSize int `json:"worldSize"`
 	Restarts  int `json:"restarts"`
 	// HangRestarts are those hung ranks spent.
-	HangRestarts int                          `json:"hangRestarts,omitempty"`
-	Slowest      *Slowest                     `json:"slowest,omitempty"`
-	ExitCode     int                          `json:"exitCode"`
-	Message      string                       `json:"message"`
-	Malformed    string                       `json:"malformed,omitempty"`
-	LastRestart  *Steps                       `json:"lastRestart"`
-	UpdatedAt    time.Time                    `json:"updatedAt"`
-	Bridge       *membership.BridgeStatus     `json:"bridge,omitempty"`
-	Autoscaler   *membership.AutoscalerStatus `json:"autoscaler,omitempty"`
-	Nodes        []Node                       `json:"nodes"`
+	HangRestarts int `json:"hangRestarts,omitempty"`
+	// Spares is how many spare workers the job keeps: its standby workers
+	// are shown as spares.
+	Spares      int                          `json:"spares,omitempty"`
+	Slowest     *Slowest                     `json:"slowest,omitempty"`
+	ExitCode    int                          `json:"exitCode"`
+	Message     string                       `json:"message"`
+	Malformed   string                       `json:"malformed,omitempty"`
+	LastRestart *Steps                       `json:"lastRestart"`
+	UpdatedAt   time.Time                    `json:"updatedAt"`
+	Bridge      *membership.BridgeStatus     `json:"bridge,omitempty"`
+	Autoscaler  *membership.AutoscalerStatus `json:"autoscaler,omitempty"`
+	Nodes       []Node                       `json:"nodes"`
 }
 
 // NewStatus is the job's status without its name and nodes.
 func NewStatus(job string, s membership.Status) Status {
-	return Status{Head: headOf(job, s), WorldSize: s.WorldSize,
+	spares := 0
+	if s.Spec != nil {
+		spares = s.Spec.Spares
+	}
+	return Status{Head: headOf(job, s), WorldSize: s.WorldSize, Spares: spares,
 		Restarts: s.Restarts, HangRestarts: s.HangRestarts, ExitCode: s.ExitCode, Message: StatusMessage(s), Malformed: s.Malformed, LastRestart: newSteps(s.Steps), UpdatedAt: s.UpdatedAt, Nodes: []Node{}}
 }
 
@@ -295,6 +302,15 @@ func WriteStatusTable(w io.Writer, v Status) {
 	if v.HangRestarts > 0 {
 		fmt.Fprintf(w, "\nHang restarts: %d\n", v.HangRestarts)
 	}
+	if v.Spares > 0 {
+		ready := 0
+		for _, n := range v.Nodes {
+			if n.Rank == nil && n.Role == membership.RoleWorker && n.State != membership.NodeLeaving {
+				ready++
+			}
+		}
+		fmt.Fprintf(w, "\nSpares: %d of %d registered and warm, holding no rank\n", ready, v.Spares)
+	}
 	if len(v.Nodes) == 0 {
 		return
 	}
@@ -302,6 +318,9 @@ func WriteStatusTable(w io.Writer, v Status) {
 	fmt.Fprintln(tw, "NODE\tROLE\tRANK\tHOST\tSTATE\tGENERATION\tEXIT CODE\tPIDS")
 	for _, n := range v.Nodes {
 		rank := "standby"
+		if v.Spares > 0 && n.Role == membership.RoleWorker {
+			rank = "spare"
+		}
 		if n.Rank != nil {
 			rank = strconv.Itoa(*n.Rank)
 		}
