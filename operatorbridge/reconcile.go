@@ -134,7 +134,7 @@ func (t *term) reconcile(ctx context.Context, job string) error {
 }
 
 // desiredReplicas is the replica count of each role's workload: np's
-// maximum of workers while the job runs, and none once it has ended and its
+// maximum of workers and the spares while the job runs, and none once it has ended and its
 // cleanPodPolicy removes the pods. A role left out is left alone.
 func desiredReplicas(rec membership.JobRecords) map[membership.Role]int {
 	if rec.Spec == nil {
@@ -157,7 +157,7 @@ func desiredReplicas(rec membership.JobRecords) map[membership.Role]int {
 		return map[membership.Role]int{membership.RoleWorker: 0, membership.RolePS: 0, membership.RoleScheduler: 0, membership.RoleHeter: 0}
 	}
 	return map[membership.Role]int{
-		membership.RoleWorker:    spec.Workers().Max,
+		membership.RoleWorker:    spec.Workers().Max + spec.Spares,
 		membership.RolePS:        spec.PS,
 		membership.RoleScheduler: spec.Schedulers,
 		membership.RoleHeter:     spec.Heter,

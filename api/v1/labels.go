@@ -28,6 +28,10 @@ const (
 	AnnotationHangTimeout     = "elastic.hang-timeout"
 	AnnotationStartupTimeout  = "elastic.startup-timeout"
 	AnnotationMaxHangRestarts = "elastic.max-hang-restarts"
+	// AnnotationSpares on a job of a kind that has no field for it
+	// (PaddleJob, MSJob) is an ElasticJob's spec.worker.spares: worker
+	// pods kept registered and warm beyond the target, holding no rank.
+	AnnotationSpares = "elastic.spares"
 )
 
 // Intranet modes: how a job's nodes reach each other (spec.intranet).

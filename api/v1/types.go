@@ -88,6 +88,11 @@ type RoleSpec struct {
 	// --autoscale` moves Replicas between MinReplicas and MaxReplicas
 	// through the scale subresource, as an HPA would.
 	MaxReplicas *int32 `json:"maxReplicas,omitempty"`
+	// Spares, for workers only, are pods beyond Replicas that register and
+	// warm up (spec.preload) but hold no rank: when a worker is lost, the
+	// next generation takes a spare at once, and the lost worker's pod,
+	// back, is the spare. At most the workers' maximum.
+	Spares *int32 `json:"spares,omitempty"`
 	// Template is the pods' template. The first container is the training
 	// container, unless one is named after the framework (paddle,
 	// mindspore, pytorch, trainer).
@@ -143,6 +148,8 @@ type ElasticJobStatus struct {
 	NP string `json:"np,omitempty"`
 	// Replicas is the number of worker pods; the scale subresource reads it.
 	Replicas int32 `json:"replicas"`
+	// Spares are the worker pods there beyond Replicas: the job's spares.
+	Spares int32 `json:"spares,omitempty"`
 	// Selector selects the worker pods, for an HPA.
 	Selector string `json:"selector,omitempty"`
 	// Ready is the members running (while Running) or live workers (while

@@ -85,7 +85,11 @@ func buildView(nodes []*corev1.Node, pods []*corev1.Pod, candidates map[string]c
 				}
 				v.jobs[c.id] = jv
 			}
-			if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
+			// A spare (the pods past the target, as the StatefulSet
+			// orders them) is neither a running worker nor a pending
+			// one: placed, it takes its room; pending, it is no demand.
+			spare := c.spec.Spares > 0 && ordinal(p.Name) >= c.spec.Workers().Max
+			if p.Spec.NodeName != "" && p.DeletionTimestamp == nil && !spare {
 				j.Placed = append(j.Placed, autoscale.Worker{Node: p.Spec.NodeName, Ordinal: ordinal(p.Name)})
 			}
 		}

@@ -86,3 +86,23 @@ func TestTheViewCountsWhatIsPlacedAndWhatWaits(t *testing.T) {
 	assert.ElementsMatch(t, []string{"ns/train-ps-0/train", "ns/web-3/"}, pending)
 	assert.InDelta(t, (5.0+5+3)/48, v.utilization, 1e-9, "CPU requests of Running pods over allocatable")
 }
+
+func TestSparesAreNeitherRunningNorPendingWorkers(t *testing.T) {
+	nodes := []*corev1.Node{node("a-0", "16")}
+	pods := []*corev1.Pod{
+		pod("train-worker-0", "train", "worker", "a-0", corev1.PodRunning, "4"),
+		pod("train-worker-1", "train", "worker", "a-0", corev1.PodRunning, "4"),
+		pod("train-worker-2", "train", "worker", "a-0", corev1.PodRunning, "4"), // the spare, placed
+		pod("train-worker-3", "train", "worker", "", corev1.PodPending, "4"),    // a second spare, waiting
+	}
+	spec := membership.DefaultSpec(membership.NP{Min: 1, Max: 4})
+	spec.Target, spec.Spares = 2, 2
+	candidates := map[string]candidate{"train": {id: "train", spec: spec, created: 7}}
+	v := buildView(nodes, pods, candidates, (*controllers)(nil).roomKeeper(pods, candidates, time.Now()))
+
+	require.Len(t, v.snapshot.Jobs, 1)
+	assert.Equal(t, []autoscale.Worker{{Node: "a-0", Ordinal: 0}, {Node: "a-0", Ordinal: 1}}, v.snapshot.Jobs[0].Placed,
+		"the spares are not running workers")
+	assert.Equal(t, int64(12000), v.snapshot.Nodes[0].Used.MilliCPU, "a placed spare takes its room")
+	assert.Empty(t, v.snapshot.Pending, "a waiting spare is no demand")
+}

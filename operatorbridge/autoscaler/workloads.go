@@ -311,7 +311,7 @@ func (c *controllers) roomKeeper(pods []*corev1.Pod, candidates map[string]candi
 			return true
 		}
 		if cand, ok := candidates[p.Labels[jobv1.LabelJob]]; ok && p.Labels[jobv1.LabelRole] == "worker" {
-			return ordinal(p.Name) < cand.spec.Workers().Max
+			return ordinal(p.Name) < cand.spec.Workers().Max+cand.spec.Spares
 		}
 		ref := metav1.GetControllerOf(p)
 		if ref == nil {

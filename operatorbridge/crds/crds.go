@@ -347,6 +347,9 @@ func role(description string, ranged bool) apiextensionsv1.JSONSchemaProps {
 		props["maxReplicas"] = apiextensionsv1.JSONSchemaProps{Type: "integer", Format: "int32", Minimum: ptr(1.0),
 			Maximum:     ptr(float64(membership.MaxNP)),
 			Description: "the most workers the autoscaler (serve --autoscale) may give the job; it sets replicas between minReplicas and maxReplicas. Unset: not autoscaled"}
+		props["spares"] = apiextensionsv1.JSONSchemaProps{Type: "integer", Format: "int32", Minimum: ptr(0.0),
+			Maximum:     ptr(float64(membership.MaxNP)),
+			Description: "worker pods beyond replicas that register and warm up but hold no rank: one takes a lost worker's rank at once, and the lost worker's pod, back, is the spare; at most the workers' maximum"}
 	}
 	s := object(props, "template")
 	s.Description = description
@@ -444,6 +447,7 @@ func elasticJobStatus() apiextensionsv1.JSONSchemaProps {
 		"generation":      int64s,
 		"np":              str,
 		"replicas":        {Type: "integer", Format: "int32"},
+		"spares":          {Type: "integer", Format: "int32"},
 		"selector":        str,
 		"ready":           integer,
 		"worldSize":       integer,

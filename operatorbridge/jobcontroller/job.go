@@ -117,6 +117,17 @@ func fromElasticJob(u *unstructured.Unstructured) (Job, error) {
 	spec.SuccessPolicy = membership.SuccessPolicy(or(s.SuccessPolicy, string(membership.SuccessAllWorkers)))
 	spec.CleanPodPolicy = membership.CleanPodPolicy(or(s.CleanPodPolicy, string(membership.CleanPodNever)))
 	spec.Priority = s.Priority
+	if s.Worker.Spares != nil {
+		spec.Spares = int(*s.Worker.Spares)
+	}
+	for _, r := range []struct {
+		field string
+		spec  *jobv1.RoleSpec
+	}{{"ps", s.PS}, {"scheduler", s.Scheduler}, {"heter", s.Heter}} {
+		if r.spec != nil && r.spec.Spares != nil {
+			return Job{}, fmt.Errorf("spec.%s.spares: only workers have spares", r.field)
+		}
+	}
 	roles := []Role{{Name: membership.RoleWorker, Replicas: workers, Template: s.Worker.Template}}
 	if s.PS != nil {
 		spec.PS = int(deref(s.PS.Replicas, 1))
@@ -181,9 +192,19 @@ func newJob(u *unstructured.Unstructured, spec membership.Spec, roles []Role, in
 	if err := hangAnnotations(u.GetAnnotations(), &spec); err != nil {
 		return Job{}, err
 	}
+	if err := sparesAnnotation(u.GetAnnotations(), &spec); err != nil {
+		return Job{}, err
+	}
 	spec.Owner = jobv1.Owner{Kind: j.Owner.Kind, Namespace: j.Namespace, Name: j.Owner.Name, UID: string(j.Owner.UID)}.String()
 	if err := spec.Validate(); err != nil {
 		return Job{}, fmt.Errorf("spec: %w", err)
+	}
+	// The spares are pods of the workers' StatefulSet beyond the target,
+	// the highest ordinals: a scale-down removes them first.
+	for i := range j.Roles {
+		if j.Roles[i].Name == membership.RoleWorker {
+			j.Roles[i].Replicas += spec.Spares
+		}
 	}
 	// The job's age is the resource's (`coordinator jobs`' AGE).
 	if created := u.GetCreationTimestamp(); !created.IsZero() {
@@ -217,6 +238,22 @@ func hangAnnotations(a map[string]string, spec *membership.Spec) error {
 		}
 		spec.MaxHangRestarts = n
 	}
+	return nil
+}
+
+// sparesAnnotation sets the spec's spares from the job's annotation, where
+// a kind has no field for them (PaddleJob, MSJob); on an ElasticJob it
+// stands in for spec.worker.spares left unset.
+func sparesAnnotation(a map[string]string, spec *membership.Spec) error {
+	v, ok := a[jobv1.AnnotationSpares]
+	if !ok || spec.Spares != 0 {
+		return nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 0 {
+		return fmt.Errorf("metadata.annotations[%s] %q: want a number of spare workers, 0 or more", jobv1.AnnotationSpares, v)
+	}
+	spec.Spares = n
 	return nil
 }
 

@@ -443,3 +443,50 @@ spec:
 	_, err = fromPaddleJob(u)
 	require.ErrorContains(t, err, `metadata.annotations[elastic.startup-timeout] "soon": want a duration`)
 }
+
+func TestSparesFromTheWorkerRoleAndAnnotations(t *testing.T) {
+	elastic := func(worker string) (Job, error) {
+		return fromElasticJob(fromYAML(t, `
+apiVersion: elastictraining.io/v1
+kind: ElasticJob
+metadata: {name: a}
+spec:
+  worker: {`+worker+`template: {spec: {containers: [{name: t, image: t, command: [x]}]}}}
+  ps: {replicas: 1, template: {spec: {containers: [{name: t, image: t, command: [x]}]}}}
+`))
+	}
+	j, err := elastic("replicas: 2, spares: 1, ")
+	require.NoError(t, err)
+	assert.Equal(t, 1, j.Spec.Spares)
+	assert.Equal(t, membership.NP{Min: 2, Max: 2}, j.Spec.NP, "spares are not in np")
+	assert.Equal(t, 3, j.Roles[0].Replicas, "the workers' StatefulSet holds the spares too")
+	assert.Equal(t, 1, j.Roles[1].Replicas, "other roles have none")
+	_, err = elastic("replicas: 2, spares: 3, ")
+	require.ErrorContains(t, err, "spares 3: at most the workers' maximum, 2")
+
+	_, err = fromElasticJob(fromYAML(t, `
+apiVersion: elastictraining.io/v1
+kind: ElasticJob
+metadata: {name: a}
+spec:
+  worker: {replicas: 2, template: {spec: {containers: [{name: t, image: t, command: [x]}]}}}
+  ps: {replicas: 1, spares: 1, template: {spec: {containers: [{name: t, image: t, command: [x]}]}}}
+`))
+	require.ErrorContains(t, err, "spec.ps.spares: only workers have spares")
+
+	u := example(t, "paddlejob-resnet.yaml")
+	u.SetAnnotations(map[string]string{jobv1.AnnotationSpares: "1"})
+	j, err = fromPaddleJob(u)
+	require.NoError(t, err)
+	assert.Equal(t, 1, j.Spec.Spares)
+	assert.Equal(t, j.Spec.Workers().Max+1, j.Roles[0].Replicas)
+	u.SetAnnotations(map[string]string{jobv1.AnnotationSpares: "-1"})
+	_, err = fromPaddleJob(u)
+	require.ErrorContains(t, err, `metadata.annotations[elastic.spares] "-1": want a number of spare workers, 0 or more`)
+
+	m := example(t, "msjob-widedeep-dataparallel.yaml")
+	m.SetAnnotations(map[string]string{jobv1.AnnotationSpares: "1"})
+	j, err = fromMSJob(m)
+	require.NoError(t, err)
+	assert.Equal(t, 1, j.Spec.Spares)
+}

@@ -84,6 +84,13 @@ func (t *term) status(u *unstructured.Unstructured, j *Job, old jobv1.ElasticJob
 	}
 	if s, err := t.sets.StatefulSets(u.GetNamespace()).Get(StatefulSetName(name, membership.RoleWorker)); err == nil && owns(s.OwnerReferences, u.GetUID()) {
 		next.Replicas = s.Status.Replicas
+		// The spares are the pods past the workers: the scale
+		// subresource (an HPA's, kubectl scale's) counts workers alone.
+		if j != nil && j.Spec.Spares > 0 {
+			target := int32(j.Spec.Workers().Max)
+			next.Spares = min(max(next.Replicas-target, 0), int32(j.Spec.Spares))
+			next.Replicas -= next.Spares
+		}
 	}
 	if j != nil && rec.Spec != nil && rec.Spec.Owner == j.Spec.Owner && rec.Status != nil {
 		s := rec.Status
