@@ -172,14 +172,16 @@ bench-kube: build kube-tools
 
 
 # The seeded fault suite: a job on three etcd members, two coordinator
-# replicas and five sidecars through CHAOS_SECONDS of faults per seed, every
+# replicas and five sidecars (CHAOS_SPARES of them the spec's spares) through
+# CHAOS_SECONDS of faults per seed, every
 # invariant checked after each run (`make test` runs seed 1 for a minute).
 # A failing seed prints the command that runs it again.
 CHAOS_SEEDS   ?= 1-20
 CHAOS_SECONDS ?= 120
+CHAOS_SPARES  ?= 1
 chaos: build
 	@mkdir -p bench/results
-	$(GO) run ./integration/chaos -coordinator $(BIN)/coordinator -seeds $(CHAOS_SEEDS) -seconds $(CHAOS_SECONDS) -out bench/results/chaos.txt
+	$(GO) run ./integration/chaos -coordinator $(BIN)/coordinator -spares $(CHAOS_SPARES) -seeds $(CHAOS_SEEDS) -seconds $(CHAOS_SECONDS) -out bench/results/chaos.txt
 
 # The same on the warm path: python3 worker.py under --preload, a checkpoint
 # in the sidecars' memory every step.

@@ -46,6 +46,7 @@ type sidecarOptions struct {
 	grace          time.Duration
 	faultTolerance int
 	maxRestarts    int
+	spares         int
 	hang           hangFlags
 	ps             int
 	schedulers     int
@@ -146,6 +147,7 @@ it; --tee says whose output still reaches the terminal.`,
 		"0: a failure ends the job; 1: restart; 2: restart and replace the failing node"+envNote("PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL"))
 	o.ftOrigin = fromVariable(fs, "fault-tolerance-level", env, "PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL")
 	fs.IntVar(&o.maxRestarts, "max-restarts", membership.DefaultMaxRestarts, "restarts a job may spend on failures")
+	fs.IntVar(&o.spares, "spares", 0, "spare workers the job keeps registered beyond np, holding no rank (a spec setting: whoever starts the nodes starts them)")
 	o.hang.register(fs)
 	fs.IntVar(&o.ps, "ps", 0, "parameter-server nodes of the job")
 	fs.IntVar(&o.heter, "heter", 0, "heterogeneous trainer nodes of the job (PaddlePaddle's heter parameter servers)")
@@ -283,6 +285,7 @@ func (o *sidecarOptions) spec(name string) (*membership.Spec, error) {
 	}
 	s := membership.DefaultSpec(np)
 	s.PS, s.Schedulers, s.Heter, s.FaultTolerance, s.MaxRestarts = o.ps, o.schedulers, o.heter, o.faultTolerance, o.maxRestarts
+	s.Spares = o.spares
 	if o.role == string(membership.RoleScheduler) {
 		s.Schedulers = 1
 	}
@@ -310,6 +313,7 @@ func specFlagError(err error, np origin) error {
 	for field, flag := range map[string]string{
 		"ps ": "--ps ", "schedulers ": "--schedulers ", "heter ": "--heter ", "faultTolerance ": "--fault-tolerance-level ",
 		"maxRestarts ": "--max-restarts ", "successPolicy ": "--success-policy ", "cleanPodPolicy ": "--clean-pod-policy ",
+		"spares ": "--spares ",
 	} {
 		if strings.HasPrefix(msg, field) {
 			return errors.New(flag + strings.TrimPrefix(msg, field))

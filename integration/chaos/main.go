@@ -26,6 +26,7 @@ func main() {
 	flag.StringVar(&cfg.Worker, "worker", "integration/chaos/worker.sh", "the training process")
 	flag.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "sidecars (more than np: the rest stand by)")
 	flag.IntVar(&cfg.NP, "np", cfg.NP, "the target at the start")
+	flag.IntVar(&cfg.Spares, "spares", cfg.Spares, "the job's spares (a spec setting; the nodes beyond np stand by either way)")
 	flag.DurationVar(&cfg.TTL, "ttl", cfg.TTL, "the sidecars' lease TTL and the coordinators' session TTL")
 	flag.DurationVar(&cfg.StopTimeout, "stop-timeout", cfg.StopTimeout, "the coordinators' stop timeout")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep every run's directory, not only a failing one's")
@@ -102,8 +103,8 @@ func defaults() config {
 
 // runSeed runs one seed, printing its schedule and what it found to log.
 func runSeed(ctx context.Context, cfg config, log io.Writer) (*result, error) {
-	fmt.Fprintf(log, "== seed %d: %s of faults, %d nodes, np %d, TTL %s, stop timeout %s\n", cfg.Seed, cfg.Duration,
-		cfg.Nodes, cfg.NP, cfg.TTL, cfg.StopTimeout)
+	fmt.Fprintf(log, "== seed %d: %s of faults, %d nodes, np %d, %d spares, TTL %s, stop timeout %s\n", cfg.Seed, cfg.Duration,
+		cfg.Nodes, cfg.NP, cfg.Spares, cfg.TTL, cfg.StopTimeout)
 	for _, f := range schedule(cfg.plan) {
 		fmt.Fprintf(log, "   %s\n", f)
 	}

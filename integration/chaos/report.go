@@ -10,8 +10,8 @@ import (
 
 // summarise writes the report of every seed run and of them all together.
 func summarise(w io.Writer, cfg config, results []*result) {
-	fmt.Fprintf(w, "Chaos: %d seeds × %s of faults; real processes: 3 etcd members, %d coordinator replicas, %d sidecars (np %d at the start),\n",
-		len(results), cfg.Duration, cfg.Replicas, cfg.Nodes, cfg.NP)
+	fmt.Fprintf(w, "Chaos: %d seeds × %s of faults; real processes: 3 etcd members, %d coordinator replicas, %d sidecars (np %d at the start, %d spares),\n",
+		len(results), cfg.Duration, cfg.Replicas, cfg.Nodes, cfg.NP, cfg.Spares)
 	ckpt := fmt.Sprintf("checkpoint every %d steps", cfg.CkptEvery)
 	if cfg.Warm {
 		ckpt = fmt.Sprintf("warm path (--preload), a checkpoint in memory every step, %d steps lost allowed per fault", cfg.CkptEvery)

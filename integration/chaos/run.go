@@ -39,7 +39,10 @@ type config struct {
 	// Warm runs the worker (worker.py) on the warm path with checkpoints
 	// in memory: under --preload, saving every step through package
 	// memckpt instead of committing a file every CkptEvery steps.
-	Warm     bool
+	Warm bool
+	// Spares is the spec's spares: the job keeps that many of the nodes
+	// beyond np as spares (the nodes beyond np stand by either way).
+	Spares   int
 	Replicas int           // coordinator replicas
 	Beat     time.Duration // the worker's heartbeat
 	// BeatEvery is how many steps apart the shell worker reports its
@@ -229,6 +232,7 @@ func (r *run) up(ctx context.Context) error {
 			"--host", "127.0.0.1", "--port", strconv.Itoa(ports[0]), "--master-port", strconv.Itoa(ports[1]),
 			"--np", strconv.Itoa(r.cfg.NP), "--ttl", r.cfg.TTL.String(), "--grace-period", r.cfg.GracePeriod.String(),
 			"--max-restarts", "100000", "--hang-timeout", r.cfg.HangTimeout.String(), "--max-hang-restarts", "100000",
+			"--spares", strconv.Itoa(r.cfg.Spares),
 			"--log-level", "info"}
 		args = append(append(append(args, warmArgs(r.cfg)...), "--"), r.cfg.command()...)
 		n.sidecar = supervise(n.id, r.cfg.Binary, filepath.Join(r.dir, n.id+".log"), env, args...)
