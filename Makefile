@@ -101,9 +101,10 @@ bench-restart: build
 
 # What a fault costs a real PyTorch DDP job (bench/recovery/trainer.py): a
 # rank killed, a node killed, scale up and down by one, on coordinator run
-# with 2 and 4 ranks, cold and warm, and torchrun in the same run; about 15
-# minutes. Modes this build lacks are reported as not available.
-# RECOVERY_ARGS adds flags, e.g. -scenarios kill-rank -modes cold,warm.
+# with 2 and 4 ranks, cold and warm (and warm with one spare), and torchrun
+# in the same run; about 15 minutes. Modes this build lacks are reported as
+# not available. RECOVERY_ARGS adds flags, e.g. -scenarios kill-rank -modes
+# cold,warm, or -scenarios kill-node -modes warm,spare.
 RECOVERY_NP   ?= 2,4
 RECOVERY_RUNS ?= 5
 RECOVERY_ARGS ?=

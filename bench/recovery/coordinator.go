@@ -17,11 +17,14 @@ import (
 )
 
 // mode is how a job on `coordinator run` is run: warm interpreters or not,
-// and a checkpoint in memory every step or on disk every 50 steps.
+// a checkpoint in memory every step or on disk every 50 steps, and hot
+// spares (run --spares: nodes that register, preload and wait with no
+// rank, to take a lost node's place at once).
 type mode struct {
 	name    string
 	preload bool
 	memory  bool
+	spares  int
 }
 
 var modes = []mode{
@@ -29,6 +32,7 @@ var modes = []mode{
 	{name: "warm", preload: true, memory: true},
 	{name: "preload", preload: true, memory: false},
 	{name: "memory", preload: false, memory: true},
+	{name: "spare", preload: true, memory: true, spares: 1},
 }
 
 // trainerArgs are trainer.py's arguments for a checkpoint in memory (every
@@ -81,6 +85,9 @@ func startCoordinator(cfg *config, np int, m mode, stateMB int, x extras) (*coor
 	args := []string{"run", "--np", strconv.Itoa(np), "--job", "bench"}
 	if m.preload {
 		args = append(args, "--preload", "torch")
+	}
+	if m.spares > 0 {
+		args = append(args, "--spares", strconv.Itoa(m.spares))
 	}
 	if x.rankLogs {
 		j.rankLogs = filepath.Join(dir, "ranks")

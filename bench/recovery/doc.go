@@ -9,10 +9,11 @@
 //
 // Modes choose how the job is run: cold (no preload, a checkpoint on disk
 // every 50 steps), warm (--preload torch, a checkpoint in memory every
-// step), and preload and memory, each of the two alone. A mode whose
-// features this build lacks (no --preload on run, no elastic module on the
-// trainer's path) is reported as not available, so the harness runs on any
-// build and measures the rest.
+// step), preload and memory, each of the two alone, and spare (warm with
+// --spares 1: a node that waits, warm, with no rank, to take a lost node's
+// place). A mode whose features this build lacks (no --preload or --spares
+// on run, no elastic module on the trainer's path) is reported as not
+// available, so the harness runs on any build and measures the rest.
 //
 //	go run ./bench/recovery -coordinator bin/coordinator -np 2,4 -runs 5 -out bench/results/recovery.txt
 //

@@ -39,7 +39,7 @@ func main() {
 	flags.StringVar(&cfg.python, "python", "/usr/bin/python3", "python interpreter with torch")
 	nps := flags.String("np", "2,4", "job sizes (nodes of one process)")
 	flags.IntVar(&cfg.runs, "runs", 5, "faults per scenario and mode")
-	modeList := flags.String("modes", "cold,warm,preload,memory", "modes on coordinator run: cold, warm, preload, memory")
+	modeList := flags.String("modes", "cold,warm,preload,memory,spare", "modes on coordinator run: cold, warm, preload, memory, spare (warm with --spares 1; not with -state-mb)")
 	scenarioList := flags.String("scenarios", "kill-rank,kill-node,scale", "scenarios: kill-rank, kill-node, scale (up by one and back)")
 	torchrun := flags.Bool("torchrun", true, "also measure torchrun (kill-rank, kill-node) with the same trainer, at the base state")
 	aloneScenarios := flags.String("alone-scenarios", "kill-rank", "scenarios of the modes preload and memory (each feature alone)")
@@ -141,6 +141,9 @@ func main() {
 			}
 			for _, m := range available {
 				want := want
+				if state > 0 && m.spares > 0 {
+					continue
+				}
 				if state == 0 && (m.name == "preload" || m.name == "memory") {
 					want = alone
 				}
@@ -222,7 +225,7 @@ func parseModes(s string) ([]mode, error) {
 			}
 		}
 		if !found {
-			return nil, fmt.Errorf("unknown mode %q: want cold, warm, preload or memory", f)
+			return nil, fmt.Errorf("unknown mode %q: want cold, warm, preload, memory or spare", f)
 		}
 	}
 	return out, nil
@@ -246,9 +249,10 @@ func parseScenarios(s string) ([]string, error) {
 const (
 	featurePreload = "no --preload on coordinator run"
 	featureMemory  = "no elastic module on the trainer's path"
+	featureSpares  = "no --spares on coordinator run"
 )
 
-// missingFeatures finds what this build lacks: --preload and
+// missingFeatures finds what this build lacks: --preload, --spares and
 // --hang-timeout in run's help, and the elastic module importable by a
 // trainer under run.
 func missingFeatures(cfg *config) map[string]bool {
@@ -256,6 +260,9 @@ func missingFeatures(cfg *config) map[string]bool {
 	help, _ := output(cfg.coordinator, "run", "--help")
 	if !strings.Contains(help, "--preload") {
 		missing[featurePreload] = true
+	}
+	if !strings.Contains(help, "--spares") {
+		missing[featureSpares] = true
 	}
 	if !strings.Contains(help, "--hang-timeout") {
 		missing[featureHangTimeout] = true
@@ -284,6 +291,9 @@ func unavailable(m mode, missing map[string]bool) string {
 	}
 	if m.memory && missing[featureMemory] {
 		why = append(why, featureMemory)
+	}
+	if m.spares > 0 && missing[featureSpares] {
+		why = append(why, featureSpares)
 	}
 	return strings.Join(why, "; ")
 }

@@ -85,6 +85,7 @@ func (r *report) write(w io.Writer) {
 	fmt.Fprintf(w, "torch and torchrun: %s (2 agents or 4, c10d, --monitor_interval 0.1, last_call_timeout=1, -r 1 -t 1)\n", r.torch)
 	fmt.Fprintf(w, "\nmodes: cold = no preload, rank 0 saves to disk every 50 steps (torch.save, tmp + rename);\n")
 	fmt.Fprintf(w, "       warm = --preload torch, elastic.save every step; preload and memory = each of the two alone;\n")
+	fmt.Fprintf(w, "       spare = warm with --spares 1 (a node that registers, preloads and waits with no rank);\n")
 	fmt.Fprintf(w, "       torchrun = the cold trainer under torchrun.\n")
 	for _, m := range modes {
 		if why, ok := r.missing[m.name]; ok {
@@ -97,7 +98,8 @@ func (r *report) write(w io.Writer) {
 	fmt.Fprintf(w, "  STEPS LOST      highest step done before, + 1, − the step the new generation resumed from\n")
 	fmt.Fprintf(w, "  NEW TRAINER     of that: a new process's start (before import torch) → its first step, the slowest rank\n")
 	fmt.Fprintf(w, "kill a node: its sidecar, guard and trainers (torchrun: an agent that does not serve the store, and its\n")
-	fmt.Fprintf(w, "worker) SIGKILLed at once; run starts the sidecar again, the harness starts another agent.\n")
+	fmt.Fprintf(w, "worker) SIGKILLed at once; run starts the sidecar again, the harness starts another agent. With a spare,\n")
+	fmt.Fprintf(w, "the next generation may take the spare while the killed node's sidecar starts again (and becomes the spare).\n")
 
 	var sizes []int
 	for _, res := range r.results {
