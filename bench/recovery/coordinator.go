@@ -268,13 +268,22 @@ func (j *coordinatorJob) measureScale(up, down *row) error {
 	return nil
 }
 
-// status is `coordinator status -o json` of the job.
-func (j *coordinatorJob) status() (printers.Status, error) {
+// statusJSON is `coordinator status -o json` of the job.
+func (j *coordinatorJob) statusJSON() ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, j.cfg.coordinator, "status", "--etcd-endpoints", j.endpoint, "--job", "bench", "-o", "json").Output()
 	if err != nil {
-		return printers.Status{}, fmt.Errorf("coordinator status: %w", err)
+		return nil, fmt.Errorf("coordinator status: %w", err)
+	}
+	return out, nil
+}
+
+// status is `coordinator status -o json` of the job, read.
+func (j *coordinatorJob) status() (printers.Status, error) {
+	out, err := j.statusJSON()
+	if err != nil {
+		return printers.Status{}, err
 	}
 	var st printers.Status
 	if err := json.Unmarshal(out, &st); err != nil {

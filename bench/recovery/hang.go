@@ -143,7 +143,7 @@ func hangOnce(cfg *config, np int, r *hangRow) (ok bool, err error) {
 	var job hangJob
 	var coord *coordinatorJob
 	if r.mode == "torchrun" {
-		t, err := startTorchrun(cfg, np, 0, []string{"--hang-trigger"})
+		t, err := startTorchrun(cfg, np, 0, 0, []string{"--hang-trigger"})
 		if err != nil {
 			return false, err
 		}

@@ -51,15 +51,23 @@ func main() {
 	flags.DurationVar(&cfg.timeout, "timeout", 90*time.Second, "longest wait for every rank to train again")
 	runArgs := flags.String("run-args", "", "more flags for coordinator run, space-separated (e.g. --checkpoint-memory ...)")
 	out := flags.String("out", "", "also write the report here")
-	suite := flags.String("suite", "recovery", "recovery (kills and scaling, -modes, -scenarios) or hang (a hung rank and pausing jobs, the -hang-*, -pause* flags; the modes preload and warm)")
+	suite := flags.String("suite", "recovery", "recovery (kills and scaling, -modes, -scenarios), hang (a hung rank and pausing jobs, the -hang-*, -pause* flags; the modes preload and warm) or goodput (a fault every -every for -duration; -modes warm,spare by default)")
 	hangConfig := registerHangFlags(flags)
+	goodputConfig := registerGoodputFlags(flags)
 	flag.Parse()
-	if *suite != "recovery" && *suite != "hang" {
-		fatalf("-suite %q: want recovery or hang", *suite)
+	if *suite != "recovery" && *suite != "hang" && *suite != "goodput" {
+		fatalf("-suite %q: want recovery, hang or goodput", *suite)
 	}
 	h, err := hangConfig()
 	if err != nil {
 		fatalf("%v", err)
+	}
+	g, err := goodputConfig()
+	if err != nil {
+		fatalf("%v", err)
+	}
+	if *suite == "goodput" && !flagSet(flags, "modes") {
+		*modeList = "warm,spare"
 	}
 	cfg.runArgs = strings.Fields(*runArgs)
 	if cfg.coordinator, err = filepath.Abs(cfg.coordinator); err != nil {
@@ -103,6 +111,16 @@ func main() {
 	onSignal(func() { cleanUp(&cfg) })
 	missing := missingFeatures(&cfg)
 	command := "go run ./bench/recovery " + strings.Join(os.Args[1:], " ")
+	if *suite == "goodput" {
+		rep := measureGoodput(&cfg, g, sizes, wanted, *torchrun, missing)
+		rep.date, rep.took, rep.command, rep.torch, rep.python = begun, time.Since(begun), command, torchVersion, cfg.python
+		rep.machine, rep.load = fmt.Sprintf("%d CPUs, %s", runtime.NumCPU(), cpuModel()), loadAtStart+", at the end "+loadAverage()
+		rep.left = cleanUp(&cfg)
+		var buf bytes.Buffer
+		rep.write(&buf)
+		writeReport(buf.Bytes(), *out)
+		return
+	}
 	if *suite == "hang" {
 		rep := measureHang(&cfg, h, sizes, *torchrun, missing)
 		rep.date, rep.took, rep.command, rep.torch = begun, time.Since(begun), command, torchVersion
@@ -197,6 +215,13 @@ func fatalf(format string, args ...any) {
 
 func progress(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "%s recovery: "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+// flagSet says whether the command line set the flag named name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func parseSizes(s string) ([]int, error) {

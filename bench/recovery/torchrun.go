@@ -17,7 +17,7 @@ import (
 
 // torchrunJob is torchrun with an agent per node, as on np machines: c10d
 // rendezvous, a 0.1 s monitor interval and a 1 s last call, trainer.py
-// saving to disk every 50 steps.
+// saving to disk every 50 steps (unless more arguments say otherwise).
 type torchrunJob struct {
 	cfg    *config
 	np     int
@@ -32,7 +32,10 @@ type torchrunJob struct {
 	session
 }
 
-func startTorchrun(cfg *config, np, stateMB int, more []string) (*torchrunJob, error) {
+// startTorchrun starts np agents; up to maxNodes may join the job
+// (--nnodes np:maxNodes), np only when maxNodes is not above np. more
+// are arguments for the trainer.
+func startTorchrun(cfg *config, np, stateMB, maxNodes int, more []string) (*torchrunJob, error) {
 	dir, err := os.MkdirTemp(cfg.tmp, "torchrun-")
 	if err != nil {
 		return nil, err
@@ -51,7 +54,7 @@ func startTorchrun(cfg *config, np, stateMB int, more []string) (*torchrunJob, e
 	// Debian's torchrun 1.13 spells its flags with underscores and needs
 	// -r 1 -t 1 to start.
 	j.args = append([]string{"-m", "torch.distributed.run", "-r", "1", "-t", "1",
-		"--nnodes", strconv.Itoa(np), "--nproc_per_node", "1", "--max_restarts", "1000000", "--monitor_interval", "0.1",
+		"--nnodes", nnodes(np, maxNodes), "--nproc_per_node", "1", "--max_restarts", "1000000", "--monitor_interval", "0.1",
 		"--rdzv_backend", "c10d", "--rdzv_endpoint", fmt.Sprintf("127.0.0.1:%d", port), "--rdzv_id", "bench",
 		"--rdzv_conf", "last_call_timeout=1", cfg.script}, trainerArgs(false, filepath.Join(dir, "checkpoint.pt"), stateMB)...)
 	j.args = append(j.args, more...)
@@ -77,6 +80,14 @@ func startTorchrun(cfg *config, np, stateMB int, more []string) (*torchrunJob, e
 		return nil, fmt.Errorf("torchrun did not start: %w\n%s", err, j.output.String())
 	}
 	return j, nil
+}
+
+// nnodes is torchrun's --nnodes for np agents, up to maxNodes.
+func nnodes(np, maxNodes int) string {
+	if maxNodes > np {
+		return fmt.Sprintf("%d:%d", np, maxNodes)
+	}
+	return strconv.Itoa(np)
 }
 
 func (j *torchrunJob) startAgent() error {
@@ -140,22 +151,29 @@ func (j *torchrunJob) killRank(i int) (time.Time, int, error) {
 	return at, j.np, syscall.Kill(pid, syscall.SIGKILL)
 }
 
+// agentFor returns the agent whose worker holds rank i % np, or the next
+// rank's: never the agent that serves the c10d store, whose loss ends the
+// job.
+func (j *torchrunJob) agentFor(i int) (int, error) {
+	for k := range j.np {
+		pid, err := j.victim((i + k) % j.np)
+		if err != nil {
+			return 0, err
+		}
+		if agent := childOf(pid, os.Getpid()); agent != 0 && agent != j.host {
+			return agent, nil
+		}
+	}
+	return 0, fmt.Errorf("no torchrun agent to fault but the store's")
+}
+
 // killAgent kills an agent and its worker at once, and starts another in
 // its place, as a pod's restart would. The agent that serves the c10d
 // store is spared: its loss ends the job.
 func (j *torchrunJob) killAgent(i int) (time.Time, int, error) {
-	var agent int
-	for k := range j.np {
-		pid, err := j.victim((i + k) % j.np)
-		if err != nil {
-			return time.Time{}, 0, err
-		}
-		if agent = childOf(pid, os.Getpid()); agent != 0 && agent != j.host {
-			break
-		}
-	}
-	if agent == 0 || agent == j.host {
-		return time.Time{}, 0, fmt.Errorf("no torchrun agent to kill but the store's")
+	agent, err := j.agentFor(i)
+	if err != nil {
+		return time.Time{}, 0, err
 	}
 	pids := tree(agent)
 	at := time.Now()
@@ -177,7 +195,7 @@ func measureTorchrun(cfg *config, np, stateMB int, scenarios []string) result {
 	if len(res.rows) == 0 {
 		return res
 	}
-	j, err := startTorchrun(cfg, np, stateMB, nil)
+	j, err := startTorchrun(cfg, np, stateMB, 0, nil)
 	if err != nil {
 		res.fail(0, err)
 		return res
@@ -197,4 +215,22 @@ func measureTorchrun(cfg *config, np, stateMB int, scenarios []string) result {
 	}
 	res.steps, res.transient = j.steady, j.transient
 	return res
+}
+
+// stopAgent stops the agent started last but the store's, as a scale-down
+// would: SIGTERM, on which the agent stops its worker and leaves.
+func (j *torchrunJob) stopAgent() (time.Time, func(), error) {
+	for k := len(j.agents) - 1; k >= 0; k-- {
+		a := j.agents[k]
+		if a.Process.Pid == j.host {
+			continue
+		}
+		at := time.Now()
+		if err := a.Process.Signal(syscall.SIGTERM); err != nil {
+			return at, nil, fmt.Errorf("stop agent %d: %w", a.Process.Pid, err)
+		}
+		j.agents = slices.Delete(j.agents, k, k+1)
+		return at, nil, nil
+	}
+	return time.Now(), nil, fmt.Errorf("no torchrun agent to stop but the store's")
 }
