@@ -81,6 +81,16 @@ func TestMeasureWindows(t *testing.T) {
 		total += w.lost
 	}
 	assert.InDelta(t, 3.0*(1-outside(ws, 50)), total, 1e-9)
+	for _, w := range ws {
+		assert.Zero(t, w.late, "windows shorter than twice lateStretch have no late rate")
+	}
+
+	// A long window's late rate: its last 10 s.
+	long := []*proc{{pid: 1, steps: steps("1", 0, 1, 0, 0, 1500)}}
+	ws = []window{{start: at(0), end: at(30_000)}}
+	measureWindows(long, ws, 50)
+	assert.InDelta(t, 49.9, ws[0].late, 1e-9, "steps 1000 to 1499 in the last 10 s")
+	assert.Equal(t, []float64{ws[0].late}, lateRates(ws))
 }
 
 func TestParseAccount(t *testing.T) {
@@ -203,9 +213,12 @@ func TestGoodputReport(t *testing.T) {
 	rep := goodputReport{cfg: g, date: t0, took: 5 * time.Minute, machine: "2 CPUs", load: "1.0", command: "go run ./bench/recovery -suite goodput",
 		version: "coordinator v0", torch: "1.13", python: "/usr/bin/python3", runs: []goodputRun{
 			{np: 2, config: "warm", rate: 50, stepTime: 20 * time.Millisecond, windows: []window{
-				win(0, faultKillRank, 1490, 0.2, &account{Wall: 30, Training: 29.8, Lost: map[string]float64{"restarting": 0.2}}),
+				{kind: faultKillRank, victim: 1, start: at(0), end: at(30_000), fault: at(0), steps: 1490, lost: 0.2, late: 47,
+					job: &account{Wall: 30, Training: 29.8, Lost: map[string]float64{"restarting": 0.2}}},
 				win(1, faultHang, 1400, 2, &account{Wall: 30, Training: 28, Lost: map[string]float64{"hung": 1.5, "restarting": 0.5}}),
-				win(2, faultKillNode, 1450, 1, &account{Wall: 30, Training: 29, Lost: map[string]float64{"restarting": 1}}),
+				// (late rates 47 and 49 in the first and last: a median of 49, the upper middle)
+				{kind: faultKillNode, victim: 1, start: at(60_000), end: at(90_000), fault: at(60_000), steps: 1450, lost: 1, late: 49,
+					job: &account{Wall: 30, Training: 29, Lost: map[string]float64{"restarting": 1}}},
 			}, job: &account{Ratio: 86.8 / 90, Wall: 90, Training: 86.8, Lost: map[string]float64{"restarting": 1.7, "hung": 1.5}}},
 			{np: 2, config: "spare", note: "not available on this build: " + featureSpares},
 			{np: 2, config: "torchrun", rate: 50, stepTime: 20 * time.Millisecond, jobNote: "none", windows: []window{
@@ -227,6 +240,7 @@ func TestGoodputReport(t *testing.T) {
 		"hang a rank  2.0s (2.0–2.0), Σ 2.0s  2.0s (2.0–2.0), Σ 2.0s  30.0s (30.0–30.0), Σ 30.0s",
 		"coordinator, seconds lost by cause (its own account, 3.2s of 90.0s): restarting 1.7s, waiting 0.0s, hung 1.5s, redone 0.0s, suspended 0.0s",
 		"torchrun: fault 3 (kill a node) not made: no torchrun agent to fault but the store's",
+		"coordinator, rate in the last 10s of each window: 49.0/s (47.0–49.0), -2.0% against RATE",
 		"freeze", // not among this run's faults: only in the flag's text
 	} {
 		if want == "freeze" {

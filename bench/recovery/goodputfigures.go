@@ -55,7 +55,15 @@ type window struct {
 	lost  float64
 	// job is the job's own account of the window; nil where it has none.
 	job *account
+	// late is the progress rate over the window's last lateStretch,
+	// steps a second: the job's rate once recovered, against the
+	// calibration's (the machine's load drifts).
+	late float64
 }
+
+// lateStretch is the end of a window whose rate is compared with the
+// calibration's.
+const lateStretch = 10 * time.Second
 
 // measureWindows fills each window's steps and lost seconds from the step
 // logs, at the fault-free rate.
@@ -63,6 +71,9 @@ func measureWindows(procs []*proc, ws []window, rate float64) {
 	for i := range ws {
 		w := &ws[i]
 		w.steps = max(0, progressAt(procs, w.end)-progressAt(procs, w.start))
+		if w.end.Sub(w.start) > 2*lateStretch {
+			w.late = stepRate(procs, w.end.Add(-lateStretch), w.end)
+		}
 		w.lost = w.end.Sub(w.start).Seconds()
 		if rate > 0 {
 			w.lost -= float64(w.steps) / rate
@@ -204,4 +215,15 @@ func sum(xs []float64) float64 {
 		t += x
 	}
 	return t
+}
+
+// lateRates are the windows' late rates, where measured.
+func lateRates(ws []window) []float64 {
+	var out []float64
+	for _, w := range ws {
+		if w.late > 0 {
+			out = append(out, w.late)
+		}
+	}
+	return out
 }

@@ -96,6 +96,7 @@ func (r *goodputReport) write(w io.Writer) {
 			}
 		}
 		tw.Flush()
+		r.writeDrift(w, np)
 		r.writeKinds(w, np)
 		r.writeCauses(w, np)
 		r.writeFailedFaults(w, np)
@@ -247,5 +248,20 @@ func (r *goodputReport) writeFailedFaults(w io.Writer, np int) {
 				fmt.Fprintf(w, "%s: fault %d (%s) not made: %s\n", configName(run.config), k+1, goodputFaultNames[win.kind], win.err)
 			}
 		}
+	}
+}
+
+// writeDrift compares each run's rate late in its windows, once recovered,
+// with its calibration's: a lower one (a busy machine, a slower world)
+// counts as lost from the outside, not in the job's own account.
+func (r *goodputReport) writeDrift(w io.Writer, np int) {
+	for _, run := range r.runs {
+		late := lateRates(run.windows)
+		if run.np != np || len(late) == 0 || run.rate <= 0 {
+			continue
+		}
+		m, lo, hi := medianOf(late)
+		fmt.Fprintf(w, "%s, rate in the last %s of each window: %.1f/s (%.1f–%.1f), %+.1f%% against RATE\n",
+			configName(run.config), lateStretch, m, lo, hi, 100*(m/run.rate-1))
 	}
 }
