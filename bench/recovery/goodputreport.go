@@ -261,7 +261,7 @@ func (r *goodputReport) writeDrift(w io.Writer, np int) {
 			continue
 		}
 		m, lo, hi := medianOf(late)
-		fmt.Fprintf(w, "%s, rate in the last %s of each window: %.1f/s (%.1f–%.1f), %+.1f%% against RATE\n",
-			configName(run.config), lateStretch, m, lo, hi, 100*(m/run.rate-1))
+		fmt.Fprintf(w, "%s, rate in the last %s of each window: %.1f/s (%.1f–%.1f), %+.1f%% against RATE; OUTSIDE at that rate: %s\n",
+			configName(run.config), lateStretch, m, lo, hi, 100*(m/run.rate-1), percent(outside(run.windows, m)))
 	}
 }
