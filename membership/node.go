@@ -109,11 +109,35 @@ type Node struct {
 	// node's ranks declared (elastic.quiet): the other nodes' ranks wait
 	// for it in a collective meanwhile, and are not hung.
 	QuietUntil time.Time `json:"quietUntil,omitzero"`
+	// Marks, when its Generation is the node's, are the times of the
+	// generation's first and last steps on the node: what the leader
+	// accounts the job's time by (Goodput).
+	Marks *StepMarks `json:"marks,omitempty"`
 	// Checkpoint is host:port where the node's sidecar serves the job's
 	// in-memory checkpoints to the other sidecars of the job (replicas,
 	// and copies asked for by a node that has none); empty if it serves
 	// none.
 	Checkpoint string `json:"checkpoint,omitempty"`
+}
+
+// StepMarks are the times, on the node's wall clock, of the first and
+// last steps of a generation's ranks on one node. A node writes First
+// once every one of its ranks has stepped in the generation, and Last
+// with its ack of the generation's stop. Ranks that report no progress
+// leave them unset.
+type StepMarks struct {
+	Generation int64 `json:"generation"`
+	// First is the first step of the node's slowest rank to start.
+	First time.Time `json:"first,omitzero"`
+	// Resumed is the first step that rank named, at ResumedAt (0: it
+	// named none).
+	Resumed   int64     `json:"resumed,omitempty"`
+	ResumedAt time.Time `json:"resumedAt,omitzero"`
+	// Last is the last step of the node's most advanced rank; Furthest
+	// the furthest step its ranks named (their count of steps where they
+	// name none).
+	Last     time.Time `json:"last,omitzero"`
+	Furthest int64     `json:"furthest,omitempty"`
 }
 
 // Validate reports the first field of n that is out of range.
@@ -150,6 +174,9 @@ func (n Node) Validate() error {
 	}
 	if pr := n.Progress; pr != nil && (pr.Rank < 0 || pr.Step < 0 || pr.StepTime < 0 || pr.HangTimeout < 0) {
 		return fmt.Errorf("node %s: progress out of range", n.ID)
+	}
+	if m := n.Marks; m != nil && (m.Generation < 1 || m.Resumed < 0 || m.Furthest < 0) {
+		return fmt.Errorf("node %s: step marks out of range", n.ID)
 	}
 	if n.Checkpoint != "" {
 		if err := validateHostPort(n.Checkpoint); err != nil {

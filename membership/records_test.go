@@ -135,7 +135,9 @@ func FuzzDecodePlan(f *testing.F) {
 }
 
 func FuzzDecodeStatus(f *testing.F) {
-	fuzzDecoder(f, membership.DecodeStatus, `{"phase":"Running","generation":2,"np":"4","members":4,"ready":4,"worldSize":4,"steps":{"detect":"1ms","stop":"2ms","wait":"0s","start":"5ms","total":"8ms"}}`)
+	fuzzDecoder(f, membership.DecodeStatus, `{"phase":"Running","generation":2,"np":"4","members":4,"ready":4,"worldSize":4,"steps":{"detect":"1ms","stop":"2ms","wait":"0s","start":"5ms","total":"8ms"}}`,
+		`{"phase":"Running","generation":2,"updatedAt":"2026-01-01T00:00:00Z","goodput":{"since":"2026-01-01T00:00:00Z","asOf":"2026-01-01T00:00:09Z","now":"training","total":{"training":9}}}`,
+		`{"phase":"Waiting","goodput":{"since":"x"}}`)
 }
 
 func FuzzDecodeEvent(f *testing.F) {

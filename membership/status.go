@@ -112,7 +112,9 @@ type Status struct {
 	// is malformed the last good one. A client that rewrites a malformed
 	// spec starts from it (UpdateSpec), and a new leader runs the job on
 	// it.
-	Spec      *Spec     `json:"spec,omitempty"`
+	Spec *Spec `json:"spec,omitempty"`
+	// Goodput is the job's account of its wall time by cause.
+	Goodput   *Goodput  `json:"goodput,omitempty"`
 	UpdatedAt time.Time `json:"updatedAt"`
 }
 
@@ -131,19 +133,42 @@ func (s Status) Validate() error {
 			return fmt.Errorf("status: spec: %v", err)
 		}
 	}
+	if s.Goodput != nil {
+		if err := s.Goodput.Validate(); err != nil {
+			return fmt.Errorf("status: %v", err)
+		}
+	}
 	return nil
 }
 
-// DecodeStatus reads a status record.
+// DecodeStatus reads a status record. A malformed account does not make
+// the status malformed: the account begins again at the status's
+// UpdatedAt, and its Note says why.
 func DecodeStatus(data []byte) (Status, error) {
-	var s Status
+	var s struct {
+		Status
+		Goodput json.RawMessage `json:"goodput,omitempty"`
+	}
 	if err := json.Unmarshal(data, &s); err != nil {
 		return Status{}, fmt.Errorf("%w: status: %v", ErrInvalidRecord, err)
 	}
-	if err := s.Validate(); err != nil {
+	if err := s.Status.Validate(); err != nil {
 		return Status{}, fmt.Errorf("%w: %v", ErrInvalidRecord, err)
 	}
-	return s, nil
+	st := s.Status
+	if len(s.Goodput) > 0 && string(s.Goodput) != "null" {
+		g, err := DecodeGoodput(s.Goodput)
+		if err != nil {
+			since := st.UpdatedAt
+			if since.IsZero() {
+				since = time.Unix(0, 0).UTC()
+			}
+			g = *NewGoodput(since, CauseRestarting)
+			g.Note = fmt.Sprintf("the stored account was malformed (%v); counted again from %s", err, since.Format(time.RFC3339))
+		}
+		st.Goodput = &g
+	}
+	return st, nil
 }
 
 // Event is one entry of a job's timeline at Keys.Event.
