@@ -67,8 +67,9 @@ type jobActor struct {
 	lossesSeen map[string]int64
 
 	// Owned by the run goroutine.
-	memo  memo
-	retry *backoff.ExponentialBackOff
+	memo   memo
+	retry  *backoff.ExponentialBackOff
+	ledger ledger
 }
 
 func newJobActor(t *term, job string) *jobActor {
@@ -535,12 +536,16 @@ func (a *jobActor) reconcile(ctx context.Context) (wakeAt time.Time, wrote bool,
 		a.mu.Lock()
 		v := a.viewLocked()
 		v.goneAt = goneAt
-		d := decide(v, a.memo, a.limits(), a.t.c.now())
+		now := a.t.c.now()
+		d := decide(v, a.memo, a.limits(), now)
 		unacked := 0
 		if v.plan != nil && v.plan.Phase == membership.PhaseStop {
 			unacked = v.prog.present - v.prog.acked
 		}
 		said, drained := a.reportMalformedLocked(v, &d)
+		if !d.deleteJob && d.err == nil {
+			a.account(v, &d, now)
+		}
 		a.mu.Unlock()
 		a.t.c.metrics.unacked.WithLabelValues(a.job).Set(float64(unacked))
 		a.memo = d.memo

@@ -169,10 +169,10 @@ func sameStatus(a, b *membership.Status) bool {
 	if (x.Steps == nil) != (y.Steps == nil) || (x.Steps != nil && *x.Steps != *y.Steps) {
 		return false
 	}
-	if !sameSpec(x.Spec, y.Spec) {
+	if !sameSpec(x.Spec, y.Spec) || !sameGoodput(x.Goodput, y.Goodput) {
 		return false
 	}
-	x.Steps, y.Steps, x.Spec, y.Spec = nil, nil, nil, nil
+	x.Steps, y.Steps, x.Spec, y.Spec, x.Goodput, y.Goodput = nil, nil, nil, nil, nil, nil
 	return x == y
 }
 

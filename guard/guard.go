@@ -78,6 +78,9 @@ type run struct {
 	lastProgress int64
 	moved        bool
 	quietChanged bool
+	// finals are the last progress of the ranks reaped, reported once
+	// the last of them is (finalProgress).
+	finals []RankProgress
 }
 
 // server is the guard's state, owned by its loop.
@@ -397,6 +400,7 @@ func (s *server) reap() {
 		}
 		if p, ok := s.cur.procs[pid]; ok {
 			delete(s.cur.procs, pid)
+			s.finalProgress(s.cur, p)
 			s.cur.forget(p)
 			s.reportExit(s.cur, p, ws)
 			s.cur.endWatchdog(pid)

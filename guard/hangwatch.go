@@ -49,6 +49,8 @@ type rankWatch struct {
 	// quietMark is the end of its last quiet phase, as declared while it
 	// lasts, as it happened once over; 0 for none.
 	quietMark int64
+	// marks are the times of its first and last steps (marks.go).
+	marks stepMarks
 }
 
 // attachedProc is the process that attached a rank's page, when it is not
@@ -137,6 +139,7 @@ func (s *server) sample(r *run, rw *rankWatch, now int64) {
 				s.learn.interval(rest)
 			}
 		}
+		rw.marks.stepped(pr)
 		rw.steps, rw.lastStep = pr.Steps, pr.LastStep
 		r.moved, rw.hung = true, false
 	case pr.Steps < rw.steps:
@@ -248,14 +251,21 @@ func (s *server) reportProgress(r *run, now, timeout int64) {
 	rep := Report{Event: EventProgress, Seq: s.seq, Generation: r.gen, TimeoutNanos: timeout}
 	wall := time.Now().UnixNano()
 	for _, rw := range r.ranks {
-		rp := RankProgress{Rank: rw.p.rank, Steps: rw.steps, Step: rw.last.step(),
-			IntervalNanos: median(rw.recent), MaxIntervalNanos: rw.longest, Hung: rw.hung}
-		if q := rw.quietMark; q > 0 {
-			rp.QuietUntilUnixNanos = wall + (q - now)
-		}
-		rep.Progress = append(rep.Progress, rp)
+		rep.Progress = append(rep.Progress, rw.progress(now, wall))
 	}
 	s.out.send(rep)
+}
+
+// progress is how far the rank is at now (CLOCK_MONOTONIC), whose wall
+// clock time is wall.
+func (rw *rankWatch) progress(now, wall int64) RankProgress {
+	rp := RankProgress{Rank: rw.p.rank, Steps: rw.steps, Step: rw.last.step(),
+		IntervalNanos: median(rw.recent), MaxIntervalNanos: rw.longest, Hung: rw.hung}
+	if q := rw.quietMark; q > 0 {
+		rp.QuietUntilUnixNanos = wall + (q - now)
+	}
+	rw.marks.put(&rp, now, wall)
+	return rp
 }
 
 // forget drops the rank of a process that was reaped, and unmaps its page.

@@ -229,7 +229,9 @@ const (
 	EventHung Event = "hung"
 	// EventProgress: about once a second while the ranks of generation
 	// Generation step, how far each is (Progress) and the hang timeout in
-	// force (TimeoutNanos; 0 while none is).
+	// force (TimeoutNanos; 0 while none is). Final: once the run's last
+	// process is reaped, how far each rank that stepped got, read from
+	// its page as it was reaped; sent before the run's EventClear.
 	EventProgress Event = "progress"
 )
 
@@ -252,6 +254,13 @@ type RankProgress struct {
 	// Hung says the rank was reported hung and has not stepped since: one
 	// that steps again is reported so, and may be reported hung again.
 	Hung bool `json:"hung,omitempty"`
+	// FirstStepUnixNanos and LastStepUnixNanos are the wall clock times
+	// of its first and last steps in this generation; FirstNamed is the
+	// first step it named, at FirstNamedUnixNanos. 0 for none.
+	FirstStepUnixNanos  int64 `json:"firstStepUnixNanos,omitempty"`
+	LastStepUnixNanos   int64 `json:"lastStepUnixNanos,omitempty"`
+	FirstNamed          int64 `json:"firstNamed,omitempty"`
+	FirstNamedUnixNanos int64 `json:"firstNamedUnixNanos,omitempty"`
 }
 
 // Report is one message from the guard to the sidecar.
@@ -286,6 +295,7 @@ type Report struct {
 	Stopped               bool           `json:"stopped,omitempty"`
 	LastActivityUnixNanos int64          `json:"lastActivityUnixNanos,omitempty"`
 	Progress              []RankProgress `json:"progress,omitempty"`
+	Final                 bool           `json:"final,omitempty"`
 }
 
 // ErrInvalidMessage wraps every decoding error.
@@ -320,7 +330,7 @@ func DecodeReport(line []byte) (Report, error) {
 			return Report{}, fmt.Errorf("%w: progress report without a generation or 1..%d ranks", ErrInvalidMessage, MaxProcs)
 		}
 		for _, p := range r.Progress {
-			if p.Steps < 0 || p.Step < 0 || p.IntervalNanos < 0 || p.MaxIntervalNanos < 0 {
+			if p.Steps < 0 || p.Step < 0 || p.IntervalNanos < 0 || p.MaxIntervalNanos < 0 || p.FirstNamed < 0 {
 				return Report{}, fmt.Errorf("%w: progress of rank %d: a negative count or interval", ErrInvalidMessage, p.Rank)
 			}
 		}

@@ -167,6 +167,9 @@ type Agent struct {
 	startedFirstRank int
 	hang             *membership.Hang
 	quietUntil       time.Time
+	// firstMarked is the generation whose first step the node record
+	// says (StepMarks.First).
+	firstMarked int64
 	progressWritten  time.Time
 	progressTimeout  membership.Duration
 }
@@ -475,7 +478,7 @@ func (a *Agent) follow(ctx context.Context, p membership.Plan) (Result, bool) {
 		pids := a.cfg.Workload.Pids()
 		a.write(ctx, membership.NodeRunning, p.Generation, func(n *membership.Node) {
 			n.State, n.Generation, n.ExitCode, n.Message, n.CannotStart, n.PIDs = membership.NodeRunning, p.Generation, 0, "", false, pids
-			n.Hang, n.Progress, n.QuietUntil = nil, nil, time.Time{}
+			n.Hang, n.Progress, n.QuietUntil, n.Marks = nil, nil, time.Time{}, nil
 		})
 	}
 	return Result{}, false
@@ -560,9 +563,13 @@ func (a *Agent) ack(ctx context.Context, state membership.NodeState, gen int64, 
 // when the node is not registered (the fence and the new registration take
 // over) or ctx is done.
 func (a *Agent) ackMessage(ctx context.Context, state membership.NodeState, gen int64, code int, msg string) bool {
+	marks := a.stepMarks()
 	return a.write(ctx, state, gen, func(n *membership.Node) {
 		n.State, n.Generation, n.ExitCode, n.Message, n.CannotStart, n.PIDs = state, gen, code, msg, false, nil
 		n.Hang, n.Progress, n.QuietUntil = nil, nil, time.Time{}
+		if marks != nil {
+			n.Marks = marks
+		}
 	})
 }
 
@@ -595,6 +602,16 @@ func (a *Agent) write(ctx context.Context, state membership.NodeState, gen int64
 		return false
 	}
 	return true
+}
+
+// stepMarks are the step marks of the generation the node started last,
+// as its ranks left them: an ack of its end or of a stop carries them.
+func (a *Agent) stepMarks() *membership.StepMarks {
+	m, ok := a.cfg.Workload.(Marker)
+	if !ok || a.startedGen == 0 {
+		return nil
+	}
+	return m.StepMarks(a.startedGen)
 }
 
 func drain[T any](ch <-chan T) {

@@ -34,11 +34,15 @@ type Processes struct {
 	obsOnce      sync.Once
 	observations chan Observation
 	base         atomic.Int64
+	// marks are the ranks' step marks of the generation started last
+	// (marks.go).
+	marks rankMarks
 }
 
 var (
 	_ Workload = (*Processes)(nil)
 	_ Watcher  = (*Processes)(nil)
+	_ Marker   = (*Processes)(nil)
 )
 
 // Observations implements Watcher.
@@ -71,6 +75,10 @@ func (p *Processes) Observe(rep guard.Report) {
 		go func() { ch <- o }() // at most one a rank a generation
 		return
 	case guard.EventProgress:
+		p.marks.observe(rep)
+		if rep.Final {
+			return // the ranks are gone: only their marks are news
+		}
 		for _, r := range rep.Progress {
 			o.Steps = append(o.Steps, membership.RankProgress{Rank: r.Rank - base, Step: r.Step,
 				StepTime: membership.Duration(r.IntervalNanos), HangTimeout: membership.Duration(rep.TimeoutNanos)})
@@ -94,6 +102,7 @@ func (p *Processes) Observe(rep guard.Report) {
 func (p *Processes) Start(ctx context.Context, a Assignment) (<-chan Exit, error) {
 	procs := procsOf(a, p.Options, p.schedulerIP(ctx, a.Plan))
 	p.base.Store(int64(procs.GlobalRankBase))
+	p.marks.start(a.Plan.Generation, a.Member.NProc)
 	exits, err := p.Launcher.Start(procs, a.Member.Lease)
 	if err != nil {
 		return nil, err

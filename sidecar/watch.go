@@ -22,6 +22,14 @@ type Watcher interface {
 	StopStacks(ctx context.Context) error
 }
 
+// Marker is a workload that knows when its ranks first and last stepped
+// in a generation: the leader accounts the job's time by it.
+type Marker interface {
+	// StepMarks are the marks of generation gen so far; nil when none of
+	// its ranks stepped.
+	StepMarks(gen int64) *membership.StepMarks
+}
+
 // Observation is what a Watcher found. Ranks are local (the index of the
 // process on the node); the agent makes them global.
 type Observation struct {
@@ -74,6 +82,7 @@ func (a *Agent) observed(ctx context.Context, o Observation) {
 	if o.Hung != nil || len(o.Steps) == 0 {
 		return
 	}
+	a.markFirstStep(ctx, o.Generation)
 	if h := a.hang; h != nil && slices.Contains(o.Stepping, h.Rank-a.startedFirstRank) {
 		// It was waiting for a peer in a declared quiet phase, or was
 		// slow, not hung: the report goes, and a hang may be reported
@@ -118,6 +127,24 @@ func (a *Agent) observed(ctx context.Context, o Observation) {
 	a.write(ctx, membership.NodeRunning, o.Generation, func(n *membership.Node) {
 		if n.State == membership.NodeRunning && n.Generation == o.Generation {
 			n.Progress = &slowest
+		}
+	})
+}
+
+// markFirstStep writes, once per generation, when every rank of the node
+// first stepped in it: the leader ends the restart at the last node's.
+func (a *Agent) markFirstStep(ctx context.Context, gen int64) {
+	if a.firstMarked >= gen {
+		return
+	}
+	m := a.stepMarks()
+	if m == nil || m.First.IsZero() {
+		return
+	}
+	a.firstMarked = gen
+	a.write(ctx, membership.NodeRunning, gen, func(n *membership.Node) {
+		if n.State == membership.NodeRunning && n.Generation == gen {
+			n.Marks = m
 		}
 	})
 }

@@ -154,6 +154,13 @@ type watchedWorkload struct {
 
 func (w watchedWorkload) Observations() <-chan sidecar.Observation { return w.watcher.Observations() }
 
+func (w watchedWorkload) StepMarks(gen int64) *membership.StepMarks {
+	if m, ok := w.watcher.(sidecar.Marker); ok {
+		return m.StepMarks(gen)
+	}
+	return nil
+}
+
 func (w watchedWorkload) StopStacks(ctx context.Context) error {
 	err := w.watcher.StopStacks(ctx)
 	w.store.KickDisk()

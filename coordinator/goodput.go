@@ -1,0 +1,275 @@
+package coordinator
+
+import (
+	"math"
+	"reflect"
+	"time"
+
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// The leader keeps each job's goodput account (membership.Goodput): what
+// the job's wall time went to, by cause. The cause follows the status's
+// phase (Running: training; Restarting: restarting; Waiting: waiting),
+// and what the nodes' step marks say later moves seconds out of
+// training: the time before every rank's first step of a generation
+// (restarting), the time between the job's last progress and the stop
+// that followed (restarting, or hung when a hung rank caused the stop),
+// and the steps trained again after a resume below the furthest step
+// (redone). Everything it needs to go on is in the account itself, so
+// that a new leader continues from the stored one.
+
+// flushEvery is how often at most an account that changed while the
+// status did not is written with it.
+const flushEvery = time.Second
+
+// ledger is the actor's account and when it last wrote it.
+type ledger struct {
+	g       *membership.Goodput
+	dirty   bool // changed since written, beyond its clock
+	flushed time.Time
+}
+
+// account brings the job's account to now, in d's status if the status
+// is written anyway, or if it changed and was last written flushEvery ago;
+// else the status keeps the stored account, and d asks to decide again
+// when it may be written.
+func (a *jobActor) account(v view, d *decision, now time.Time) {
+	base, next := v.status, d.status
+	if next == nil {
+		next = base
+	}
+	if next == nil {
+		return // nothing to account yet
+	}
+	l := &a.ledger
+	if base == nil && l.g != nil && l.g.Now == "" {
+		l.g = nil // a job of the same name again
+	}
+	if l.g == nil {
+		if base != nil && base.Goodput != nil {
+			l.g = base.Goodput.Clone()
+		} else {
+			l.g, l.dirty = membership.NewGoodput(now, causeOf(next.Phase)), true
+		}
+	}
+	if classify(l.g, v, d, next, now) {
+		l.dirty = true
+	}
+	var stored *membership.Goodput
+	if base != nil {
+		stored = base.Goodput
+	}
+	written := d.status != nil && !sameStatusBut(d.status, base)
+	switch {
+	case written || (l.dirty && now.Sub(l.flushed) >= flushEvery):
+		s := *next
+		s.Goodput = l.g.Clone()
+		d.status = &s
+		l.dirty, l.flushed = false, now
+	case l.dirty:
+		wakeEarlier(d, l.flushed.Add(flushEvery))
+		fallthrough
+	default:
+		if d.status != nil {
+			s := *d.status
+			s.Goodput = stored
+			d.status = &s
+		}
+	}
+}
+
+// sameStatusBut compares statuses but for their accounts.
+func sameStatusBut(a, b *membership.Status) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	x, y := *a, *b
+	x.Goodput, y.Goodput = nil, nil
+	return sameStatus(&x, &y)
+}
+
+func sameGoodput(a, b *membership.Goodput) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return reflect.DeepEqual(*a, *b)
+}
+
+// causeOf is the cause of a job in phase p; none once it ended.
+func causeOf(p membership.JobPhase) membership.Cause {
+	switch p {
+	case membership.JobRunning:
+		return membership.CauseTraining
+	case membership.JobWaiting:
+		return membership.CauseWaiting
+	case membership.JobRestarting:
+		return membership.CauseRestarting
+	}
+	return ""
+}
+
+// classify brings g to now for a job whose status will be next: it counts
+// the time since g's last moment, follows a change of cause, and moves
+// out of training what the nodes' step marks show was not. It reports a
+// change beyond the clock.
+func classify(g *membership.Goodput, v view, d *decision, next *membership.Status, now time.Time) bool {
+	if g.Now == "" {
+		return false // the job ended: so did its account
+	}
+	g.Accrue(now)
+	changed := false
+	cause := causeOf(next.Phase)
+	if cause != g.Now {
+		changed = true
+		if g.Now == membership.CauseTraining {
+			g.TrainingTo = now
+			if v.plan != nil && v.plan.Phase == membership.PhaseStop && v.plan.Hang != nil {
+				g.HungStop, g.HungSince = true, v.plan.Hang.LastActivity
+			}
+		}
+		if cause != membership.CauseTraining && (cause == "" || next.Phase.Done()) {
+			// A job that ends trained until it ended: its last
+			// progress moves nothing.
+			classifyFirst(g, v, now)
+			g.LastClassed = true
+		}
+		if cause == membership.CauseTraining {
+			// What the last span's marks say is taken before the span
+			// is forgotten.
+			classifyFirst(g, v, now)
+			classifyLast(g, v, true)
+			g.Generation, g.TrainingFrom, g.TrainingTo = next.Generation, now, time.Time{}
+			g.FirstClassed, g.LastClassed, g.HungStop, g.HungSince = false, false, false, time.Time{}
+		}
+		g.Now = cause
+	}
+	if classifyFirst(g, v, now) {
+		changed = true
+	}
+	if !g.TrainingTo.IsZero() && classifyLast(g, v, stopDone(g, v, d)) {
+		changed = true
+	}
+	return changed
+}
+
+// marksOf are the step marks of generation gen among the job's nodes.
+func marksOf(v view, gen int64) []membership.StepMarks {
+	var out []membership.StepMarks
+	for _, n := range v.index().nodes {
+		if n.Marks != nil && n.Marks.Generation == gen {
+			out = append(out, *n.Marks)
+		}
+	}
+	return out
+}
+
+// classifyFirst moves the start of the span up to the last member's first
+// step to restarting, once every member of the span's generation marked
+// it, and counts the steps that generation trains again. Ranks that mark
+// no first step leave the span training from every member running.
+func classifyFirst(g *membership.Goodput, v view, now time.Time) bool {
+	if g.FirstClassed || g.Generation == 0 || g.TrainingFrom.IsZero() || v.plan == nil {
+		return false
+	}
+	members := len(v.plan.Members)
+	if v.plan.Generation != g.Generation || v.plan.Phase != membership.PhaseRun {
+		members = 0 // counted from the run plan only
+	}
+	var last membership.StepMarks
+	n := 0
+	for _, m := range marksOf(v, g.Generation) {
+		if m.First.IsZero() {
+			continue
+		}
+		n++
+		if m.First.After(last.First) {
+			last = m
+		}
+	}
+	if members == 0 || n < members {
+		return false
+	}
+	g.FirstClassed = true
+	end := g.TrainingTo
+	if end.IsZero() {
+		end = now
+	}
+	first := last.First
+	if first.After(end) {
+		first = end // another clock
+	}
+	if first.After(g.TrainingFrom) {
+		g.Move(g.TrainingFrom, first, membership.CauseTraining, membership.CauseRestarting)
+		g.TrainingFrom = first
+	}
+	if last.Resumed > 0 && g.Furthest > 0 && g.StepTime > 0 {
+		st := time.Duration(g.StepTime)
+		resumed := last.Resumed - int64(math.Round(float64(last.ResumedAt.Sub(last.First))/float64(st)))
+		if again := g.Furthest - resumed; again > 0 {
+			owed := float64(again) * st.Seconds()
+			until := end
+			if g.AsOf.Before(until) {
+				until = g.AsOf
+			}
+			trained := until.Sub(g.TrainingFrom).Seconds()
+			pay := max(min(owed, trained), 0)
+			g.Move(g.TrainingFrom, g.TrainingFrom.Add(time.Duration(pay*float64(time.Second))), membership.CauseTraining, membership.CauseRedone)
+			g.TrainingFrom = g.TrainingFrom.Add(time.Duration(pay * float64(time.Second)))
+			g.Owed += owed - pay
+		}
+	}
+	return true
+}
+
+// stopDone reports whether the stop that ended the span was acked by
+// every node there is to ack it, or is over: its acks' marks are all in.
+func stopDone(g *membership.Goodput, v view, d *decision) bool {
+	p := v.plan
+	switch {
+	case p == nil || p.Generation <= g.Generation:
+		return false
+	case p.Phase == membership.PhaseRun, p.Final(), d.plan != nil:
+		return true
+	}
+	pr := v.progress()
+	return pr.acked >= pr.present
+}
+
+// classifyLast moves the end of the span, from the job's last progress
+// (the latest last step its nodes' acks mark) to the stop, out of
+// training: to hung when a hung rank caused the stop, else to
+// restarting. It learns the furthest step and the step time on the way.
+// With ready false it waits for more acks.
+func classifyLast(g *membership.Goodput, v view, ready bool) bool {
+	if g.LastClassed || g.TrainingTo.IsZero() || !ready {
+		return false
+	}
+	g.LastClassed = true
+	var last time.Time
+	for _, m := range marksOf(v, g.Generation) {
+		if m.Last.After(last) {
+			last = m.Last
+		}
+		g.Furthest = max(g.Furthest, m.Furthest)
+		if m.Resumed > 0 && m.Furthest > m.Resumed && m.Last.After(m.ResumedAt) {
+			g.StepTime = membership.Duration(m.Last.Sub(m.ResumedAt) / time.Duration(m.Furthest-m.Resumed))
+		}
+	}
+	if last.IsZero() && g.HungStop {
+		last = g.HungSince
+	}
+	if last.IsZero() || !last.Before(g.TrainingTo) {
+		return true
+	}
+	from := last
+	if from.Before(g.TrainingFrom) {
+		from = g.TrainingFrom
+	}
+	to := membership.CauseRestarting
+	if g.HungStop {
+		to = membership.CauseHung
+	}
+	g.Move(from, g.TrainingTo, membership.CauseTraining, to)
+	return true
+}
