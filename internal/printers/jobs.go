@@ -34,12 +34,18 @@ type Job struct {
 	Nodes    int64      `json:"nodes"`
 	Restarts int        `json:"restarts"`
 	Created  *time.Time `json:"created"`
-	Message  string     `json:"message"`
+	// Goodput is the share of the job's wall time that trained; nil
+	// when it keeps no account.
+	Goodput *float64 `json:"goodput"`
+	Message string   `json:"message"`
 }
 
 // NewJob is the job as the list of jobs shows it.
 func NewJob(j jobclient.JobSummary) Job {
 	v := Job{Head: headOf(j.ID, j.Status), Nodes: j.Nodes, Restarts: j.Status.Restarts, Message: StatusMessage(j.Status)}
+	if g := NewGoodput(j.Status.Goodput, time.Now()); g != nil && g.WallSeconds > 0 {
+		v.Goodput = &g.Ratio
+	}
 	if j.Spec != nil {
 		v.Name = j.Spec.Name
 		if !j.Spec.CreatedAt.IsZero() {
@@ -68,7 +74,7 @@ func WriteJobsTable(w io.Writer, jobs []jobclient.JobSummary, now time.Time) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tPHASE\tGENERATION\tNP\tREADY\tNODES\tRESTARTS\tAGE")
+	fmt.Fprintln(tw, "JOB\tPHASE\tGENERATION\tNP\tREADY\tNODES\tRESTARTS\tGOODPUT\tAGE")
 	for _, j := range jobs {
 		v := NewJob(j)
 		name := v.Job
@@ -79,7 +85,11 @@ func WriteJobsTable(w io.Writer, jobs []jobclient.JobSummary, now time.Time) {
 		if v.Phase == membership.JobRunning || v.Phase == membership.JobRestarting {
 			ready = fmt.Sprintf("%d/%d", v.Ready, v.Members)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\n", name, v.Phase, v.Generation, v.NP.String(), ready, v.Nodes, v.Restarts, Age(v.Created, now))
+		goodput := "-"
+		if g := NewGoodput(j.Status.Goodput, now); g != nil {
+			goodput = g.Percent()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\n", name, v.Phase, v.Generation, v.NP.String(), ready, v.Nodes, v.Restarts, goodput, Age(v.Created, now))
 	}
 	tw.Flush()
 }

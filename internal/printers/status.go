@@ -61,20 +61,23 @@ type Status struct {
 	Message     string                       `json:"message"`
 	Malformed   string                       `json:"malformed,omitempty"`
 	LastRestart *Steps                       `json:"lastRestart"`
+	Goodput     *Goodput                     `json:"goodput,omitempty"`
 	UpdatedAt   time.Time                    `json:"updatedAt"`
 	Bridge      *membership.BridgeStatus     `json:"bridge,omitempty"`
 	Autoscaler  *membership.AutoscalerStatus `json:"autoscaler,omitempty"`
 	Nodes       []Node                       `json:"nodes"`
 }
 
-// NewStatus is the job's status without its name and nodes.
+// NewStatus is the job's status without its name and nodes, its account
+// read at the time of the call.
 func NewStatus(job string, s membership.Status) Status {
 	spares := 0
 	if s.Spec != nil {
 		spares = s.Spec.Spares
 	}
 	return Status{Head: headOf(job, s), WorldSize: s.WorldSize, Spares: spares,
-		Restarts: s.Restarts, HangRestarts: s.HangRestarts, ExitCode: s.ExitCode, Message: StatusMessage(s), Malformed: s.Malformed, LastRestart: newSteps(s.Steps), UpdatedAt: s.UpdatedAt, Nodes: []Node{}}
+		Restarts: s.Restarts, HangRestarts: s.HangRestarts, ExitCode: s.ExitCode, Message: StatusMessage(s), Malformed: s.Malformed, LastRestart: newSteps(s.Steps),
+		Goodput: NewGoodput(s.Goodput, time.Now()), UpdatedAt: s.UpdatedAt, Nodes: []Node{}}
 }
 
 // StatusMessage is the status's message, and what of the job's records is
@@ -301,6 +304,9 @@ func WriteStatusTable(w io.Writer, v Status) {
 	}
 	if v.HangRestarts > 0 {
 		fmt.Fprintf(w, "\nHang restarts: %d\n", v.HangRestarts)
+	}
+	if g := v.Goodput; g != nil {
+		fmt.Fprintf(w, "\nGoodput: %s\n", g.Line())
 	}
 	if v.Spares > 0 {
 		ready := 0
