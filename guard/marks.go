@@ -12,13 +12,23 @@ type stepMarks struct {
 	firstNamedAt int64
 }
 
-// stepped notes a sample of the page that shows new steps.
+// stepped notes a sample of the page that shows new steps. The trainer
+// writes when its first step was, and its first step named; a trainer
+// that does not (an older module) is taken at the sample's last step.
 func (m *stepMarks) stepped(pr progress) {
 	if m.first == 0 {
 		m.first = pr.LastStep
+		if pr.FirstStep > 0 && pr.FirstStep <= pr.LastStep {
+			m.first = pr.FirstStep
+		}
 	}
-	if m.firstNamed == 0 && pr.UserStep > 0 {
-		m.firstNamed, m.firstNamedAt = pr.UserStep, pr.LastStep
+	if m.firstNamed == 0 {
+		switch {
+		case pr.FirstUser > 0 && pr.FirstUserAt > 0:
+			m.firstNamed, m.firstNamedAt = pr.FirstUser, pr.FirstUserAt
+		case pr.UserStep > 0:
+			m.firstNamed, m.firstNamedAt = pr.UserStep, pr.LastStep
+		}
 	}
 	m.last = pr.LastStep
 }

@@ -23,6 +23,9 @@ import (
 //	56 dump: pid (low 32 bits) and signal (high 32 bits) that
 //	   write the process's Python stack                        trainer
 //	64 attached pid: the process that mapped the page          trainer
+//	72 first_step_ns: CLOCK_MONOTONIC of the first event        trainer
+//	80 first_user_step: the first step the trainer named        trainer
+//	88 first_user_ns: CLOCK_MONOTONIC of the event naming it    trainer
 //
 // The guard writes its words before the process runs its command, and
 // reads the others with atomic loads. Each process has a page of its own,
@@ -54,6 +57,9 @@ const (
 	offQuietUntil   = 48
 	offDump         = 56
 	offAttached     = 64
+	offFirstStep    = 72
+	offFirstUser    = 80
+	offFirstUserAt  = 88
 )
 
 // progressPage is the guard's mapping of one process's page, and until the
@@ -118,6 +124,10 @@ type progress struct {
 	DumpPid, DumpSignal int
 	// Attached is the process that mapped the page; 0 for none.
 	Attached int
+	// FirstStep is when the first event was, FirstUser the first step
+	// named, at FirstUserAt; 0 for none (a trainer of an older module
+	// writes none of them).
+	FirstStep, FirstUser, FirstUserAt int64
 }
 
 // load reads the trainer's words. The trainer writes steps, last_step and
@@ -138,6 +148,11 @@ func (p *progressPage) load() progress {
 	dump := uint64(p.word(offDump).Load())
 	pr.DumpPid, pr.DumpSignal = int(uint32(dump)), int(dump>>32)
 	pr.Attached = int(uint32(p.word(offAttached).Load()))
+	// The first user step is written after its time: read in that order.
+	pr.FirstStep = p.word(offFirstStep).Load()
+	if pr.FirstUser = p.word(offFirstUser).Load(); pr.FirstUser > 0 {
+		pr.FirstUserAt = p.word(offFirstUserAt).Load()
+	}
 	return pr
 }
 

@@ -16,6 +16,9 @@ rank that hangs from one that works:
     48   quiet_until_ns   end of a declared long phase; 0 = none
     56   dump             pid | signal << 32: the signal that writes the stacks
     64   attached pid     the process that mapped the page
+    72   first_step_ns    CLOCK_MONOTONIC of the first progress event
+    80   first_user_step  the first step number the trainer named; 0 = none
+    88   first_user_ns    CLOCK_MONOTONIC of the event that named it
 
 A progress event is an optimizer step of torch (every optimizer, the user's
 own subclasses too), elastic.beat() and elastic.save(); a sign of life is a
@@ -50,6 +53,7 @@ SIZE = 4096
 
 # Byte offsets of the page's words.
 STEPS, LAST_STEP, LAST_ACTIVITY, USER_STEP, QUIET_UNTIL, DUMP, ATTACHED = 16, 24, 32, 40, 48, 56, 64
+FIRST_STEP, FIRST_USER_STEP, FIRST_USER_NS = 72, 80, 88
 
 # The signal that writes the stacks: a real-time one, which nothing in a
 # training process uses and whose default action (terminate) is what an
@@ -171,9 +175,15 @@ def step(user_step=None):
     if page is None:
         return
     t = _mono()
-    _EVENT.pack_into(page, STEPS, _WORD.unpack_from(page, STEPS)[0] + 1, t, t)
+    n = _WORD.unpack_from(page, STEPS)[0]
+    if n == 0:
+        _WORD.pack_into(page, FIRST_STEP, t)
+    _EVENT.pack_into(page, STEPS, n + 1, t, t)
     if user_step is not None:
         _WORD.pack_into(page, USER_STEP, user_step)
+        if user_step > 0 and _WORD.unpack_from(page, FIRST_USER_STEP)[0] == 0:
+            _WORD.pack_into(page, FIRST_USER_NS, t)
+            _WORD.pack_into(page, FIRST_USER_STEP, user_step)
 
 
 def activity():

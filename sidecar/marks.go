@@ -40,8 +40,9 @@ func (m *rankMarks) observe(rep guard.Report) {
 }
 
 // StepMarks implements Marker: First once every rank of the node
-// stepped, from the last of them to; Last and Furthest from the most
-// advanced.
+// stepped, from the last of them to; Last from the most advanced;
+// Resumed and Furthest from the ranks that name their steps (a rank that
+// names none counts its own, from 0 each generation).
 func (p *Processes) StepMarks(gen int64) *membership.StepMarks { return p.marks.of(gen) }
 
 func (m *rankMarks) of(gen int64) *membership.StepMarks {
@@ -52,24 +53,27 @@ func (m *rankMarks) of(gen int64) *membership.StepMarks {
 	}
 	out := &membership.StepMarks{Generation: gen}
 	started := 0
-	var slowest guard.RankProgress
+	var slowest, named guard.RankProgress
 	for _, r := range m.ranks {
 		if r.FirstStepUnixNanos > 0 {
 			started++
-			if r.FirstStepUnixNanos > slowest.FirstStepUnixNanos {
-				slowest = r
-			}
+			slowest.FirstStepUnixNanos = max(slowest.FirstStepUnixNanos, r.FirstStepUnixNanos)
 		}
 		if r.LastStepUnixNanos > 0 && wall(r.LastStepUnixNanos).After(out.Last) {
 			out.Last = wall(r.LastStepUnixNanos)
 		}
-		out.Furthest = max(out.Furthest, r.Step)
+		if r.FirstNamed > 0 {
+			out.Furthest = max(out.Furthest, r.Step)
+			if r.FirstNamedUnixNanos > named.FirstNamedUnixNanos {
+				named = r
+			}
+		}
+	}
+	if named.FirstNamed > 0 {
+		out.Resumed, out.ResumedAt = named.FirstNamed, wall(named.FirstNamedUnixNanos)
 	}
 	if started > 0 && started >= m.nproc {
 		out.First = wall(slowest.FirstStepUnixNanos)
-		if slowest.FirstNamed > 0 {
-			out.Resumed, out.ResumedAt = slowest.FirstNamed, wall(slowest.FirstNamedUnixNanos)
-		}
 	}
 	if out.First.IsZero() && out.Last.IsZero() {
 		return nil
