@@ -284,7 +284,12 @@ func TestAQuietRankIsReportedHung(t *testing.T) {
 	assert.Equal(t, int64(300*time.Millisecond), last.TimeoutNanos)
 	require.Len(t, last.Progress, 3)
 	p0 := last.Progress[0]
-	assert.Equal(t, guard.RankProgress{Rank: 0, Steps: 5, Step: 42, IntervalNanos: p0.IntervalNanos, MaxIntervalNanos: p0.MaxIntervalNanos, Hung: p0.Hung}, p0)
+	assert.Equal(t, guard.RankProgress{Rank: 0, Steps: 5, Step: 42, IntervalNanos: p0.IntervalNanos, MaxIntervalNanos: p0.MaxIntervalNanos, Hung: p0.Hung,
+		FirstStepUnixNanos: p0.FirstStepUnixNanos, LastStepUnixNanos: p0.LastStepUnixNanos, FirstNamed: 42, FirstNamedUnixNanos: p0.LastStepUnixNanos}, p0,
+		"its one named step named with its last")
+	assert.Positive(t, p0.FirstStepUnixNanos)
+	assert.LessOrEqual(t, p0.FirstStepUnixNanos, p0.LastStepUnixNanos)
+	assert.InDelta(t, time.Now().UnixNano(), p0.LastStepUnixNanos, float64(time.Minute), "on the wall clock")
 	// Steps that all fall between two samples (a loaded machine) give no
 	// interval: the median is 0 then, never negative.
 	assert.GreaterOrEqual(t, p0.IntervalNanos, int64(0))
@@ -294,6 +299,19 @@ func TestAQuietRankIsReportedHung(t *testing.T) {
 	j.stop(guard.Command{})
 	_, count := of(guard.EventHung, j.seen)
 	assert.Equal(t, map[int]int{0: 1, 1: 1, 2: 1}, count, "once per rank and generation")
+
+	// As the ranks are reaped, how far those that stepped got, once, before
+	// the run is clear.
+	final := j.find(func(r guard.Report) bool { return r.Event == guard.EventProgress && r.Final })
+	byRank := map[int]guard.RankProgress{}
+	for _, p := range final.Progress {
+		byRank[p.Rank] = p
+	}
+	require.Len(t, byRank, 2, "rank 2 never stepped: %+v", final.Progress)
+	assert.InDelta(t, p0.LastStepUnixNanos, byRank[0].LastStepUnixNanos, float64(time.Millisecond), "the same step, read again")
+	assert.Equal(t, int64(42), byRank[0].Step)
+	assert.Equal(t, int64(3), byRank[1].Steps)
+	assert.Zero(t, byRank[1].FirstNamed, "rank 1 named no step")
 }
 
 // A process found stopped for more than a second is hung, whether or not
