@@ -25,9 +25,32 @@ type Workload struct {
 	changed chan struct{}
 	stuck   chan struct{} // while set, Stop hangs until it is closed
 	lease   int64         // the lease of the last deadline; 0 after a kill
+	marks   *membership.StepMarks
 }
 
-var _ sidecar.Workload = (*Workload)(nil)
+var (
+	_ sidecar.Workload = (*Workload)(nil)
+	_ sidecar.Marker   = (*Workload)(nil)
+)
+
+// SetMarks makes m the step marks the workload's ranks left, as a real
+// node's guard reads them from its ranks' pages.
+func (w *Workload) SetMarks(m membership.StepMarks) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.marks = &m
+}
+
+// StepMarks implements sidecar.Marker.
+func (w *Workload) StepMarks(gen int64) *membership.StepMarks {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.marks == nil || w.marks.Generation != gen {
+		return nil
+	}
+	m := *w.marks
+	return &m
+}
 
 // NewWorkload returns an idle workload.
 func NewWorkload() *Workload { return &Workload{changed: make(chan struct{})} }

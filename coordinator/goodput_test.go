@@ -1,0 +1,94 @@
+package coordinator_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/elastictraining/coordinator/membership"
+)
+
+// accounted waits until the job's account follows generation gen, which
+// trains, and returns the status.
+func (h *harness) accounted(job string, gen int64) membership.Status {
+	h.t.Helper()
+	return h.waitStatus(job, "an account of generation training", func(s membership.Status) bool {
+		return s.Phase == membership.JobRunning && s.Generation == gen && s.Goodput != nil &&
+			s.Goodput.Generation == gen && s.Goodput.Now == membership.CauseTraining
+	})
+}
+
+// addsUp checks that an account's seconds are its wall time, every
+// second of it once.
+func addsUp(t *testing.T, g *membership.Goodput) {
+	t.Helper()
+	require.NoError(t, g.Validate())
+	assert.InDelta(t, g.AsOf.Sub(g.Since).Seconds(), g.Total.Wall(), 1e-6, "the causes add up to the wall time: %+v", g.Total)
+	var minutes membership.Seconds
+	for _, m := range g.Minutes {
+		for _, c := range membership.Causes {
+			minutes.Add(c, m.Seconds.Of(c))
+		}
+	}
+	assert.InDelta(t, g.Total.Wall(), minutes.Wall(), 1e-6, "a job younger than an hour has every second in its minutes")
+}
+
+// A job's account counts the time from its last progress before a failure
+// to the next generation's start as restarting, adds up to its wall time,
+// and is kept by the next leader, which goes on counting from it.
+func TestGoodputAccountsARestartAndSurvivesFailover(t *testing.T) {
+	h := newHarness(t)
+	c1 := h.startCoordinator("c1", nil)
+	waitLeader(t, c1)
+	c2 := h.startCoordinator("c2", nil)
+	h.scale("job", "2")
+	nodes := h.nodes("job", "n0", "n1")
+	st := h.accounted("job", 1)
+	addsUp(t, st.Goodput)
+	since, started := st.Goodput.Since, st.Goodput.Total.Restarting
+
+	// The ranks' last step, then a rank fails: from that step on the job
+	// restarts, until generation 2 runs.
+	lastStep := time.Now()
+	for _, n := range nodes {
+		n.Workload.SetMarks(membership.StepMarks{Generation: 1, Last: lastStep, Furthest: 100})
+	}
+	require.True(t, nodes[1].Workload.Exit(1))
+	st = h.accounted("job", 2)
+	g := st.Goodput
+	addsUp(t, g)
+	assert.Equal(t, since, g.Since, "one account over the job's life")
+	assert.Equal(t, int64(100), g.Furthest, "the furthest step learned from the acks")
+	running := g.TrainingFrom
+	assert.InDelta(t, running.Sub(lastStep).Seconds(), g.Total.Restarting-started, 1e-6,
+		"restarting from the last step to generation 2 running: %+v", g.Total)
+	assert.GreaterOrEqual(t, g.Total.Restarting-started, time.Duration(st.Steps.Total).Seconds(), "the restart's steps are within it")
+	assert.Zero(t, g.Total.Hung)
+	assert.Zero(t, g.Total.Redone)
+	before := g.Total
+
+	// The leader goes; the next one continues the account it finds, and
+	// counts the next restart (no step marks: from the stop's commit).
+	c1.Stop()
+	waitLeader(t, c2)
+	require.True(t, nodes[0].Workload.Exit(1))
+	st = h.accounted("job", 3)
+	g = st.Goodput
+	addsUp(t, g)
+	assert.Equal(t, since, g.Since)
+	assert.Greater(t, g.Total.Restarting, before.Restarting, "the second restart counted")
+	assert.GreaterOrEqual(t, g.Total.Training, before.Training, "nothing goes backwards")
+	assert.GreaterOrEqual(t, g.Total.Waiting, before.Waiting)
+
+	// The job ends: its account stops there.
+	for _, n := range nodes {
+		require.True(t, n.Workload.Exit(0))
+	}
+	st = h.waitStatus("job", "Succeeded", func(s membership.Status) bool { return s.Phase == membership.JobSucceeded })
+	require.NotNil(t, st.Goodput)
+	addsUp(t, st.Goodput)
+	assert.Empty(t, st.Goodput.Now, "the account of a job that ended ends")
+	assert.Equal(t, st.Goodput.Total, st.Goodput.At(time.Now().Add(time.Hour)).Total, "and counts no more")
+}
