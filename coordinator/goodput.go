@@ -124,8 +124,12 @@ func classify(g *membership.Goodput, v view, d *decision, next *membership.Statu
 		changed = true
 		if g.Now == membership.CauseTraining {
 			g.TrainingTo = now
-			if v.plan != nil && v.plan.Phase == membership.PhaseStop && v.plan.Hang != nil {
-				g.HungStop, g.HungSince = true, v.plan.Hang.LastActivity
+			p := v.plan
+			if d.plan != nil {
+				p = d.plan // the stop this decision commits
+			}
+			if p != nil && p.Phase == membership.PhaseStop && p.Hang != nil {
+				g.HungStop, g.HungSince = true, p.Hang.LastActivity
 			}
 		}
 		if cause != membership.CauseTraining && (cause == "" || next.Phase.Done()) {
@@ -237,8 +241,8 @@ func stopDone(g *membership.Goodput, v view, d *decision) bool {
 }
 
 // classifyLast moves the end of the span, from the job's last progress
-// (the latest last step its nodes' acks mark) to the stop, out of
-// training: to hung when a hung rank caused the stop, else to
+// (the latest last step its nodes' acks mark; for a hang, the hung rank's
+// last sign of life if earlier) to the stop, out of training: to hung when a hung rank caused the stop, else to
 // restarting. It learns the furthest step and the step time on the way.
 // With ready false it waits for more acks.
 func classifyLast(g *membership.Goodput, v view, ready bool) bool {
@@ -256,7 +260,9 @@ func classifyLast(g *membership.Goodput, v view, ready bool) bool {
 			g.StepTime = membership.Duration(m.Last.Sub(m.ResumedAt) / time.Duration(m.Furthest-m.Resumed))
 		}
 	}
-	if last.IsZero() && g.HungStop {
+	if g.HungStop && !g.HungSince.IsZero() && (last.IsZero() || g.HungSince.Before(last)) {
+		// The hung rank's last sign of life: its peers may step once
+		// more after the stop, when it is woken to write its stack.
 		last = g.HungSince
 	}
 	if last.IsZero() || !last.Before(g.TrainingTo) {

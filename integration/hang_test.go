@@ -86,6 +86,12 @@ type hangStatus struct {
 		Rank *int   `json:"rank"`
 		PIDs []int  `json:"pids"`
 	} `json:"nodes"`
+	Goodput *struct {
+		LostSeconds struct {
+			Restarting float64 `json:"restarting"`
+			Hung       float64 `json:"hung"`
+		} `json:"lostSeconds"`
+	} `json:"goodput"`
 }
 
 // statusOf runs `coordinator status` with args and returns its output.
@@ -144,6 +150,11 @@ func TestAStoppedTrainerRestartsItsGeneration(t *testing.T) {
 	st = h.statusWhen("ran generation 2", running(2))
 	assert.Equal(t, 1, st.HangRestarts, "the restart is charged to the hang budget")
 	assert.Equal(t, 0, st.Restarts, "and not to the restart budget")
+	// The job's account has the time from the ranks' last step to the
+	// stop as hung, the rest of the restart as restarting.
+	h.statusWhen("accounted the hang", func(st hangStatus) bool {
+		return st.Goodput != nil && st.Goodput.LostSeconds.Hung > 0 && st.Goodput.LostSeconds.Restarting > 0
+	})
 
 	h.finish()
 	require.Equal(t, 0, h.wait())

@@ -174,11 +174,7 @@ def step(user_step=None):
     page = _page
     if page is None:
         return
-    t = _mono()
-    n = _WORD.unpack_from(page, STEPS)[0]
-    if n == 0:
-        _WORD.pack_into(page, FIRST_STEP, t)
-    _EVENT.pack_into(page, STEPS, n + 1, t, t)
+    t = _event(page)
     if user_step is not None:
         _WORD.pack_into(page, USER_STEP, user_step)
         if user_step > 0 and _WORD.unpack_from(page, FIRST_USER_STEP)[0] == 0:
@@ -244,8 +240,17 @@ def _stepped(frame):
             return
         f = f.f_back
         n += 1
+    _event(page)
+
+
+def _event(page):
+    """Count a progress event on page, the first one's time too; its time."""
     t = _mono()
-    _EVENT.pack_into(page, STEPS, _WORD.unpack_from(page, STEPS)[0] + 1, t, t)
+    n = _WORD.unpack_from(page, STEPS)[0]
+    if n == 0:
+        _WORD.pack_into(page, FIRST_STEP, t)
+    _EVENT.pack_into(page, STEPS, n + 1, t, t)
+    return t
 
 
 def _post_hook(optimizer, args, kwargs):
