@@ -169,9 +169,9 @@ type Agent struct {
 	quietUntil       time.Time
 	// firstMarked is the generation whose first step the node record
 	// says (StepMarks.First).
-	firstMarked int64
-	progressWritten  time.Time
-	progressTimeout  membership.Duration
+	firstMarked     int64
+	progressWritten time.Time
+	progressTimeout membership.Duration
 }
 
 // New validates cfg.
