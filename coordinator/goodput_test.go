@@ -4,9 +4,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -40,9 +42,10 @@ func addsUp(t *testing.T, g *membership.Goodput) {
 // and is kept by the next leader, which goes on counting from it.
 func TestGoodputAccountsARestartAndSurvivesFailover(t *testing.T) {
 	h := newHarness(t)
-	c1 := h.startCoordinator("c1", nil)
+	reg1, reg2 := prometheus.NewRegistry(), prometheus.NewRegistry()
+	c1 := h.startCoordinator("c1", func(c *coordinator.Config) { c.Registerer = reg1 })
 	waitLeader(t, c1)
-	c2 := h.startCoordinator("c2", nil)
+	c2 := h.startCoordinator("c2", func(c *coordinator.Config) { c.Registerer = reg2 })
 	h.scale("job", "2")
 	nodes := h.nodes("job", "n0", "n1")
 	st := h.accounted("job", 1)
@@ -69,6 +72,23 @@ func TestGoodputAccountsARestartAndSurvivesFailover(t *testing.T) {
 	assert.Zero(t, g.Total.Redone)
 	before := g.Total
 
+	// The leader's metrics say the account, read at the scrape.
+	job := map[string]string{"job": "job"}
+	require.Eventually(t, func() bool {
+		v, ok := series(t, reg1, "elastic_job_lost_seconds_total", map[string]string{"job": "job", "cause": "restarting"})
+		return ok && v >= before.Restarting
+	}, 10*time.Second, 5*time.Millisecond)
+	ratio, ok := series(t, reg1, "elastic_job_goodput_ratio", job)
+	require.True(t, ok)
+	assert.Greater(t, ratio, 0.0)
+	assert.Less(t, ratio, 1.0)
+	for _, cause := range []string{"waiting", "hung", "redone", "suspended"} {
+		_, ok := series(t, reg1, "elastic_job_lost_seconds_total", map[string]string{"job": "job", "cause": cause})
+		assert.True(t, ok, cause)
+	}
+	_, ok = series(t, reg2, "elastic_job_goodput_ratio", job)
+	assert.False(t, ok, "a standby says nothing of the job")
+
 	// The leader goes; the next one continues the account it finds, and
 	// counts the next restart (no step marks: from the stop's commit).
 	c1.Stop()
@@ -81,6 +101,11 @@ func TestGoodputAccountsARestartAndSurvivesFailover(t *testing.T) {
 	assert.Greater(t, g.Total.Restarting, before.Restarting, "the second restart counted")
 	assert.GreaterOrEqual(t, g.Total.Training, before.Training, "nothing goes backwards")
 	assert.GreaterOrEqual(t, g.Total.Waiting, before.Waiting)
+	_, ok = series(t, reg1, "elastic_job_goodput_ratio", job)
+	assert.False(t, ok, "a replica that stopped leading says nothing of the job")
+	v, ok := series(t, reg2, "elastic_job_lost_seconds_total", map[string]string{"job": "job", "cause": "restarting"})
+	assert.True(t, ok)
+	assert.GreaterOrEqual(t, v, g.Total.Restarting, "the new leader's from the account it kept")
 
 	// The job ends: its account stops there.
 	for _, n := range nodes {

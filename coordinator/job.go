@@ -821,4 +821,5 @@ func (a *jobActor) observe() {
 	}
 	m.seen(a.job)
 	m.observeStatus(a.job, a.status, a.spec)
+	m.goodput.set(a.job, a.ledger.g)
 }

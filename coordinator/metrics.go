@@ -1,6 +1,8 @@
 package coordinator
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/elastictraining/coordinator/membership"
@@ -43,6 +45,8 @@ type metrics struct {
 	// are the failures'.
 	hangSpent, hangBudget *prometheus.GaugeVec
 	malformed             *prometheus.GaugeVec
+	// goodput are the jobs' accounts, read at each scrape.
+	goodput *goodputCollector
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -101,13 +105,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		unacked:    jobGauge("elastic_job_unacked_members", "Members of the job's stop phase that have not acked it yet."),
 		hangSpent:  jobGauge("elastic_job_hang_restarts", "Restarts the job has spent on hung ranks (a rank that made no progress for its hang timeout, or was stopped)."),
 		hangBudget: jobGauge("elastic_job_hang_restart_budget", "Restarts the job may spend on hung ranks (its max hang restarts)."),
+		goodput:    newGoodputCollector(time.Now),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.leader, m.writes, m.invalid, m.writeFails, m.commitTime, m.generations, m.restarts,
 		m.leaseLosses, m.evictions, m.steps, m.phase, m.members, m.ready, m.worldSize, m.generation, m.npMin, m.npMax,
-		m.spent, m.budget, m.unacked, m.malformed, m.hangSpent, m.hangBudget} {
+		m.spent, m.budget, m.unacked, m.malformed, m.hangSpent, m.hangBudget, m.goodput} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -159,6 +164,7 @@ func (m *metrics) forgetGauges(job string) {
 		m.hangSpent, m.hangBudget} {
 		g.DeletePartialMatch(prometheus.Labels{"job": job})
 	}
+	m.goodput.set(job, nil)
 }
 
 // forget drops every series of a job that was deleted.
