@@ -140,10 +140,14 @@ func TestElasticJobRunsScalesThroughKubectlAndGoesWithItsResource(t *testing.T) 
 	_, err = e.c.Client.CoreV1().ConfigMaps(e.ns).Get(t.Context(), operatorbridge.ConfigMapName("train"), metav1.GetOptions{})
 	assert.NoError(t, err, "the bridge writes the endpoint ConfigMap")
 	assert.True(t, hasEvent(e.events("train"), "Created", "StatefulSet train-worker"))
+	// The job's goodput, as of the coordinator's last account of it.
+	st = e.jobStatus("train", "a goodput", func(s jobv1.ElasticJobStatus) bool { return s.Goodput != "" })
+	assert.Regexp(t, `^\d+\.\d%$`, st.Goodput)
 	table := strings.Fields(e.kubectl("", "get", "elasticjobs", "-o", "wide"))
-	require.GreaterOrEqual(t, len(table), 15, "kubectl get elasticjobs -o wide")
-	assert.Equal(t, []string{"NAME", "PHASE", "NP", "READY", "WORLD", "GENERATION", "RESTARTS", "AGE", "MESSAGE", "PROBLEM"}, table[:10])
-	assert.Equal(t, []string{"train", "Running", "4", "4", "4"}, table[10:15], "kubectl get elasticjobs -o wide")
+	require.GreaterOrEqual(t, len(table), 20, "kubectl get elasticjobs -o wide")
+	assert.Equal(t, []string{"NAME", "PHASE", "NP", "READY", "WORLD", "GENERATION", "RESTARTS", "AGE", "GOODPUT", "MESSAGE", "PROBLEM"}, table[:11])
+	assert.Equal(t, []string{"train", "Running", "4", "4", "4"}, table[11:16], "kubectl get elasticjobs -o wide")
+	assert.Regexp(t, `^\d+\.\d%$`, table[19], "kubectl get elasticjobs -o wide: its goodput")
 
 	// `kubectl scale`: down to 2, then up to 3, each never reverted.
 	for _, n := range []int{2, 3} {

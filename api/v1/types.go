@@ -176,6 +176,10 @@ type ElasticJobStatus struct {
 	// LastRestartSeconds is how long the last change of generation took,
 	// from being seen to every member running.
 	LastRestartSeconds string `json:"lastRestartSeconds,omitempty"`
+	// Goodput is the share of the job's wall time that trained, as of
+	// the coordinator's last account of it ("97.3%"): `coordinator
+	// status` has it up to the moment, with the seconds lost by cause.
+	Goodput string `json:"goodput,omitempty"`
 	// Message says why the job is in its phase.
 	Message string `json:"message,omitempty"`
 	// Problem is what keeps Kubernetes from following the job, if anything.

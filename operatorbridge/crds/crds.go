@@ -186,6 +186,7 @@ func ElasticJob() *apiextensionsv1.CustomResourceDefinition {
 					{Name: "Generation", Type: "integer", JSONPath: ".status.generation"},
 					{Name: "Restarts", Type: "integer", JSONPath: ".status.restarts"},
 					{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
+					{Name: "Goodput", Type: "string", JSONPath: ".status.goodput", Priority: 1, Description: "the share of the job's wall time that trained"},
 					{Name: "Message", Type: "string", JSONPath: ".status.message", Priority: 1, Description: "why the job is in its phase"},
 					{Name: "Problem", Type: "string", JSONPath: ".status.problem", Priority: 1, Description: "what keeps Kubernetes from following the job"},
 				},
@@ -292,6 +293,7 @@ func elasticTrainingColumns() []apiextensionsv1.CustomResourceColumnDefinition {
 	return []apiextensionsv1.CustomResourceColumnDefinition{
 		{Name: "Generation", Type: "integer", JSONPath: ".status.elasticTraining.generation", Priority: 1},
 		{Name: "Restarts", Type: "integer", JSONPath: ".status.elasticTraining.restarts", Priority: 1},
+		{Name: "Goodput", Type: "string", JSONPath: ".status.elasticTraining.goodput", Priority: 1},
 		{Name: "Message", Type: "string", JSONPath: ".status.elasticTraining.message", Priority: 1},
 		{Name: "Problem", Type: "string", JSONPath: ".status.elasticTraining.problem", Priority: 1},
 	}
@@ -459,6 +461,7 @@ func elasticJobStatus() apiextensionsv1.JSONSchemaProps {
 			"ready":    {Type: "integer", Format: "int32"},
 		}))}},
 		"lastRestartSeconds": str,
+		"goodput":            str,
 		"message":            str,
 		"problem":            str,
 		"observedGeneration": int64s,

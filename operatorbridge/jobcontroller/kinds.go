@@ -151,6 +151,7 @@ func ownReport(r jobv1.ElasticJobStatus) map[string]any {
 	return map[string]any{
 		"generation": r.Generation, "np": r.NP, "worldSize": int64(r.WorldSize), "restarts": int64(r.Restarts),
 		"failureRestarts": int64(r.FailureRestarts), "hangRestarts": int64(r.HangRestarts), "message": r.Message, "problem": r.Problem,
+		"goodput": r.Goodput,
 	}
 }
 

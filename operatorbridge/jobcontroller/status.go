@@ -109,6 +109,7 @@ func (t *term) status(u *unstructured.Unstructured, j *Job, old jobv1.ElasticJob
 		if s.Steps != nil {
 			next.LastRestartSeconds = fmt.Sprintf("%.2f", time.Duration(s.Steps.Total).Seconds())
 		}
+		next.Goodput = goodputOf(s.Goodput)
 	} else if j != nil {
 		next.NP = j.Spec.Workers().String()
 	}
@@ -145,6 +146,20 @@ func (t *term) status(u *unstructured.Unstructured, j *Job, old jobv1.ElasticJob
 		set(next.Phase, true, next.Phase, or(next.Message, "phase "+next.Phase))
 	}
 	return next
+}
+
+// goodputOf is the job's goodput as of its account's last moment, as the
+// status shows it: "97.3%"; empty without one. Read as of then, not now,
+// the status changes when the account does, not at every reconcile.
+func goodputOf(g *membership.Goodput) string {
+	if g == nil {
+		return ""
+	}
+	r := g.Total.Ratio()
+	if r < 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.1f%%", 100*r)
 }
 
 // generationMessage says the generation a job is at and why: the
