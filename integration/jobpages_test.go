@@ -92,6 +92,8 @@ func TestJobPagesInABrowser(t *testing.T) {
 	assert.Contains(t, page, `data-node="web-a"`)
 	assert.Contains(t, page, `data-node="web-b"`)
 	assert.Contains(t, page, "GenerationRunning")
+	assert.Regexp(t, `<dd id="goodput">\d+\.\d% of \S+ \(.*\); now training</dd>`, page, "the job's goodput")
+	assert.Regexp(t, `<td class="num">\d+\.\d%</td>`, list, "its goodput in the list")
 	assert.Contains(t, page, `data-drawn="960"`, "the browser drew the timeline:\n%s", page)
 
 	shots := filepath.Join(os.TempDir(), "coordinator-test-screenshots")

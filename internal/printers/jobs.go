@@ -40,6 +40,14 @@ type Job struct {
 	Message string   `json:"message"`
 }
 
+// GoodputPercent is the job's goodput as tables show it: "97.3%", or "-".
+func (j Job) GoodputPercent() string {
+	if j.Goodput == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", *j.Goodput*100)
+}
+
 // NewJob is the job as the list of jobs shows it.
 func NewJob(j jobclient.JobSummary) Job {
 	v := Job{Head: headOf(j.ID, j.Status), Nodes: j.Nodes, Restarts: j.Status.Restarts, Message: StatusMessage(j.Status)}

@@ -35,7 +35,8 @@ func FormatOf(name string) (string, error) {
 
 // Plot draws a job's history in format (".png" or ".svg") to w: the world
 // size of each generation over time above, the duration of each restart
-// (to every member running), step by step, below.
+// (to every member running), step by step, below, and a lane of what the
+// job did (training, restarting, hung) at the bottom.
 func Plot(w io.Writer, format, title string, events []membership.Event) error {
 	gens := Generations(events)
 	if len(gens) == 0 {
@@ -60,7 +61,9 @@ func Plot(w io.Writer, format, title string, events []membership.Event) error {
 		return err
 	}
 
-	width, height := 10*vg.Inch, 7*vg.Inch
+	activity := lanePlot(Activity(events, end), secs, xmax)
+
+	width, height := 10*vg.Inch, 8*vg.Inch
 	var canvas vg.CanvasWriterTo
 	switch format {
 	case ".png":
@@ -74,11 +77,12 @@ func Plot(w io.Writer, format, title string, events []membership.Event) error {
 	// A white background: a PNG is otherwise transparent.
 	dc.SetColor(color.White)
 	dc.Fill(dc.Rectangle.Path())
-	tiles := draw.Tiles{Rows: 2, Cols: 1, PadTop: vg.Points(6), PadBottom: vg.Points(6), PadLeft: vg.Points(6), PadRight: vg.Points(12), PadY: vg.Points(12)}
-	plots := [][]*plot.Plot{{size}, {restarts}}
+	tiles := draw.Tiles{Rows: 3, Cols: 1, PadTop: vg.Points(6), PadBottom: vg.Points(6), PadLeft: vg.Points(6), PadRight: vg.Points(12), PadY: vg.Points(12)}
+	plots := [][]*plot.Plot{{size}, {restarts}, {activity}}
 	canvases := plot.Align(plots, tiles, dc)
 	size.Draw(canvases[0][0])
 	restarts.Draw(canvases[1][0])
+	activity.Draw(canvases[2][0])
 	_, err = canvas.WriteTo(w)
 	return err
 }
