@@ -108,9 +108,9 @@ func TestJobsAreObjects(t *testing.T) {
 	var table string
 	require.Eventually(t, func() bool {
 		_, table, _ = cli(t, nil, append([]string{"jobs"}, etcd...)...)
-		return regexp.MustCompile(`(?m)^long\s+Running\s+1\s+1\s+1/1\s+1\s+0\s+\d+s$`).MatchString(table)
+		return regexp.MustCompile(`(?m)^long\s+Running\s+1\s+1\s+1/1\s+1\s+0\s+(\d+\.\d%|-)\s+\d+s$`).MatchString(table)
 	}, 30*time.Second, 50*time.Millisecond, "jobs lists the running job:\n%s", &table)
-	assert.Regexp(t, `(?m)^JOB\s+PHASE\s+GENERATION\s+NP\s+READY\s+NODES\s+RESTARTS\s+AGE$`, table)
+	assert.Regexp(t, `(?m)^JOB\s+PHASE\s+GENERATION\s+NP\s+READY\s+NODES\s+RESTARTS\s+GOODPUT\s+AGE$`, table)
 
 	// The finished job expires after the retention.
 	require.Eventually(t, func() bool {
