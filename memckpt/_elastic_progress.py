@@ -27,7 +27,15 @@ that of a job's ranks the one that stopped (in its forward pass, its data
 loader, ...) is the one whose last sign of life is oldest, and its peers,
 waiting for it in the collectives of their backward pass, are not. An event
 costs no system call: time.monotonic_ns() reads the clock in the vDSO, and
-one struct.pack_into writes the three words.
+three stores write its words.
+
+Each word is written whole, through a memoryview of 64-bit words: one
+8-byte store, so the guard, reading concurrently, sees the old value or the
+new one. struct.pack_into zero-fills its span before it writes the bytes
+one at a time, and a guard that read a zero there (under CPU contention the
+writer can be descheduled in the middle) took a rank stepping every 20 ms
+for one silent since its generation began. An event writes its times
+before its count, so a count the guard sees new has its times new too.
 
 The signal in the dump word (SIGRTMIN+6) makes faulthandler write every
 thread's Python stack to standard error, "most recent call first": the
@@ -43,7 +51,6 @@ use elastic.beat and elastic.quiet.
 """
 
 import os
-import struct
 import sys
 import time
 
@@ -67,12 +74,12 @@ FOREVER = (1 << 63) - 1
 # How many frames a nested optimizer step looks back for the step around it.
 _NEST_DEPTH = 16
 
-_WORD = struct.Struct("<Q")
-_EVENT = struct.Struct("<QQQ")  # steps, last_step_ns, last_activity_ns
 _mono = time.monotonic_ns
 
-# The mapped page; None until attach() found one.
+# The page's 64-bit words (a memoryview of the mapping, cast to "Q"); None
+# until attach() found one. The mapping itself is kept in _mapping.
 _page = None
+_mapping = None
 
 # The ends of the quiet phases under way, and what guards them.
 _quiet_ends = []
@@ -88,7 +95,7 @@ def attach():
     memfd starting with the magic is left as it is: nothing is written into
     a file of the user's. Never raises.
     """
-    global _page
+    global _page, _mapping
     try:
         value = os.environ.pop(FD_ENV, None)
     except Exception:
@@ -98,14 +105,15 @@ def attach():
     if value is None:
         return False
     try:
-        page = _map(int(value))
+        mapping = _map(int(value))
+        if mapping is None:
+            return False
+        page = _words(mapping)
     except Exception:
         return False
-    if page is None:
-        return False
-    _page = page
+    _mapping, _page = mapping, page
     try:
-        _WORD.pack_into(page, ATTACHED, os.getpid())
+        _put(page, ATTACHED, os.getpid())
         _register_dump(page)
         _install_hooks()
     except Exception:
@@ -146,6 +154,31 @@ def _map(fd):
     return page
 
 
+def _words(mapping):
+    """The mapping's 64-bit words, each read and written whole."""
+    return memoryview(mapping).cast("Q")
+
+
+if sys.byteorder == "little":
+
+    def _put(page, offset, value):
+        """Write the word at byte offset: one 8-byte store."""
+        page[offset >> 3] = value
+
+    def _get(page, offset):
+        return page[offset >> 3]
+
+else:
+    # The page is little-endian; a big-endian machine swaps, still with
+    # one store.
+
+    def _put(page, offset, value):
+        page[offset >> 3] = int.from_bytes(value.to_bytes(8, "little"), "big")
+
+    def _get(page, offset):
+        return int.from_bytes(page[offset >> 3].to_bytes(8, "big"), "little")
+
+
 def _register_dump(page):
     """faulthandler writes every thread's stack to stderr on the dump signal; the page says which."""
     import faulthandler
@@ -163,7 +196,7 @@ def _register_dump(page):
         faulthandler.register(signum, file=sys.stderr, all_threads=True, chain=False)
     except Exception:
         return
-    _WORD.pack_into(page, DUMP, os.getpid() | signum << 32)
+    _put(page, DUMP, os.getpid() | signum << 32)
 
 
 # Progress events.
@@ -176,17 +209,17 @@ def step(user_step=None):
         return
     t = _event(page)
     if user_step is not None:
-        _WORD.pack_into(page, USER_STEP, user_step)
-        if user_step > 0 and _WORD.unpack_from(page, FIRST_USER_STEP)[0] == 0:
-            _WORD.pack_into(page, FIRST_USER_NS, t)
-            _WORD.pack_into(page, FIRST_USER_STEP, user_step)
+        _put(page, USER_STEP, user_step)
+        if user_step > 0 and _get(page, FIRST_USER_STEP) == 0:
+            _put(page, FIRST_USER_NS, t)
+            _put(page, FIRST_USER_STEP, user_step)
 
 
 def activity():
     """A sign of life that is no progress event."""
     page = _page
     if page is not None:
-        _WORD.pack_into(page, LAST_ACTIVITY, _mono())
+        _put(page, LAST_ACTIVITY, _mono())
 
 
 def quiet_enter(ns):
@@ -201,7 +234,7 @@ def quiet_enter(ns):
     end = min(_mono() + ns, FOREVER)
     with _quiet_lock:
         _quiet_ends.append(end)
-        _WORD.pack_into(_page, QUIET_UNTIL, max(_quiet_ends))
+        _put(_page, QUIET_UNTIL, max(_quiet_ends))
     return end
 
 
@@ -215,8 +248,8 @@ def quiet_exit(token):
             _quiet_ends.remove(token)
         except ValueError:
             pass
-        _WORD.pack_into(page, QUIET_UNTIL, max(_quiet_ends) if _quiet_ends else 0)
-        _WORD.pack_into(page, LAST_ACTIVITY, _mono())
+        _put(page, QUIET_UNTIL, max(_quiet_ends) if _quiet_ends else 0)
+        _put(page, LAST_ACTIVITY, _mono())
 
 
 # torch's hooks.
@@ -246,10 +279,12 @@ def _stepped(frame):
 def _event(page):
     """Count a progress event on page, the first one's time too; its time."""
     t = _mono()
-    n = _WORD.unpack_from(page, STEPS)[0]
+    n = _get(page, STEPS)
     if n == 0:
-        _WORD.pack_into(page, FIRST_STEP, t)
-    _EVENT.pack_into(page, STEPS, n + 1, t, t)
+        _put(page, FIRST_STEP, t)
+    _put(page, LAST_STEP, t)
+    _put(page, LAST_ACTIVITY, t)
+    _put(page, STEPS, n + 1)
     return t
 
 
@@ -293,7 +328,7 @@ def _patch_autograd(mod):
     def backward(*args, **kwargs):
         page = _page
         if page is not None:
-            _WORD.pack_into(page, LAST_ACTIVITY, _mono())
+            _put(page, LAST_ACTIVITY, _mono())
         return inner(*args, **kwargs)
 
     for name in ("__module__", "__name__", "__qualname__", "__doc__"):

@@ -6,12 +6,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/elastictraining/coordinator/guard"
 )
@@ -320,4 +323,73 @@ func TestProgressSitecustomizeChainsAndIsQuietWithoutTheVariable(t *testing.T) {
 			})
 		}
 	}
+}
+
+// tornScript beats as fast as it can for a second and a half, a quiet
+// phase open throughout, while the test reads its page.
+const tornScript = `import time
+import elastic
+with elastic.quiet(3600):
+    print("writing", flush=True)
+    end, i = time.monotonic() + 1.5, 0
+    while time.monotonic() < end:
+        i += 1
+        elastic.beat(step=i)
+print("beats", i, flush=True)
+`
+
+// TestProgressWordsAreNeverSeenHalfWritten reads a page the way the guard
+// does, as fast as it can, while the trainer writes it as fast as it can:
+// a word is never seen zero or going back, and a count seen new has its
+// times new. struct.pack_into zero-filled each word before writing it, and
+// a guard that read a zero last activity in that instant took a rank
+// stepping every 20 ms for one quiet since its generation began.
+func TestProgressWordsAreNeverSeenHalfWritten(t *testing.T) {
+	dir := moduleDir(t)
+	page := newPage(t)
+	mem, err := unix.Mmap(int(page.Fd()), 0, pageSize, unix.PROT_READ, unix.MAP_SHARED)
+	require.NoError(t, err)
+	defer unix.Munmap(mem)
+	load := func(off int) uint64 { return (*atomic.Uint64)(unsafe.Pointer(&mem[off])).Load() }
+
+	script := writeScript(t, "torn.py", tornScript)
+	p := startPy(t, python, pyEnv(dir, "ELASTIC_PROGRESS_FD=3"), []*os.File{page}, script)
+	p.expect(p.out, "writing")
+	quiet := load(offQuietUntil)
+	require.NotZero(t, quiet)
+
+	var reads, bad int
+	var first string
+	var steps, lastStep, userStep uint64
+	// The trainer writes for 1.5 s from "writing".
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); {
+		for range 10000 {
+			reads++
+			s := load(offSteps)
+			ls, la, us := load(offLastStep), load(offLastActivity), load(offUserStep)
+			q := load(offQuietUntil)
+			var why string
+			switch {
+			case s < steps:
+				why = fmt.Sprintf("steps %d after %d", s, steps)
+			case s > 0 && (ls == 0 || la == 0 || ls < lastStep):
+				why = fmt.Sprintf("steps %d with last step %d (before %d), last activity %d", s, ls, lastStep, la)
+			case us < userStep:
+				why = fmt.Sprintf("user step %d after %d", us, userStep)
+			case q != quiet:
+				why = fmt.Sprintf("quiet until %d, not %d", q, quiet)
+			}
+			if why != "" {
+				bad++
+				if first == "" {
+					first = why
+				}
+			}
+			steps, lastStep, userStep = max(steps, s), max(lastStep, ls), max(userStep, us)
+		}
+	}
+	p.expect(p.out, "beats")
+	p.succeed()
+	require.NotZero(t, steps, "the trainer beat")
+	assert.Zero(t, bad, "of %d reads during %d beats, %d saw a word half written; the first: %s", reads, steps, bad, first)
 }
