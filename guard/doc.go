@@ -40,7 +40,7 @@
 //     samples the pages and the processes' states on its loop, and reports
 //     a rank hung (EventHung) that was quiet for longer than the timeout,
 //     fixed or learned from the steps of every generation it ran, or that
-//     was found stopped for more than a second; and the ranks' progress
+//     was found stopped for more than half a second; and the ranks' progress
 //     about once a second while they step (EventProgress). It does not act
 //     on a hang itself. A stop with Stacks has each rank write its stack
 //     before it is killed; a graceful stop does so for the blocked ranks,

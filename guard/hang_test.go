@@ -314,7 +314,7 @@ func TestAQuietRankIsReportedHung(t *testing.T) {
 	assert.Zero(t, byRank[1].FirstNamed, "rank 1 named no step")
 }
 
-// A process found stopped for more than a second is hung, whether or not
+// A process found stopped for more than half a second is hung, whether or not
 // it has a page and whatever the timeouts: here a program that maps none,
 // with quiet watching off; and a stand-in whose page was attached by a
 // child that stopped itself. A process stopped by the debugger that traces
@@ -340,8 +340,8 @@ func TestAStoppedProcessIsHung(t *testing.T) {
 	for _, rank := range []int{0, 2} {
 		assert.True(t, got[rank].Stopped, "rank %d", rank)
 		assert.Equal(t, pids[rank], got[rank].Pid, "rank %d: the rank's process, whichever of its tree stopped", rank)
-		assert.Equal(t, int64(time.Second), got[rank].TimeoutNanos)
-		assert.Greater(t, got[rank].QuietNanos, int64(time.Second))
+		assert.Equal(t, int64(500*time.Millisecond), got[rank].TimeoutNanos, "the stopped limit")
+		assert.Greater(t, got[rank].QuietNanos, int64(500*time.Millisecond))
 	}
 	// Rank 1's child was in its tracing stop before rank 0 stopped: it
 	// would have been found first.

@@ -17,8 +17,12 @@ const (
 	// startupFloor is the least learned startup budget.
 	startupFloor = int64(2 * time.Minute)
 	// stoppedLimit is how long a process may be found stopped before it is
-	// hung, whether or not it reports progress.
-	stoppedLimit = int64(time.Second)
+	// hung, whether or not it reports progress. A stop that is not a
+	// debugger's (whose stops are 't', or T with a tracer) is nothing a
+	// training process comes back from by itself, and every peer waits
+	// for it meanwhile; half a second is five samples, slack for the
+	// instant a whole tree is continued process by process.
+	stoppedLimit = int64(500 * time.Millisecond)
 	// blockedFloor is the least quiet that makes a rank blocked at a
 	// graceful stop.
 	blockedFloor = int64(time.Second)

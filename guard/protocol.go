@@ -83,7 +83,7 @@ type Warm struct {
 }
 
 // Watch says how a generation's processes are watched for hangs (EventHung).
-// A process found stopped (state T, not traced) for more than a second is
+// A process found stopped (state T, not traced) for more than half a second is
 // hung whatever the timeouts; a rank that reports progress on its page is
 // hung once it was quiet for longer than the timeout in force.
 type Watch struct {
@@ -224,7 +224,7 @@ const (
 	// EventHung: the process of rank Rank (Pid, as started) of generation
 	// Generation hangs: it was quiet for QuietNanos, longer than
 	// TimeoutNanos, at step Step; or, Stopped, it was found stopped for
-	// more than a second (TimeoutNanos). Sent once per rank and
+	// more than half a second (TimeoutNanos). Sent once per rank and
 	// generation; the guard does not act on it.
 	EventHung Event = "hung"
 	// EventProgress: about once a second while the ranks of generation

@@ -28,6 +28,13 @@ import (
 	"github.com/elastictraining/coordinator/trainerenv"
 )
 
+// runTTL is run's lease TTL, shorter than a cluster's sidecar's
+// (presence.DefaultTTL): a node frozen whole is found only when its lease
+// runs out, so the TTL is what the freeze costs the job. A cluster's TTL
+// rides through the election of a new etcd leader (up to 2 s and the
+// detection); run's etcd is one member in this process, and elects none.
+const runTTL = 3 * time.Second
+
 func newRunCommand(env lookupEnv) *cobra.Command {
 	var (
 		job                                jobOption
@@ -232,7 +239,7 @@ removes what such runs left.`,
 	fs.IntVar(&maxRestarts, "max-restarts", membership.DefaultMaxRestarts, "restarts the job may spend on failures")
 	hang.register(fs)
 	fs.StringVar(&successPolicy, "success-policy", string(membership.SuccessAllWorkers), "AllWorkers or Rank0")
-	fs.DurationVar(&ttl, "ttl", presence.DefaultTTL, "sidecars' lease TTL")
+	fs.DurationVar(&ttl, "ttl", runTTL, "sidecars' lease TTL; what a frozen node costs the job")
 	fs.DurationVar(&grace, "grace-period", launcher.DefaultGrace, "time between SIGTERM and SIGKILL when stopping training processes")
 	fs.IntVar(&withGloo, "with-gloo", -1, "PaddlePaddle's withGloo, 0, 1 or 2: set PADDLE_WITH_GLOO and PADDLE_GLOO_RENDEZVOUS=3; --with-gloo alone is 1; "+
 		"-1: Paddle's launcher's default, 1 with --ps, 0 otherwise")

@@ -27,7 +27,7 @@ const hangRestart = 3 * time.Second
 
 // stoppedLimit is how long the guard lets a process be stopped before it
 // is hung, whatever its hang timeout (package guard's stoppedLimit).
-const stoppedLimit = time.Second
+const stoppedLimit = 500 * time.Millisecond
 
 // hangStop is a stop of the job for a hang, as its events say it.
 type hangStop struct {
