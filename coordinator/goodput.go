@@ -207,9 +207,8 @@ func classifyFirst(g *membership.Goodput, v view, now time.Time) bool {
 		g.Move(g.TrainingFrom, first, membership.CauseTraining, membership.CauseRestarting)
 		g.TrainingFrom = first
 	}
-	if last.Resumed > 0 && g.Furthest > 0 && g.StepTime > 0 {
+	if resumed, ok := resumedAt(marksOf(v, g.Generation), time.Duration(g.StepTime)); ok && g.Furthest > 0 {
 		st := time.Duration(g.StepTime)
-		resumed := last.Resumed - int64(math.Round(float64(last.ResumedAt.Sub(last.First))/float64(st)))
 		if again := g.Furthest - resumed; again > 0 {
 			owed := float64(again) * st.Seconds()
 			until := end
@@ -224,6 +223,28 @@ func classifyFirst(g *membership.Goodput, v view, now time.Time) bool {
 		}
 	}
 	return true
+}
+
+// resumedAt is the step a generation resumed from, as its ranks that name
+// their steps tell it: a rank's first named step, less the steps it took
+// before it, at step time st. Commonly only rank 0 names steps (it alone
+// saves), so every rank that does is asked, not only the one that stepped
+// last; their counts agree, and the highest counts the least redone.
+func resumedAt(marks []membership.StepMarks, st time.Duration) (int64, bool) {
+	if st <= 0 {
+		return 0, false
+	}
+	resumed, ok := int64(0), false
+	for _, m := range marks {
+		if m.Resumed <= 0 || m.First.IsZero() {
+			continue
+		}
+		r := m.Resumed - int64(math.Round(float64(m.ResumedAt.Sub(m.First))/float64(st)))
+		if !ok || r > resumed {
+			resumed, ok = r, true
+		}
+	}
+	return resumed, ok
 }
 
 // stopDone reports whether the stop that ended the span was acked by

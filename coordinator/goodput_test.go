@@ -1,12 +1,14 @@
 package coordinator_test
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/membership"
@@ -116,4 +118,57 @@ func TestGoodputAccountsARestartAndSurvivesFailover(t *testing.T) {
 	addsUp(t, st.Goodput)
 	assert.Empty(t, st.Goodput.Now, "the account of a job that ended ends")
 	assert.Equal(t, st.Goodput.Total, st.Goodput.At(time.Now().Add(time.Hour)).Total, "and counts no more")
+}
+
+// Commonly only rank 0 names its steps (it alone saves). When another
+// rank takes its first step last, the steps a generation trains again
+// are still counted, from rank 0's first named step: they were counted
+// from the last rank to step alone, which named none, and so none.
+func TestGoodputCountsRedoneStepsThatOnlyRankZeroNames(t *testing.T) {
+	h := newHarness(t)
+	waitLeader(t, h.startCoordinator("c1", nil))
+	h.scale("job", "2")
+	nodes := h.nodes("job", "n0", "n1")
+	h.accounted("job", 1)
+
+	// Generation 1 trains steps 1 to 100, 10 ms each; then a rank fails.
+	start := time.Now().Add(-time.Second)
+	last := start.Add(990 * time.Millisecond)
+	nodes[0].Workload.SetMarks(membership.StepMarks{Generation: 1, First: start, Resumed: 1, ResumedAt: start, Last: last, Furthest: 100})
+	nodes[1].Workload.SetMarks(membership.StepMarks{Generation: 1, First: start, Last: last, Furthest: 100})
+	require.True(t, nodes[1].Workload.Exit(1))
+	h.accounted("job", 2)
+
+	// Generation 2 resumes from the checkpoint of step 50: rank 0 steps
+	// first (step 51), rank 1 a moment later. It is back at step 100, the
+	// furthest, 49 steps later: 0.49 s trained again.
+	// A sidecar writes the marks of a running generation's first steps
+	// into its node record once its ranks stepped (simulated nodes have
+	// no ranks): written here as it would.
+	now := time.Now()
+	h.markNode("job", "n0", membership.StepMarks{Generation: 2, First: now, Resumed: 51, ResumedAt: now, Last: now, Furthest: 51})
+	h.markNode("job", "n1", membership.StepMarks{Generation: 2, First: now.Add(5 * time.Millisecond), Last: now.Add(5 * time.Millisecond), Furthest: 1})
+	st := h.waitStatus("job", "the redone steps counted", func(s membership.Status) bool {
+		return s.Goodput != nil && s.Goodput.FirstClassed && s.Goodput.Generation == 2
+	})
+	g := st.Goodput
+	addsUp(t, g)
+	assert.InDelta(t, 0.49, g.Total.Redone+g.Owed, 0.005, "49 steps of 10 ms trained again (redone %.3fs, owed %.3fs)", g.Total.Redone, g.Owed)
+}
+
+// markNode writes m into the node record of node, under its lease, as the
+// node's sidecar does once its ranks first stepped.
+func (h *harness) markNode(job, node string, m membership.StepMarks) {
+	h.t.Helper()
+	key := h.keys.Node(job, node)
+	resp, err := h.cli.Get(h.t.Context(), key)
+	require.NoError(h.t, err)
+	require.Len(h.t, resp.Kvs, 1, "node %s", node)
+	var n map[string]any
+	require.NoError(h.t, json.Unmarshal(resp.Kvs[0].Value, &n))
+	n["marks"] = m
+	val, err := json.Marshal(n)
+	require.NoError(h.t, err)
+	_, err = h.cli.Put(h.t.Context(), key, string(val), clientv3.WithIgnoreLease())
+	require.NoError(h.t, err)
 }
