@@ -173,3 +173,52 @@ def train_one_step():
 		assert.Equal(t, "started at "+run.start+"\n", string(out))
 	}
 }
+
+// livesTrainer counts steps in a memory checkpoint saved with a path, one
+// node, and logs each load to CKPT_DIR/log as "LIFE load GENERATION STEP".
+// It saves up to UNTIL and ends; in the life FAIL names, its first
+// generation fails once it has saved, so that the next one loads.
+const livesTrainer = `
+import os, sys, elastic
+gen, d, life = int(os.environ["ELASTIC_GENERATION"]), os.environ["CKPT_DIR"], os.environ["LIFE"]
+path = os.path.join(d, "state.ckpt")
+st = elastic.load(path=path)
+step = 0 if st is None else st["step"]
+with open(os.path.join(d, "log"), "a") as f:
+    f.write("%s load %d %d\n" % (life, gen, step))
+until = int(os.environ["UNTIL"]) if gen == 1 else int(os.environ["UNTIL"]) + 20
+while step < until:
+    step += 1
+    elastic.save({"step": step}, path=path)
+elastic.flush()
+sys.exit(3 if life == os.environ["FAIL"] and gen == 1 else 0)
+`
+
+// A job run again with the same checkpoint path is a new life of the job:
+// its generations count from 1 again. It resumes from the file the first
+// life left, and from then on what it trains itself is newer than that
+// file. The file's generation and sequence used to outrank the new life's
+// first ones, so every restart went back to the file.
+func TestARunStartedAgainResumesFromTheFileOnceAndThenFromWhatItTrained(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "train.py")
+	require.NoError(t, os.WriteFile(script, []byte(livesTrainer), 0o644))
+	life := func(name, until string) {
+		t.Helper()
+		r := startRun(t, []string{"--np", "1", "--job", "lives"}, []string{python, script},
+			"CKPT_DIR="+dir, "LIFE="+name, "UNTIL="+until, "FAIL=second")
+		require.Zero(t, r.wait(), "run %s: %s", name, r.out.String())
+	}
+	life("first", "50")  // saves steps 1 to 50 and succeeds
+	life("second", "80") // loads 50, saves to 80 and fails; its generation 2 goes on to 100
+	life("third", "120")
+
+	data, err := os.ReadFile(filepath.Join(dir, "log"))
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		"first load 1 0",
+		"second load 1 50", // the first life's file
+		"second load 2 80", // its own save, not the older life's file
+		"third load 1 100", // the file the second life left
+	}, strings.Split(strings.TrimSpace(string(data)), "\n"))
+}

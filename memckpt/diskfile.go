@@ -71,11 +71,11 @@ func readFileMeta(path string) (Meta, error) {
 	return readHeader(bufio.NewReader(f))
 }
 
-// newerOnDisk says whether the file at path holds a copy of m's job at
-// least as new as m. A file that cannot be read holds none.
+// newerOnDisk says whether the file at path holds a copy of m's job, of
+// its life, at least as new as m. A file that cannot be read holds none.
 func newerOnDisk(path string, m Meta) bool {
 	d, err := readFileMeta(path)
-	return err == nil && d.Job == m.Job && !m.Newer(d)
+	return err == nil && m.SupersededBy(d)
 }
 
 // ReadFile reads and checks the copy at path.

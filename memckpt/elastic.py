@@ -39,7 +39,10 @@ to go: it waits for the sidecar, however long, as it always did.
 load() returns the newest complete copy among this node's sidecar, the other
 sidecars of the job, and the file at `path`, by (generation, sequence): a
 file this process wrote is newer than what the sidecars held of it, and no
-sidecar writes an older copy over a newer file. Tensors come back on the CPU.
+sidecar writes an older copy over a newer file. A file an earlier life of
+the job left (the job created again, `coordinator run` started again: its
+generations count from 1 again) is older than every copy of this life.
+Tensors come back on the CPU.
 
 fenced_replace(src, dst) renames src over dst only while this process's
 generation is current and its node's deadline is ahead, as `coordinator
@@ -88,6 +91,8 @@ __all__ = ["save", "load", "flush", "fenced_replace", "beat", "quiet", "Checkpoi
            "TooLargeError"]
 
 SOCKET_ENV = "ELASTIC_CHECKPOINT_SOCKET"
+# The life of the job this process saves in: its files carry it.
+INCARNATION_ENV = "ELASTIC_CHECKPOINT_INCARNATION"
 # The fence's sockets (guard/commit.go): the process's fence watchdog's,
 # asked first, and its guard's.
 WATCHDOG_SOCKET_ENV = "ELASTIC_WATCHDOG_SOCKET"
@@ -409,6 +414,19 @@ def _decode(body):
     return _Unpickler(io.BytesIO(memoryview(body)[start:start + skel_len])).load()
 
 
+def _newer_file(fmeta, meta):
+    """Whether the file's copy (fmeta) is newer than the sidecar's (meta).
+
+    Generations order the copies of one life of the job only: a job
+    created again, or `coordinator run` started again, counts from 1 again,
+    and a file its earlier life left (generation 9, say) is older than
+    anything this life saved, which began from it or from nothing.
+    """
+    if fmeta.get("incarnation", "") != meta.get("incarnation", ""):
+        return False
+    return _order(fmeta) > _order(meta)
+
+
 def _order(meta):
     """What orders copies, as the sidecar does (memckpt.Meta.Newer)."""
     return (meta.get("generation", 0), meta.get("seq", 0), -meta.get("rank", 0), _Inverse(meta.get("node", "")))
@@ -677,6 +695,7 @@ class _Saver:
         # torchrun's, Paddle's (its launcher's processes) or msrun's.
         self.rank = _first_int("ELASTIC_RANK", "RANK", "PADDLE_TRAINER_ID", "RANK_ID")
         self.job = os.environ.get("ELASTIC_JOB_ID", "")
+        self.incarnation = os.environ.get(INCARNATION_ENV, "")
 
     def raise_error(self):
         if self.error is not None:
@@ -728,7 +747,10 @@ class _Saver:
                 self.cond.notify_all()
 
     def meta(self, snap):
-        return {"job": self.job, "generation": self.generation, "seq": snap.seq, "rank": self.rank}
+        meta = {"job": self.job, "generation": self.generation, "seq": snap.seq, "rank": self.rank}
+        if self.incarnation:
+            meta["incarnation"] = self.incarnation
+        return meta
 
     def send(self, snap):
         if not self.socket_name:
@@ -935,7 +957,7 @@ def load(path=None):
         meta, body = saver.last
     if path:
         fmeta, offset = _read_file_meta(path)
-        if fmeta is not None and (meta is None or _order(fmeta) > _order(meta)):
+        if fmeta is not None and (meta is None or _newer_file(fmeta, meta)):
             fbody = _read_file(path, fmeta, offset)
             if fbody is not None:
                 meta, body = fmeta, fbody

@@ -133,8 +133,8 @@ func runFrozenHost() error {
 	}
 	s.Start(node)
 	defer s.Close()
-	env := pyEnv(s.PythonPath(""), "ELASTIC_CHECKPOINT_SOCKET="+s.Socket(), "MEMCKPT_DIR="+dir,
-		"MEMCKPT_STEP="+strconv.FormatFloat(frozenStep.Seconds(), 'f', -1, 64))
+	env := pyEnv(s.PythonPath(""), append(s.TrainerEnv(), "MEMCKPT_DIR="+dir,
+		"MEMCKPT_STEP="+strconv.FormatFloat(frozenStep.Seconds(), 'f', -1, 64))...)
 	// Standard output answers the test; the trainer's goes to standard
 	// error.
 	l, err := launcher.New(launcher.Config{Command: []string{python, "-c", frozenTrainer}, Env: env,

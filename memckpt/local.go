@@ -155,7 +155,7 @@ func (s *Service) save(conn *net.UnixConn, req SaveRequest, size int64) bool {
 		return false
 	}
 	_ = conn.SetReadDeadline(time.Time{})
-	c := &Copy{Meta: Meta{Job: s.cfg.Job, Generation: req.Generation, Seq: req.Seq, Rank: req.Rank, Node: s.cfg.NodeID,
+	c := &Copy{Meta: Meta{Job: s.cfg.Job, Incarnation: s.incarnation, Generation: req.Generation, Seq: req.Seq, Rank: req.Rank, Node: s.cfg.NodeID,
 		Path: req.Path, Size: size, CRC32: checksum(body)}, Body: body}
 	// The generation may have ended while the payload arrived.
 	if err := s.fence(req.Generation); err != nil {

@@ -1,8 +1,11 @@
 package memckpt
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"hash/crc32"
+	"strings"
 
 	"github.com/elastictraining/coordinator/membership"
 )
@@ -10,8 +13,11 @@ import (
 // Meta describes one copy of a job's state.
 type Meta struct {
 	Job string `json:"job"`
-	// Generation and Seq order the copies: a later generation's first save
-	// is newer than anything of an earlier one.
+	// Incarnation is the life of the job the copy was made in (see
+	// Incarnation); empty for a standalone trainer's, or an older build's.
+	Incarnation string `json:"incarnation,omitempty"`
+	// Generation and Seq order the copies of one life of the job: a later
+	// generation's first save is newer than anything of an earlier one.
 	Generation int64 `json:"generation"`
 	Seq        int64 `json:"seq"`
 	// Rank and Node are the saver's.
@@ -38,6 +44,9 @@ func (m Meta) Validate() error {
 			return err
 		}
 	}
+	if len(m.Incarnation) > 64 || strings.Trim(m.Incarnation, "0123456789abcdef") != "" {
+		return fmt.Errorf("incarnation %q: want at most 64 lowercase hex digits", m.Incarnation)
+	}
 	if m.Generation < 0 || m.Seq < 0 || m.Rank < 0 || m.Size < 0 {
 		return fmt.Errorf("negative generation, sequence, rank or size")
 	}
@@ -60,9 +69,29 @@ func (m Meta) Newer(o Meta) bool {
 	return m.Node < o.Node
 }
 
+// Incarnation names a life of a job, from its secret: a job deleted and
+// created again under its name, or `coordinator run` started again, has a
+// new secret, and its generations count from 1 again. Generations order
+// copies only within one life, so a file left by an earlier life (its
+// generation 9, say) must not pass for newer than this life's generation
+// 2. The name is a hash of the secret: it says nothing of it.
+func Incarnation(secret []byte) string {
+	sum := sha256.Sum256(append([]byte("elastic job incarnation\x00"), secret...))
+	return hex.EncodeToString(sum[:8])
+}
+
+// SupersededBy says whether the file copy f is at least as new as m, for
+// a sidecar about to write m over it: a copy of m's job and life that is
+// not older. A file of another life of the job is older than any copy of
+// this one, however high its generation: this life began from it, or
+// from nothing.
+func (m Meta) SupersededBy(f Meta) bool {
+	return f.Job == m.Job && f.Incarnation == m.Incarnation && !m.Newer(f)
+}
+
 // same says whether m and o are the same copy.
 func (m Meta) same(o Meta) bool {
-	return m.Job == o.Job && m.Generation == o.Generation && m.Seq == o.Seq && m.Rank == o.Rank && m.Node == o.Node
+	return m.Job == o.Job && m.Incarnation == o.Incarnation && m.Generation == o.Generation && m.Seq == o.Seq && m.Rank == o.Rank && m.Node == o.Node
 }
 
 // Copy is a complete copy: its payload matches its Meta. Its Body is never

@@ -92,6 +92,8 @@ type Service struct {
 	logger hclog.Logger
 	store  *store
 	auth   *auth
+	// incarnation is the job's life (Incarnation of its secret).
+	incarnation string
 
 	local  *net.UnixListener
 	socket string
@@ -183,7 +185,8 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{
-		cfg: cfg, logger: cfg.Logger.Named("checkpoint").With("job", cfg.Job, "node", cfg.NodeID),
+		incarnation: Incarnation(secret),
+		cfg:         cfg, logger: cfg.Logger.Named("checkpoint").With("job", cfg.Job, "node", cfg.NodeID),
 		store: newStore(cfg.Copies, cfg.Memory), auth: a,
 		gate: newGate(cfg.MaxUnauthenticated), refusals: newRefusals(cfg.RefusedLogInterval, refusedAddresses),
 		pushKick: make(chan struct{}, 1), diskKick: make(chan struct{}, 1),
@@ -226,6 +229,17 @@ func (s *Service) open() error {
 // Addr is host:port where the other sidecars reach this one: the node
 // record's Checkpoint.
 func (s *Service) Addr() string { return s.addr }
+
+// Incarnation is the life of the job this sidecar serves
+// (ELASTIC_CHECKPOINT_INCARNATION): every copy it takes is stamped with it.
+func (s *Service) Incarnation() string { return s.incarnation }
+
+// TrainerEnv is what a process started outside a sidecar's launcher (a
+// test's) needs in its environment to save to this store, as
+// trainerenv gives a generation's processes: the socket and the life.
+func (s *Service) TrainerEnv() []string {
+	return []string{"ELASTIC_CHECKPOINT_SOCKET=" + s.socket, "ELASTIC_CHECKPOINT_INCARNATION=" + s.incarnation}
+}
 
 // Socket is the trainers' socket, '@name' (ELASTIC_CHECKPOINT_SOCKET).
 func (s *Service) Socket() string { return s.socket }

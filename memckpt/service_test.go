@@ -101,7 +101,7 @@ func requirePython(t *testing.T) {
 func trainer(t *testing.T, s *Service, gen int, script string) string {
 	t.Helper()
 	cmd := exec.Command(python, "-c", script)
-	cmd.Env = append(os.Environ(), "ELASTIC_CHECKPOINT_SOCKET="+s.Socket(), "PYTHONPATH="+s.ModuleDir(),
+	cmd.Env = append(append(os.Environ(), s.TrainerEnv()...), "PYTHONPATH="+s.ModuleDir(),
 		"ELASTIC_GENERATION="+strconv.Itoa(gen), "RANK=0")
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)

@@ -74,6 +74,8 @@ func (n *Node) gloo(v view) int {
 type Checkpoint struct {
 	// Socket is the store's abstract unix socket, '@name'.
 	Socket string
+	// Incarnation is the job's life the store stamps its copies with.
+	Incarnation string
 	// PythonPath is the processes' whole PYTHONPATH: the directory of the
 	// module elastic.py, then the path the user had, kept.
 	PythonPath string

@@ -68,7 +68,7 @@ func envCases() []envCase {
 			}}},
 		// A sidecar that keeps checkpoints in memory: its socket, and its
 		// module's directory before the user's PYTHONPATH.
-		{name: "checkpoint", job: "ckpt", checkpoint: trainerenv.Checkpoint{Socket: "@elastic-checkpoint-41-ab12", PythonPath: "/tmp/elastic-41/python:/home/u/lib"},
+		{name: "checkpoint", job: "ckpt", checkpoint: trainerenv.Checkpoint{Socket: "@elastic-checkpoint-41-ab12", Incarnation: "5e0c6f1d2a3b4c7d", PythonPath: "/tmp/elastic-41/python:/home/u/lib"},
 			plan: membership.Plan{Generation: 2, Phase: membership.PhaseRun, WorldSize: 2,
 				Master: "10.0.0.1:29500", Members: []membership.Member{
 					m("w0", membership.RoleWorker, 0, 0, "10.0.0.1", 7000),

@@ -24,6 +24,9 @@ const (
 	// ElasticCheckpointSocket names the sidecar's checkpoint store
 	// (package memckpt), an abstract unix socket written with a leading '@'.
 	ElasticCheckpointSocket = "ELASTIC_CHECKPOINT_SOCKET"
+	// ElasticCheckpointIncarnation names the life of the job the process
+	// saves in (memckpt.Incarnation), which the files it writes carry.
+	ElasticCheckpointIncarnation = "ELASTIC_CHECKPOINT_INCARNATION"
 )
 
 // Python's own: the module search path, with the directory of the sidecar's

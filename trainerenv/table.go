@@ -90,6 +90,8 @@ var table = []variable{
 	{name: ElasticFramework, in: inProcess, of: ours, value: func(v view) string { return v.node.Framework.String() }},
 	{name: ElasticCheckpointSocket, in: inProcess, of: ours, value: func(v view) string { return v.node.Checkpoint.Socket },
 		when: func(v view) bool { return v.node.Checkpoint.Socket != "" }},
+	{name: ElasticCheckpointIncarnation, in: inProcess, of: ours, value: func(v view) string { return v.node.Checkpoint.Incarnation },
+		when: func(v view) bool { return v.node.Checkpoint.Incarnation != "" }},
 	{name: PythonPath, in: inProcess, of: ours, value: func(v view) string { return v.node.Checkpoint.PythonPath },
 		when: func(v view) bool { return v.node.Checkpoint.PythonPath != "" }},
 

@@ -129,7 +129,7 @@ func (o *checkpointOptions) start(ctx context.Context, cli *clientv3.Client, key
 		return nil, trainerenv.Checkpoint{}, err
 	}
 	node.Checkpoint = svc.Addr()
-	return svc, trainerenv.Checkpoint{Socket: svc.Socket(), PythonPath: svc.PythonPath(os.Getenv("PYTHONPATH"))}, nil
+	return svc, trainerenv.Checkpoint{Socket: svc.Socket(), Incarnation: svc.Incarnation(), PythonPath: svc.PythonPath(os.Getenv("PYTHONPATH"))}, nil
 }
 
 // checkpointedWorkload asks for the newest checkpoint on disk whenever a
