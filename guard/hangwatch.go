@@ -124,6 +124,9 @@ func (s *server) sample(r *run, rw *rankWatch, now int64) {
 	rw.last = pr
 	rw.observeStopped(now, pr.Attached)
 	switch {
+	case pr.Steps > rw.steps && (pr.LastStep == 0 || pr.LastStep < rw.lastStep):
+		// The count is seen before its time (stores seen out of order):
+		// the next sample has both.
 	case pr.Steps > rw.steps:
 		k := pr.Steps - rw.steps
 		if rw.steps == 0 {
@@ -207,6 +210,20 @@ func (rw *rankWatch) stoppedFor(now int64) int64 {
 	return d
 }
 
+// pageState is what the hang decisions take of the rank's page as last
+// sampled, its last sign of life no earlier than the end of its last
+// quiet phase: a phase's end is a sign of life, and a sample taken while
+// the trainer ended it (the phase's word cleared, its sign of life not
+// yet visible, as a CPU without ordered stores may show it) must not count
+// the whole phase as quiet.
+func (rw *rankWatch) pageState() pageState {
+	pg := rw.last.state()
+	if rw.quietMark > 0 {
+		pg.LastActivity = max(pg.LastActivity, rw.quietMark)
+	}
+	return pg
+}
+
 // stopped reports whether the rank's process, or the process that
 // attached its page, was stopped when last sampled.
 func (rw *rankWatch) stopped() bool { return rw.stoppedSince != 0 || rw.attached.stoppedSince != 0 }
@@ -214,7 +231,7 @@ func (rw *rankWatch) stopped() bool { return rw.stoppedSince != 0 || rw.attached
 // judge reports the rank hung if it is: stopped for longer than
 // stoppedLimit, or quiet for longer than the limit that applies to it.
 func (s *server) judge(r *run, rw *rankWatch, now, timeout, budget int64) {
-	pg := rw.last.state()
+	pg := rw.pageState()
 	if stopped := rw.stoppedFor(now); stopped > stoppedLimit {
 		quiet := stopped
 		if pg.Steps > 0 || pg.LastActivity > 0 {

@@ -135,6 +135,9 @@ type progress struct {
 // while steps changes under the reader, a few times at most.
 func (p *progressPage) load() progress {
 	var pr progress
+	// The phase's word before the sign of life: the trainer writes the
+	// sign of life that ends a phase before it clears the phase.
+	pr.QuietUntil = p.word(offQuietUntil).Load()
 	for range 3 {
 		pr.Steps = p.word(offSteps).Load()
 		pr.LastStep = p.word(offLastStep).Load()
@@ -144,7 +147,6 @@ func (p *progressPage) load() progress {
 			break
 		}
 	}
-	pr.QuietUntil = p.word(offQuietUntil).Load()
 	dump := uint64(p.word(offDump).Load())
 	pr.DumpPid, pr.DumpSignal = int(uint32(dump)), int(dump>>32)
 	pr.Attached = int(uint32(p.word(offAttached).Load()))

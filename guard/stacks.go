@@ -92,7 +92,7 @@ func (s *server) stopGracefully(grace time.Duration) {
 		now := MonoNow()
 		for _, rw := range r.ranks {
 			s.sample(r, rw, now)
-			if !rw.stopped() && (rw.p.page == nil || !blocked(now, r.startedAt, rw.last.state(), rw.longest)) {
+			if !rw.stopped() && (rw.p.page == nil || !blocked(now, r.startedAt, rw.pageState(), rw.longest)) {
 				continue
 			}
 			skip[rw.p.pid] = true

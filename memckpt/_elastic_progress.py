@@ -34,8 +34,14 @@ Each word is written whole, through a memoryview of 64-bit words: one
 new one. struct.pack_into zero-fills its span before it writes the bytes
 one at a time, and a guard that read a zero there (under CPU contention the
 writer can be descheduled in the middle) took a rank stepping every 20 ms
-for one silent since its generation began. An event writes its times
-before its count, so a count the guard sees new has its times new too.
+for one silent since its generation began. An event writes its times and
+its step's number before its count, and the end of a quiet phase writes
+the sign of life before it clears the phase, so that on a CPU that keeps
+stores in order (x86-64) the guard, reading in the opposite order, sees
+them consistent. Python puts no barrier between the stores, so a CPU that
+may reorder them (arm64) can show a count before its time: the guard
+waits for the next sample then, and takes a phase's end as a sign of
+life itself.
 
 The signal in the dump word (SIGRTMIN+6) makes faulthandler write every
 thread's Python stack to standard error, "most recent call first": the
@@ -207,12 +213,15 @@ def step(user_step=None):
     page = _page
     if page is None:
         return
-    t = _event(page)
+    # The step's number before its count: the guard reads what a count
+    # names when it sees the count change.
+    t = _mono()
     if user_step is not None:
         _put(page, USER_STEP, user_step)
         if user_step > 0 and _get(page, FIRST_USER_STEP) == 0:
             _put(page, FIRST_USER_NS, t)
             _put(page, FIRST_USER_STEP, user_step)
+    _event(page, t)
 
 
 def activity():
@@ -248,8 +257,10 @@ def quiet_exit(token):
             _quiet_ends.remove(token)
         except ValueError:
             pass
-        _put(page, QUIET_UNTIL, max(_quiet_ends) if _quiet_ends else 0)
+        # The sign of life before the phase's end: a guard that sees the
+        # phase over sees it.
         _put(page, LAST_ACTIVITY, _mono())
+        _put(page, QUIET_UNTIL, max(_quiet_ends) if _quiet_ends else 0)
 
 
 # torch's hooks.
@@ -276,9 +287,10 @@ def _stepped(frame):
     _event(page)
 
 
-def _event(page):
-    """Count a progress event on page, the first one's time too; its time."""
-    t = _mono()
+def _event(page, t=None):
+    """Count a progress event at t (now if None) on page, the first one's time too; its time."""
+    if t is None:
+        t = _mono()
     n = _get(page, STEPS)
     if n == 0:
         _put(page, FIRST_STEP, t)

@@ -400,3 +400,68 @@ func TestProgressWordsAreNeverSeenHalfWritten(t *testing.T) {
 	require.NotZero(t, steps, "the trainer beat")
 	assert.Zero(t, bad, "of %d reads during %d beats, %d saw a word half written; the first: %s", reads, steps, bad, first)
 }
+
+// quietEndScript opens and closes quiet phases as fast as it can, while
+// the test reads its page.
+const quietEndScript = `import sys, time
+import elastic
+print("writing", flush=True)
+end, i = time.monotonic() + 1.5, 0
+while time.monotonic() < end:
+    i += 1
+    with elastic.quiet(3600):
+        pass
+print("phases", i, flush=True)
+sys.stdin.readline()
+`
+
+// TestProgressAPhasesEndIsSeenWithItsSignOfLife reads a page in the
+// guard's order, the phase's word and then the last sign of life, while
+// the trainer opens and closes quiet phases: a phase seen over always
+// comes with a sign of life from its end, not from before it began. The
+// trainer cleared the phase first, and a guard that sampled in between
+// counted the whole phase as quiet.
+func TestProgressAPhasesEndIsSeenWithItsSignOfLife(t *testing.T) {
+	dir := moduleDir(t)
+	page := newPage(t)
+	mem, err := unix.Mmap(int(page.Fd()), 0, pageSize, unix.PROT_READ, unix.MAP_SHARED)
+	require.NoError(t, err)
+	defer unix.Munmap(mem)
+	load := func(off int) uint64 { return (*atomic.Uint64)(unsafe.Pointer(&mem[off])).Load() }
+
+	script := writeScript(t, "quietend.py", quietEndScript)
+	p := startPy(t, python, pyEnv(dir, "ELASTIC_PROGRESS_FD=3"), []*os.File{page}, script)
+	p.expect(p.out, "writing")
+	const phase = uint64(3600 * time.Second)
+	var reads, ends, bad int
+	var began uint64 // the start of the latest phase seen under way
+	var first string
+	for done := false; !done; {
+		select {
+		case line := <-p.out:
+			require.True(t, strings.HasPrefix(line, "phases "), "%q", line)
+			done = true
+		default:
+		}
+		for range 10000 {
+			reads++
+			q := load(offQuietUntil)
+			a := load(offLastActivity)
+			if q != 0 {
+				began = max(began, q-phase)
+				continue
+			}
+			ends++
+			if began > 0 && a < began {
+				bad++
+				if first == "" {
+					first = fmt.Sprintf("phase over, last sign of life %d ns before the phase began", began-a)
+				}
+			}
+		}
+	}
+	p.reply()
+	p.succeed()
+	require.NotZero(t, ends, "no phase seen over")
+	assert.Zero(t, bad, "of %d reads, %d saw no phase, %d of them a sign of life older than the phase; the first: %s", reads, ends, bad, first)
+}
