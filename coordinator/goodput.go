@@ -225,23 +225,27 @@ func classifyFirst(g *membership.Goodput, v view, now time.Time) bool {
 	return true
 }
 
-// resumedAt is the step a generation resumed from, as its ranks that name
-// their steps tell it: a rank's first named step, less the steps it took
-// before it, at step time st. Commonly only rank 0 names steps (it alone
-// saves), so every rank that does is asked, not only the one that stepped
-// last; their counts agree, and the highest counts the least redone.
+// resumedAt is the step a generation resumed from, as its nodes that name
+// steps tell it: a node's first named step, less the steps taken before it
+// since the node's first step, at step time st. Commonly only rank 0 names
+// steps (it alone saves), so every node that does is asked, not only the
+// one that stepped last. The node that named a step soonest after its
+// first is taken: its figure is the least extrapolated (a node's first
+// step is its slowest rank's, so the steps before the named one are an
+// estimate, never fewer than none).
 func resumedAt(marks []membership.StepMarks, st time.Duration) (int64, bool) {
 	if st <= 0 {
 		return 0, false
 	}
-	resumed, ok := int64(0), false
+	var resumed, before int64
+	ok := false
 	for _, m := range marks {
 		if m.Resumed <= 0 || m.First.IsZero() {
 			continue
 		}
-		r := m.Resumed - int64(math.Round(float64(m.ResumedAt.Sub(m.First))/float64(st)))
-		if !ok || r > resumed {
-			resumed, ok = r, true
+		b := max(int64(math.Round(float64(m.ResumedAt.Sub(m.First))/float64(st))), 0)
+		if !ok || b < before || b == before && m.Resumed-b > resumed {
+			resumed, before, ok = m.Resumed-b, b, true
 		}
 	}
 	return resumed, ok
