@@ -34,6 +34,8 @@
 //
 // A save that names a path is also written there, atomically, at a slower
 // interval and when the node leaves, only while the node holds its lease.
-// The file is a small header (job, generation, sequence, size, CRC-32) and
-// the payload; load compares it with what the sidecars hold.
+// The file is a small header (job, the job's life, generation, sequence,
+// size, CRC-32) and the payload; load compares it with what the sidecars
+// hold, and takes a file of another life of the job only when they hold
+// nothing.
 package memckpt
