@@ -124,11 +124,31 @@ func (f Fence) Check(generation int64) error {
 func (f Fence) ask(req CommitRequest) error {
 	if f.Watchdog != "" {
 		if conn, err := dialUnix(f.Watchdog, 30*time.Second); err == nil {
-			return exchange(conn, req, "the fence watchdog")
+			err := exchange(conn, req, "the fence watchdog")
+			var gone noAnswerError
+			if !errors.As(err, &gone) {
+				return err
+			}
+			// The watchdog went away with the request: killed alone, or
+			// with the trainer's tree at a fence. That is no answer; the
+			// guard's stands, and a fenced guard refuses.
 		}
 	}
 	return ask(f.Guard, req)
 }
+
+// noAnswerError is a connection closed without an answer: the guard going
+// away (the node fenced), or a watchdog killed.
+type noAnswerError struct {
+	who string
+	err error
+}
+
+func (e noAnswerError) Error() string {
+	return fmt.Sprintf("%v: %s did not answer (%v)", ErrRefused, e.who, e.err)
+}
+
+func (e noAnswerError) Unwrap() error { return ErrRefused }
 
 func ask(socket string, req CommitRequest) error {
 	conn, err := dialUnix(socket, 30*time.Second)
@@ -158,7 +178,7 @@ func exchange(conn *os.File, req CommitRequest, who string) error {
 		// The guard closes the connection without an answer only when it
 		// is going away: the node is being fenced. A watchdog does when it
 		// is killed, with its trainer's tree.
-		return fmt.Errorf("%w: %s did not answer (%v)", ErrRefused, who, err)
+		return noAnswerError{who: who, err: err}
 	}
 	reply = strings.TrimSpace(reply)
 	switch {
