@@ -346,59 +346,68 @@ with elastic.quiet(3600):
 // a guard that read a zero last activity in that instant took a rank
 // stepping every 20 ms for one quiet since its generation began.
 func TestProgressWordsAreNeverSeenHalfWritten(t *testing.T) {
-	dir := moduleDir(t)
+	var reads, bad int
+	var first string
+	var quiet, steps, lastStep, userStep uint64
+	readWhileWriting(t, tornScript, "beats ", func(load func(off int) uint64) {
+		if quiet == 0 {
+			quiet = load(offQuietUntil)
+			require.NotZero(t, quiet, "the trainer's quiet phase")
+		}
+		reads++
+		s := load(offSteps)
+		ls, la, us := load(offLastStep), load(offLastActivity), load(offUserStep)
+		q := load(offQuietUntil)
+		var why string
+		switch {
+		case s < steps:
+			why = fmt.Sprintf("steps %d after %d", s, steps)
+		case s > 0 && (ls == 0 || la == 0 || ls < lastStep):
+			why = fmt.Sprintf("steps %d with last step %d (before %d), last activity %d", s, ls, lastStep, la)
+		case us < userStep:
+			why = fmt.Sprintf("user step %d after %d", us, userStep)
+		case q != quiet:
+			why = fmt.Sprintf("quiet until %d, not %d", q, quiet)
+		}
+		if why != "" {
+			bad++
+			if first == "" {
+				first = why
+			}
+		}
+		steps, lastStep, userStep = max(steps, s), max(lastStep, ls), max(userStep, us)
+	})
+	require.NotZero(t, steps, "the trainer beat")
+	assert.Zero(t, bad, "of %d reads during %d beats, %d saw a word half written; the first: %s", reads, steps, bad, first)
+}
+
+// readWhileWriting runs script with a progress page and, from its line
+// "writing" until its line starting with done, calls read as fast as it
+// can with a loader of the page's words (atomic, as the guard's); then
+// lets the script end.
+func readWhileWriting(t *testing.T, script, done string, read func(load func(off int) uint64)) {
+	t.Helper()
 	page := newPage(t)
 	mem, err := unix.Mmap(int(page.Fd()), 0, pageSize, unix.PROT_READ, unix.MAP_SHARED)
 	require.NoError(t, err)
 	defer unix.Munmap(mem)
 	load := func(off int) uint64 { return (*atomic.Uint64)(unsafe.Pointer(&mem[off])).Load() }
 
-	script := writeScript(t, "torn.py", tornScript)
-	p := startPy(t, python, pyEnv(dir, "ELASTIC_PROGRESS_FD=3"), []*os.File{page}, script)
+	p := startPy(t, python, pyEnv(moduleDir(t), "ELASTIC_PROGRESS_FD=3"), []*os.File{page}, writeScript(t, "writer.py", script))
 	p.expect(p.out, "writing")
-	quiet := load(offQuietUntil)
-	require.NotZero(t, quiet)
-
-	var reads, bad int
-	var first string
-	var steps, lastStep, userStep uint64
-	// Until the trainer says it is done.
-	for done := false; !done; {
+	for finished := false; !finished; {
 		select {
 		case line := <-p.out:
-			require.True(t, strings.HasPrefix(line, "beats "), "%q", line)
-			done = true
+			require.True(t, strings.HasPrefix(line, done), "%q", line)
+			finished = true
 		default:
 		}
 		for range 10000 {
-			reads++
-			s := load(offSteps)
-			ls, la, us := load(offLastStep), load(offLastActivity), load(offUserStep)
-			q := load(offQuietUntil)
-			var why string
-			switch {
-			case s < steps:
-				why = fmt.Sprintf("steps %d after %d", s, steps)
-			case s > 0 && (ls == 0 || la == 0 || ls < lastStep):
-				why = fmt.Sprintf("steps %d with last step %d (before %d), last activity %d", s, ls, lastStep, la)
-			case us < userStep:
-				why = fmt.Sprintf("user step %d after %d", us, userStep)
-			case q != quiet:
-				why = fmt.Sprintf("quiet until %d, not %d", q, quiet)
-			}
-			if why != "" {
-				bad++
-				if first == "" {
-					first = why
-				}
-			}
-			steps, lastStep, userStep = max(steps, s), max(lastStep, ls), max(userStep, us)
+			read(load)
 		}
 	}
 	p.reply()
 	p.succeed()
-	require.NotZero(t, steps, "the trainer beat")
-	assert.Zero(t, bad, "of %d reads during %d beats, %d saw a word half written; the first: %s", reads, steps, bad, first)
 }
 
 // quietEndScript opens and closes quiet phases as fast as it can, while
@@ -422,46 +431,26 @@ sys.stdin.readline()
 // trainer cleared the phase first, and a guard that sampled in between
 // counted the whole phase as quiet.
 func TestProgressAPhasesEndIsSeenWithItsSignOfLife(t *testing.T) {
-	dir := moduleDir(t)
-	page := newPage(t)
-	mem, err := unix.Mmap(int(page.Fd()), 0, pageSize, unix.PROT_READ, unix.MAP_SHARED)
-	require.NoError(t, err)
-	defer unix.Munmap(mem)
-	load := func(off int) uint64 { return (*atomic.Uint64)(unsafe.Pointer(&mem[off])).Load() }
-
-	script := writeScript(t, "quietend.py", quietEndScript)
-	p := startPy(t, python, pyEnv(dir, "ELASTIC_PROGRESS_FD=3"), []*os.File{page}, script)
-	p.expect(p.out, "writing")
 	const phase = uint64(3600 * time.Second)
 	var reads, ends, bad int
 	var began uint64 // the start of the latest phase seen under way
 	var first string
-	for done := false; !done; {
-		select {
-		case line := <-p.out:
-			require.True(t, strings.HasPrefix(line, "phases "), "%q", line)
-			done = true
-		default:
+	readWhileWriting(t, quietEndScript, "phases ", func(load func(off int) uint64) {
+		reads++
+		q := load(offQuietUntil)
+		a := load(offLastActivity)
+		if q != 0 {
+			began = max(began, q-phase)
+			return
 		}
-		for range 10000 {
-			reads++
-			q := load(offQuietUntil)
-			a := load(offLastActivity)
-			if q != 0 {
-				began = max(began, q-phase)
-				continue
-			}
-			ends++
-			if began > 0 && a < began {
-				bad++
-				if first == "" {
-					first = fmt.Sprintf("phase over, last sign of life %d ns before the phase began", began-a)
-				}
+		ends++
+		if began > 0 && a < began {
+			bad++
+			if first == "" {
+				first = fmt.Sprintf("phase over, last sign of life %d ns before the phase began", began-a)
 			}
 		}
-	}
-	p.reply()
-	p.succeed()
+	})
 	require.NotZero(t, ends, "no phase seen over")
 	assert.Zero(t, bad, "of %d reads, %d saw no phase, %d of them a sign of life older than the phase; the first: %s", reads, ends, bad, first)
 }
