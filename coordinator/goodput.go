@@ -105,6 +105,8 @@ func causeOf(p membership.JobPhase) membership.Cause {
 		return membership.CauseWaiting
 	case membership.JobRestarting:
 		return membership.CauseRestarting
+	case membership.JobSuspended:
+		return membership.CauseSuspended
 	}
 	return ""
 }

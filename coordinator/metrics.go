@@ -9,7 +9,7 @@ import (
 )
 
 // phases are the values of elastic_job_phase's phase label.
-var phases = []membership.JobPhase{membership.JobWaiting, membership.JobRestarting, membership.JobRunning, membership.JobSucceeded, membership.JobFailed}
+var phases = []membership.JobPhase{membership.JobWaiting, membership.JobRestarting, membership.JobRunning, membership.JobSuspended, membership.JobSucceeded, membership.JobFailed}
 
 // steps are the values of elastic_job_step_seconds's step label: the
 // protocol's steps, and the whole restart.

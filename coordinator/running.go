@@ -17,6 +17,11 @@ func decideRunning(v view, d decision, lim limits, now time.Time) decision {
 	pr := v.progress()
 	spec := *v.spec
 
+	if spec.Suspend {
+		// Gracefully, as for a change of membership: the trainers get
+		// their stop signal and the sidecars keep their checkpoints.
+		return stopNext(v, d, now, now, reasonSuspended, false, aliveExcludedList(&p, ix))
+	}
 	// A member lost or leaving is a membership change, whatever the fault
 	// tolerance: the budget and the fault tolerance level are for failures.
 	if len(pr.lost) > 0 {

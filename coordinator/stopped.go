@@ -49,6 +49,12 @@ func decideStopped(v view, d decision, lim limits, now time.Time) decision {
 			}
 		}
 	}
+	if v.spec.Suspend && v.status != nil && v.status.Phase == membership.JobSuspended && v.status.Generation == gen {
+		// Suspended once every member stopped: the members' leaving
+		// after (their pods removed) changes nothing.
+		d.status = baseStatus(v, membership.JobSuspended, ix.roles[membership.RoleWorker], suspendedMessage(v.plan))
+		return d
+	}
 	if unacked > 0 {
 		// A slow stop is not a dead one: the timeout counts from the
 		// last ack seen.
@@ -99,11 +105,22 @@ func decideStopped(v view, d decision, lim limits, now time.Time) decision {
 	if v.plan != nil && d.memo.ackedGen != gen {
 		d.memo.ackedGen, d.memo.ackedAt = gen, now
 	}
+	if v.spec.Suspend {
+		// Every member stopped (or was fenced): the job holds no ranks
+		// until the suspension is lifted. A failure that stopped it is
+		// charged then.
+		d.memo.pendingSince = time.Time{}
+		d.status = baseStatus(v, membership.JobSuspended, ix.roles[membership.RoleWorker], suspendedMessage(v.plan))
+		return d
+	}
 
 	restarts, reason, excluded := 0, "first generation", []string(nil)
 	hang := hangCharge{}
 	if v.plan != nil {
 		restarts, reason, excluded = v.plan.Restarts, v.plan.Reason, aliveExcludedList(v.plan, ix)
+		if reason == reasonSuspended {
+			reason = "resumed: the job is no longer suspended"
+		}
 		hang = hangCharge{restarts: v.plan.HangRestarts, hangs: v.plan.Hangs, atLeast: atLeastOf(v.plan)}
 	}
 	// A member evicted for a slow stop was alive when the fault happened:
@@ -213,4 +230,16 @@ func sortedIDs(set map[string]bool) []string {
 	}
 	slices.Sort(ids)
 	return ids
+}
+
+// reasonSuspended is the reason of the stop a suspension commits.
+const reasonSuspended = "the job is suspended"
+
+// suspendedMessage says what a suspended job last ran; p is its stop
+// plan, if any.
+func suspendedMessage(p *membership.Plan) string {
+	if p == nil {
+		return "suspended: no generation has run; the job starts when the suspension is lifted"
+	}
+	return fmt.Sprintf("suspended: generation %d stopped; the job resumes from its saved state when the suspension is lifted", p.Generation-1)
 }

@@ -409,6 +409,13 @@ func startInjectedPodRunner(t *testing.T, kube kubernetes.Interface, ns, checkpo
 			if dash < 0 {
 				return nil, errors.New("the injected command has no -- before the training command")
 			}
+			if training := args[dash+1:]; len(training) > 1 && training[0] == "/usr/bin/python3" &&
+				strings.HasPrefix(training[1], filepath.Join(repoRoot, "testdata")+"/") {
+				// A trainer of testdata/ that runs here as written, with
+				// the sidecar's module: testdata/savetrainer.py.
+				env = append(env, "SAVE_DIR="+filepath.Join(checkpoints, pod.Labels["elastic.job"]))
+				return sidecarContainer{proc: background(t, env, args...)}, nil
+			}
 			if training := args[dash+1:]; slices.Contains(training, "paddle.distributed.launch") && training[0] == "python" {
 				// PaddlePaddle's launcher stays the command, as its stand-in,
 				// which starts the toy trainer in place of the image's script.

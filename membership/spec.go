@@ -112,6 +112,12 @@ type Spec struct {
 	// Cancel, when set, asks the coordinator to end the job now, failed,
 	// with this reason (`coordinator delete --force`).
 	Cancel string `json:"cancel,omitempty"`
+	// Suspend, when set, asks the coordinator to stop the job's generation
+	// gracefully and start none until it is cleared: the trainers get
+	// their stop signal and the job holds no ranks (phase Suspended). A
+	// Kubernetes job's pods then go, writing their checkpoints to the
+	// job's path as they leave; cleared, the job starts afresh from them.
+	Suspend bool `json:"suspend,omitempty"`
 }
 
 // DefaultSpec is the spec of a job for which only np is known.

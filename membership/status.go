@@ -17,6 +17,8 @@ const (
 	JobRestarting JobPhase = "Restarting"
 	// JobRunning: every member of the current generation runs.
 	JobRunning JobPhase = "Running"
+	// JobSuspended: the spec suspends the job and no generation runs.
+	JobSuspended JobPhase = "Suspended"
 	// JobSucceeded and JobFailed are final.
 	JobSucceeded JobPhase = "Succeeded"
 	JobFailed    JobPhase = "Failed"
@@ -121,7 +123,7 @@ type Status struct {
 // Validate reports the first field of s that is out of range.
 func (s Status) Validate() error {
 	switch s.Phase {
-	case JobWaiting, JobRestarting, JobRunning, JobSucceeded, JobFailed:
+	case JobWaiting, JobRestarting, JobRunning, JobSuspended, JobSucceeded, JobFailed:
 	default:
 		return fmt.Errorf("status: unknown phase %q", s.Phase)
 	}

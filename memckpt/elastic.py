@@ -81,6 +81,7 @@ import operator
 import os
 import pickle
 import select
+import signal
 import socket
 import struct
 import threading
@@ -848,7 +849,30 @@ def _the_saver():
     with _saver_lock:
         if _saver is None:
             _saver = _Saver()
+            _store_last_save_on_sigterm()
         return _saver
+
+
+def _store_last_save_on_sigterm():
+    """Make SIGTERM store a save still being sent before the process ends.
+
+    The sidecar stops a generation (a restart, a suspension, a pod's
+    removal) with SIGTERM, whose default action ends the process at once,
+    before atexit: the last save, sent in the background, would be lost.
+    Only a process that left SIGTERM at its default gets this, and it still
+    ends by SIGTERM; one with a handler of its own keeps it.
+    """
+    try:
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _stored_then_terminated)
+    except (ValueError, OSError):
+        pass
+
+
+def _stored_then_terminated(signum, frame):
+    signal.signal(signum, signal.SIG_DFL)
+    _flush_at_exit()
+    os.kill(os.getpid(), signum)
 
 
 def save(state, path=None):

@@ -1,10 +1,14 @@
 package memckpt
 
 import (
+	"bufio"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -107,4 +111,67 @@ print("no path", took < 0.9)
 	c := s.store.newest("a")
 	require.NotNil(t, c)
 	assert.Empty(t, c.Path, "the newest copy in the sidecar is the last save, without a path")
+}
+
+// A trainer stopped with SIGTERM (a restart, a suspension) while its last
+// save is still being sent stores it before it ends, and still ends by
+// SIGTERM; one with a SIGTERM handler of its own keeps it.
+func TestSIGTERMStoresTheSaveInFlightFirst(t *testing.T) {
+	requirePython(t)
+	for _, own := range []bool{false, true} {
+		t.Run(map[bool]string{false: "default", true: "own handler"}[own], func(t *testing.T) {
+			srv := etcdtest.Start(t)
+			n := &stallNode{testNode: &testNode{}}
+			n.gen.Store(1)
+			s := startService(t, srv.Client(t), "job", "a", n, 64<<20)
+			t.Cleanup(n.resume)
+			script := `
+import os, signal, sys, elastic
+if ` + map[bool]string{false: "False", true: "True"}[own] + `:
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(7))
+path = sys.argv[1]
+elastic.save({"step": 1}, path)
+elastic.flush()
+print("stored", flush=True)
+sys.stdin.readline()            # the sidecar stalls
+elastic.save({"step": 2}, path) # in flight: it takes no save
+print("saved", flush=True)
+signal.pause()
+`
+			cmd := exec.Command(python, "-c", script, filepath.Join(t.TempDir(), "ckpt"))
+			cmd.Env = append(append(os.Environ(), s.TrainerEnv()...), "PYTHONPATH="+s.ModuleDir(), "ELASTIC_GENERATION=1", "RANK=0")
+			stdin, err := cmd.StdinPipe()
+			require.NoError(t, err)
+			stdout, err := cmd.StdoutPipe()
+			require.NoError(t, err)
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			require.NoError(t, cmd.Start())
+			out := bufio.NewReader(stdout)
+			line, err := out.ReadString('\n')
+			require.NoError(t, err)
+			require.Equal(t, "stored\n", line)
+			n.stall()
+			_, err = stdin.Write([]byte("\n"))
+			require.NoError(t, err)
+			line, err = out.ReadString('\n')
+			require.NoError(t, err)
+			require.Equal(t, "saved\n", line)
+			require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+			time.Sleep(200 * time.Millisecond) // the sidecar answers again, late
+			n.resume()
+			err = cmd.Wait()
+			var exit *exec.ExitError
+			require.ErrorAs(t, err, &exit)
+			c := s.store.newest("a")
+			require.NotNil(t, c, "stderr: %s", &stderr)
+			if own {
+				assert.Equal(t, 7, exit.ExitCode(), "the trainer's own handler ran")
+				assert.Equal(t, int64(1), c.Seq, "and nothing was waited for")
+				return
+			}
+			assert.Equal(t, syscall.SIGTERM, exit.Sys().(syscall.WaitStatus).Signal(), "it still ends by SIGTERM")
+			assert.Equal(t, int64(2), c.Seq, "the save in flight was stored first")
+		})
+	}
 }

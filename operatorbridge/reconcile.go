@@ -134,13 +134,25 @@ func (t *term) reconcile(ctx context.Context, job string) error {
 }
 
 // desiredReplicas is the replica count of each role's workload: np's
-// maximum of workers and the spares while the job runs, and none once it has ended and its
-// cleanPodPolicy removes the pods. A role left out is left alone.
+// maximum of workers and the spares while the job runs, and none once it
+// has ended and its cleanPodPolicy removes the pods, or once it is
+// suspended and its generation stopped. A role left out is left alone.
 func desiredReplicas(rec membership.JobRecords) map[membership.Role]int {
 	if rec.Spec == nil {
 		return nil
 	}
 	spec := *rec.Spec
+	none := map[membership.Role]int{membership.RoleWorker: 0, membership.RolePS: 0, membership.RoleScheduler: 0, membership.RoleHeter: 0}
+	if spec.Suspend {
+		// The pods go once their trainers have stopped together: a pod
+		// deleted under a running generation would restart it smaller.
+		// Each sidecar writes its newest checkpoint to the job's path as
+		// it leaves.
+		if rec.Status != nil && rec.Status.Phase == membership.JobSuspended {
+			return none
+		}
+		return nil
+	}
 	if rec.Status != nil && rec.Status.Phase.Done() {
 		remove := false
 		switch spec.CleanPodPolicy {
@@ -154,7 +166,7 @@ func desiredReplicas(rec membership.JobRecords) map[membership.Role]int {
 		if !remove {
 			return nil
 		}
-		return map[membership.Role]int{membership.RoleWorker: 0, membership.RolePS: 0, membership.RoleScheduler: 0, membership.RoleHeter: 0}
+		return none
 	}
 	return map[membership.Role]int{
 		membership.RoleWorker:    spec.Workers().Max + spec.Spares,
@@ -208,7 +220,10 @@ func (t *term) scale(ctx context.Context, w workload, want int, rec membership.J
 		return false, nil
 	}
 	why := "np " + rec.Spec.Workers().String()
-	if want == 0 && rec.Status != nil && rec.Status.Phase.Done() {
+	switch {
+	case want == 0 && rec.Spec.Suspend:
+		why = "job suspended"
+	case want == 0 && rec.Status != nil && rec.Status.Phase.Done():
 		why = fmt.Sprintf("job %s, cleanPodPolicy %s", strings.ToLower(string(rec.Status.Phase)), rec.Spec.CleanPodPolicy)
 	}
 	t.logger.Info("scaled", "workload", w.String(), "from", have, "to", want, "why", why)

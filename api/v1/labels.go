@@ -32,6 +32,10 @@ const (
 	// (PaddleJob, MSJob) is an ElasticJob's spec.worker.spares: worker
 	// pods kept registered and warm beyond the target, holding no rank.
 	AnnotationSpares = "elastic.spares"
+	// AnnotationSuspend "true" on a job of a kind that has no field for
+	// it (PaddleJob) suspends it, as an ElasticJob's spec.suspend does;
+	// on the other kinds it suspends the job too.
+	AnnotationSuspend = "elastic.suspend"
 )
 
 // Intranet modes: how a job's nodes reach each other (spec.intranet).

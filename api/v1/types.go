@@ -71,6 +71,14 @@ type ElasticJobSpec struct {
 	// (ELASTIC_PRELOAD). A PaddleJob or MSJob says it in the annotation
 	// AnnotationPreload.
 	Preload []string `json:"preload,omitempty"`
+	// Suspend, true, stops a running job gracefully and keeps it from
+	// running: its trainers get their stop signal, every sidecar writes
+	// its newest checkpoint to the job's checkpoint path, and its pods go.
+	// Set false again, the job starts again from that state. A job in a
+	// Kueue queue (label kueue.x-k8s.io/queue-name) is suspended until
+	// Kueue admits it, and whenever Kueue evicts it. A PaddleJob says it
+	// in AnnotationSuspend; an MSJob in spec.runPolicy.suspend.
+	Suspend *bool `json:"suspend,omitempty"`
 	// Framework is whose launcher's variables the training processes
 	// get, exactly: pytorch, paddle or mindspore; auto (the default)
 	// gives every framework's. A PaddleJob is paddle, an MSJob mindspore.
@@ -105,6 +113,7 @@ const (
 	PhaseWaiting    = "Waiting"
 	PhaseRestarting = "Restarting"
 	PhaseRunning    = "Running"
+	PhaseSuspended  = "Suspended" // spec.suspend: no pods, no generation
 	PhaseSucceeded  = "Succeeded"
 	PhaseFailed     = "Failed"
 )
@@ -124,6 +133,9 @@ const (
 	// ConditionRestarting is true while the job changes generation; its
 	// message names the generation and why.
 	ConditionRestarting = "Restarting"
+	// ConditionSuspended is true while the job is suspended and holds no
+	// generation; it appears once a job has been suspended.
+	ConditionSuspended = "Suspended"
 	// ConditionSucceeded and ConditionFailed appear, true, when the job
 	// ended so.
 	ConditionSucceeded = "Succeeded"

@@ -103,6 +103,8 @@ func ElasticJob() *apiextensionsv1.CustomResourceDefinition {
 		"intranet":       stringEnum("how nodes reach each other: the pod's IP, a headless Service per pod, or the host network", "PodIP", "Service", "Host"),
 		"withGloo":       intEnum("PaddlePaddle's gloo: 0 off, 1 workers, 2 workers and servers", 0, 1, 2),
 		"priority":       {Type: "integer", Description: "for the autoscaler: a job of higher priority keeps its nodes"},
+		"suspend": {Type: "boolean",
+			Description: "true stops the job gracefully (checkpoints written to the job's path) and removes its pods; false again resumes it from that state. Kueue's integration sets it"},
 		"framework": stringEnum("whose launcher's variables the training processes get, exactly (torchrun's, paddle.distributed.launch's, msrun's); auto: every framework's",
 			"auto", "pytorch", "paddle", "mindspore"),
 		"preload": {Type: "array", MaxItems: ptr(int64(64)),

@@ -86,6 +86,9 @@ func statefulSet(j Job, r Role, sc Sidecar, command commandOf) (*appsv1.Stateful
 		return nil, err
 	}
 	replicas := int32(r.Replicas)
+	if j.Spec.Suspend {
+		replicas = 0 // a suspended job has no pods
+	}
 	return &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: StatefulSetName(j.ID, r.Name), Namespace: j.Namespace, Labels: labels,

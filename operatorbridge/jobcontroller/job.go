@@ -117,6 +117,7 @@ func fromElasticJob(u *unstructured.Unstructured) (Job, error) {
 	spec.SuccessPolicy = membership.SuccessPolicy(or(s.SuccessPolicy, string(membership.SuccessAllWorkers)))
 	spec.CleanPodPolicy = membership.CleanPodPolicy(or(s.CleanPodPolicy, string(membership.CleanPodNever)))
 	spec.Priority = s.Priority
+	spec.Suspend = deref(s.Suspend, false)
 	if s.Worker.Spares != nil {
 		spec.Spares = int(*s.Worker.Spares)
 	}
@@ -194,6 +195,13 @@ func newJob(u *unstructured.Unstructured, spec membership.Spec, roles []Role, in
 	}
 	if err := sparesAnnotation(u.GetAnnotations(), &spec); err != nil {
 		return Job{}, err
+	}
+	if v, ok := u.GetAnnotations()[jobv1.AnnotationSuspend]; ok {
+		suspend, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return Job{}, fmt.Errorf("metadata.annotations[%s] %q: want true or false", jobv1.AnnotationSuspend, v)
+		}
+		spec.Suspend = spec.Suspend || suspend
 	}
 	spec.Owner = jobv1.Owner{Kind: j.Owner.Kind, Namespace: j.Namespace, Name: j.Owner.Name, UID: string(j.Owner.UID)}.String()
 	if err := spec.Validate(); err != nil {

@@ -161,6 +161,7 @@ type msJob struct {
 	Spec struct {
 		RunPolicy struct {
 			CleanPodPolicy string `json:"cleanPodPolicy"`
+			Suspend        *bool  `json:"suspend"`
 		} `json:"runPolicy"`
 		SuccessPolicy  string                   `json:"successPolicy"`
 		MSReplicaSpecs map[string]msReplicaSpec `json:"msReplicaSpecs"`
@@ -213,6 +214,7 @@ func fromMSJob(u *unstructured.Unstructured) (Job, error) {
 	default:
 		return Job{}, fmt.Errorf("spec.runPolicy.cleanPodPolicy %q: want All, Running or None", s.RunPolicy.CleanPodPolicy)
 	}
+	spec.Suspend = deref(s.RunPolicy.Suspend, false)
 	switch s.SuccessPolicy {
 	case "":
 		spec.SuccessPolicy = membership.SuccessRank0
@@ -321,10 +323,18 @@ func msJobStatus(r jobv1.ElasticJobStatus, j *Job, old map[string]any) (map[stri
 	case jobv1.PhaseRestarting:
 		set("Running", "False", "")
 		set("Restarting", "True", message)
+	case jobv1.PhaseSuspended:
+		// Kubeflow's JobSuspended.
+		set("Running", "False", "")
+		set("Restarting", "False", "")
+		set("Suspended", "True", message)
 	case jobv1.PhaseSucceeded, jobv1.PhaseFailed:
 		set("Running", "False", "")
 		set("Restarting", "False", "")
 		set(r.Phase, "True", message)
+	}
+	if r.Phase != jobv1.PhaseSuspended {
+		set("Suspended", "False", "")
 	}
 	out := make([]any, len(list))
 	for i, m := range list {

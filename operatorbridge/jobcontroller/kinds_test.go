@@ -490,3 +490,44 @@ spec:
 	require.NoError(t, err)
 	assert.Equal(t, 1, j.Spec.Spares)
 }
+
+// Each kind says suspend its own way: an ElasticJob's spec.suspend, an
+// MSJob's spec.runPolicy.suspend, the annotation elastic.suspend on any
+// (a PaddleJob has no field). A suspended job's StatefulSets are made at 0.
+func TestEachKindIsSuspendedItsOwnWay(t *testing.T) {
+	ej := fromYAML(t, `
+apiVersion: elastictraining.io/v1
+kind: ElasticJob
+metadata: {name: ej}
+spec:
+  suspend: true
+  worker:
+    replicas: 2
+    template: {spec: {containers: [{name: trainer, image: t, command: [train]}]}}
+`)
+	j, err := fromElasticJob(ej)
+	require.NoError(t, err)
+	assert.True(t, j.Spec.Suspend)
+	set, err := statefulSet(j, j.Roles[0], Sidecar{Image: "sidecar", EtcdEndpoints: "http://etcd:2379"},
+		func(c *corev1.Container) ([]string, error) { return c.Command, nil })
+	require.NoError(t, err)
+	assert.Equal(t, int32(0), *set.Spec.Replicas, "a suspended job has no pods")
+
+	ms := example(t, "msjob-widedeep-dataparallel.yaml")
+	j, err = fromMSJob(ms)
+	require.NoError(t, err)
+	assert.False(t, j.Spec.Suspend)
+	require.NoError(t, unstructured.SetNestedField(ms.Object, true, "spec", "runPolicy", "suspend"))
+	j, err = fromMSJob(ms)
+	require.NoError(t, err)
+	assert.True(t, j.Spec.Suspend)
+
+	pj := example(t, "paddlejob-resnet.yaml")
+	pj.SetAnnotations(map[string]string{jobv1.AnnotationSuspend: "true"})
+	j, err = fromPaddleJob(pj)
+	require.NoError(t, err)
+	assert.True(t, j.Spec.Suspend)
+	pj.SetAnnotations(map[string]string{jobv1.AnnotationSuspend: "later"})
+	_, err = fromPaddleJob(pj)
+	require.EqualError(t, err, `metadata.annotations[elastic.suspend] "later": want true or false`)
+}

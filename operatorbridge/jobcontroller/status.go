@@ -140,6 +140,16 @@ func (t *term) status(u *unstructured.Unstructured, j *Job, old jobv1.ElasticJob
 	} else {
 		set(jobv1.ConditionKubernetesReady, false, "Problem", next.Problem)
 	}
+	if suspended := next.Phase == jobv1.PhaseSuspended; suspended || (j != nil && j.Spec.Suspend) || meta.FindStatusCondition(next.Conditions, jobv1.ConditionSuspended) != nil {
+		reason := "Resumed"
+		switch {
+		case suspended:
+			reason = "Suspended"
+		case j != nil && j.Spec.Suspend:
+			reason = "Suspending"
+		}
+		set(jobv1.ConditionSuspended, suspended, reason, or(next.Message, "phase "+next.Phase))
+	}
 	finished := next.Phase == jobv1.PhaseSucceeded || next.Phase == jobv1.PhaseFailed
 	set(jobv1.ConditionFinished, finished, next.Phase, or(next.Message, "phase "+next.Phase))
 	if finished {

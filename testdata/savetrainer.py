@@ -1,0 +1,37 @@
+"""A trainer that keeps its state with elastic.save alone: each rank counts
+steps, saves {"step": N} after every one to the job's checkpoint path, and
+resumes from elastic.load. No torch: the ranks do not talk to each other.
+
+It appends "gen=G rank=R step=S" to $SAVE_DIR/starts.log when it starts
+(S is the step it resumes from) and writes the step it last saved to
+$SAVE_DIR/rank-R.last, so that a test can tell the steps a stop lost:
+the last saved before it, less the step the next start resumed from.
+
+    SAVE_DIR       where its checkpoint files and logs go
+    SAVE_INTERVAL  seconds per step (default 0.05)
+"""
+
+import os
+import time
+
+import elastic
+
+env = os.environ.get
+gen, rank = int(env("ELASTIC_GENERATION")), int(env("RANK", env("ELASTIC_RANK", "0")))
+where = env("SAVE_DIR")
+interval = float(env("SAVE_INTERVAL", "0.05"))
+os.makedirs(where, exist_ok=True)
+path = os.path.join(where, "rank-%d.ckpt" % rank)
+
+state = elastic.load(path=path)
+step = state["step"] if state else 0
+with open(os.path.join(where, "starts.log"), "a") as log:
+    log.write("gen=%d rank=%d step=%d\n" % (gen, rank, step))
+last = os.path.join(where, "rank-%d.last" % rank)
+while True:
+    time.sleep(interval)
+    step += 1
+    elastic.save({"step": step}, path=path)
+    with open(last + ".tmp", "w") as f:
+        f.write("%d\n" % step)
+    os.replace(last + ".tmp", last)
