@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -65,6 +66,9 @@ type Cluster struct {
 	Kubeconfig string
 	Config     *rest.Config
 	Client     kubernetes.Interface
+
+	kueueOnce sync.Once
+	kueueErr  error
 }
 
 // Start runs a control plane in dir; Stop stops it.

@@ -112,3 +112,59 @@ func nodeReady(n *corev1.Node) bool {
 	}
 	return false
 }
+
+// Kueue's manager runs beside the control plane: a suspended batch Job in
+// a LocalQueue of a ClusterQueue with room is admitted, and Kueue's own
+// integration starts it.
+func TestKueueAdmitsAQueuedJob(t *testing.T) {
+	c, err := kubetest.Start(t.Context(), t.TempDir())
+	if err != nil && os.Getenv("CI") == "" {
+		t.Skip(err)
+	}
+	require.NoError(t, err)
+	t.Cleanup(c.Stop)
+	require.NoError(t, c.StartKueue(t.Context()), "%s", c.Logs("kueue", 30))
+	queues := `
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: smoke}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: smoke}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+    - coveredResources: [cpu]
+      flavors:
+        - name: smoke
+          resources: [{name: cpu, nominalQuota: 2}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: smoke, namespace: default}
+spec: {clusterQueue: smoke}
+`
+	_, errOut, err := c.Kubectl(t.Context(), t.TempDir(), queues, "apply", "-f", "-")
+	require.NoError(t, err, errOut)
+	job := `
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: smoke
+  namespace: default
+  labels: {kueue.x-k8s.io/queue-name: smoke}
+spec:
+  suspend: true
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: c, image: none, resources: {requests: {cpu: "1"}}}]
+`
+	_, errOut, err = c.Kubectl(t.Context(), t.TempDir(), job, "apply", "-f", "-")
+	require.NoError(t, err, errOut)
+	require.Eventually(t, func() bool {
+		j, err := c.Client.BatchV1().Jobs("default").Get(t.Context(), "smoke", metav1.GetOptions{})
+		return err == nil && j.Spec.Suspend != nil && !*j.Spec.Suspend
+	}, 60*time.Second, 100*time.Millisecond, "Kueue never admitted the job:\n%s", c.Logs("kueue", 30))
+}
