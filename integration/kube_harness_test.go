@@ -120,6 +120,9 @@ type kubeOptions struct {
 	homeKubeconfig bool
 	// defaultSidecarImage runs serve without --sidecar-image.
 	defaultSidecarImage bool
+	// kueue starts Kueue beside the control plane, binds deploy/kueue's
+	// rules to the test's ServiceAccount and runs serve with --kueue.
+	kueue bool
 	// reportUnserved binds deploy/base's elastic-coordinator-unserved to
 	// the test's ServiceAccount and has serve say unserved jobs after 3 s;
 	// otherwise serve says none.
@@ -162,6 +165,13 @@ func newKubeEnv(t *testing.T, o kubeOptions) *kubeEnv {
 		manifest = strings.Replace(manifest, "kind: ClusterRoleBinding\nmetadata:\n  name: elastic-autoscaler-deletion-cost", "kind: ClusterRoleBinding\nmetadata:\n  name: elastic-autoscaler-deletion-cost-"+e.ns, 1)
 		e.apply(manifest, "")
 		o.bridgeArgs = append(o.bridgeArgs, "--autoscale-deletion-cost")
+	}
+	if o.kueue {
+		require.NoError(t, c.StartKueue(t.Context()), "%s", c.Logs("kueue", 30))
+		manifest := strings.ReplaceAll(mustRead(t, filepath.Join(repoRoot, "deploy", "kueue", "rbac.yaml")), "namespace: elastic-system", "namespace: "+e.ns)
+		manifest = strings.Replace(manifest, "kind: ClusterRoleBinding\nmetadata:\n  name: elastic-kueue", "kind: ClusterRoleBinding\nmetadata:\n  name: elastic-kueue-"+e.ns, 1)
+		e.apply(manifest, "")
+		o.bridgeArgs = append(o.bridgeArgs, "--kueue")
 	}
 	if o.reportUnserved {
 		manifest := strings.ReplaceAll(mustRead(t, filepath.Join(repoRoot, "deploy", "base", "unserved-rbac.yaml")), "namespace: elastic-system", "namespace: "+e.ns)

@@ -118,6 +118,9 @@ type Spec struct {
 	// Kubernetes job's pods then go, writing their checkpoints to the
 	// job's path as they leave; cleared, the job starts afresh from them.
 	Suspend bool `json:"suspend,omitempty"`
+	// Queue, when set, is the Kueue LocalQueue that admits the job: Kueue
+	// sets its size (np is what it admitted) and the autoscaler leaves it.
+	Queue string `json:"queue,omitempty"`
 }
 
 // DefaultSpec is the spec of a job for which only np is known.

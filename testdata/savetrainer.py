@@ -9,6 +9,7 @@ the last saved before it, less the step the next start resumed from.
 
     SAVE_DIR       where its checkpoint files and logs go
     SAVE_INTERVAL  seconds per step (default 0.05)
+    SAVE_STEPS     if set, the rank ends (exit 0) once it saved this step
 """
 
 import os
@@ -20,6 +21,7 @@ env = os.environ.get
 gen, rank = int(env("ELASTIC_GENERATION")), int(env("RANK", env("ELASTIC_RANK", "0")))
 where = env("SAVE_DIR")
 interval = float(env("SAVE_INTERVAL", "0.05"))
+steps = int(env("SAVE_STEPS", "0"))
 os.makedirs(where, exist_ok=True)
 path = os.path.join(where, "rank-%d.ckpt" % rank)
 
@@ -28,10 +30,11 @@ step = state["step"] if state else 0
 with open(os.path.join(where, "starts.log"), "a") as log:
     log.write("gen=%d rank=%d step=%d\n" % (gen, rank, step))
 last = os.path.join(where, "rank-%d.last" % rank)
-while True:
+while not steps or step < steps:
     time.sleep(interval)
     step += 1
     elastic.save({"step": step}, path=path)
     with open(last + ".tmp", "w") as f:
         f.write("%d\n" % step)
     os.replace(last + ".tmp", last)
+elastic.flush()

@@ -133,6 +133,10 @@ const (
 	// ConditionRestarting is true while the job changes generation; its
 	// message names the generation and why.
 	ConditionRestarting = "Restarting"
+	// ConditionAdmitted, on a job of a Kueue queue (label
+	// kueue.x-k8s.io/queue-name), is true while its Workload is admitted;
+	// false, its reason and message are Kueue's: why it waits.
+	ConditionAdmitted = "Admitted"
 	// ConditionSuspended is true while the job is suspended and holds no
 	// generation; it appears once a job has been suspended.
 	ConditionSuspended = "Suspended"

@@ -27,6 +27,7 @@ import (
 	"github.com/elastictraining/coordinator/coordinator"
 	"github.com/elastictraining/coordinator/membership"
 	"github.com/elastictraining/coordinator/operatorbridge"
+	"github.com/elastictraining/coordinator/operatorbridge/admission"
 	"github.com/elastictraining/coordinator/operatorbridge/autoscaler"
 	"github.com/elastictraining/coordinator/operatorbridge/controller"
 	"github.com/elastictraining/coordinator/operatorbridge/jobcontroller"
@@ -57,6 +58,7 @@ type kubeOptions struct {
 	autoscalePeriod    time.Duration
 	autoscaleSettle    time.Duration
 	deletionCost       bool
+	kueue              bool
 }
 
 func (o *kubeOptions) register(fs *pflag.FlagSet, env lookupEnv) {
@@ -91,6 +93,8 @@ func (o *kubeOptions) register(fs *pflag.FlagSet, env lookupEnv) {
 	fs.DurationVar(&o.autoscalePeriod, "autoscale-period", 30*time.Second, "a pass at least this often; passes follow changes of nodes, pods and jobs")
 	fs.DurationVar(&o.autoscaleSettle, "autoscale-settle", time.Second,
 		"a growth is carried out once the room it was decided from has not changed for this long (a growth waits 15 s at most, or this if longer; 0: at once), so that a job takes what another workload frees in one step; room for pods of a higher priority is made at once")
+	fs.BoolVar(&o.kueue, "kueue", false,
+		"run the jobs labelled "+admission.QueueLabel+" as Kueue admits them: a Workload per job, started at the admitted size, stopped and requeued when evicted (needs Kueue's CRDs and deploy/kueue's rules)")
 	fs.BoolVar(&o.deletionCost, "autoscale-deletion-cost", false,
 		"with --autoscale, set the deletion cost of other workloads' ReplicaSet pods so that their scale-downs free room for whole workers, not holes too small for one (needs patch on pods: deploy/autoscaler-deletion-cost)")
 	o.pod = fromEnv(env, "", "POD_NAME")
@@ -257,7 +261,7 @@ func (o *kubeOptions) leaderTasks(ctx context.Context, cli *clientv3.Client, key
 	if keys.Prefix() != membership.DefaultPrefix {
 		sidecar.Prefix = keys.Prefix()
 	}
-	jobs, err := jobcontroller.New(jobcontroller.Config{Clients: clients, Sidecar: sidecar, Kinds: kinds, Entrypoints: entrypoints})
+	jobs, err := jobcontroller.New(jobcontroller.Config{Clients: clients, Sidecar: sidecar, Kinds: kinds, Entrypoints: entrypoints, Kueue: o.kueue})
 	if err != nil {
 		return nil, err
 	}

@@ -74,7 +74,13 @@ minimum; growth waits --autoscale-cooldown after a change. It reads every
 node and pod (a ClusterRole: deploy/autoscaler). With
 --autoscale-deletion-cost it also sets the deletion cost of other
 workloads' ReplicaSet pods, so that their scale-downs free room for whole
-workers (deploy/autoscaler-deletion-cost).`,
+workers (deploy/autoscaler-deletion-cost).
+
+With --kueue a job labelled kueue.x-k8s.io/queue-name is Kueue's to admit:
+it gets a Workload (its workers counted from np's maximum down to its
+minimum), waits suspended until the Workload is admitted, runs at the
+admitted size on the admitted flavors, and is stopped gracefully and
+requeued when Kueue evicts it (deploy/kueue).`,
 		Example: `  coordinator serve --etcd-endpoints https://etcd:2379 --cacert ca.crt --cert client.crt --key client.key
   coordinator serve --etcd-endpoints https://etcd:2379 --cacert ca.crt --cert coordinator.crt --key coordinator.key \
       --etcd-enable-auth --kubernetes --namespace training --sidecar-etcd-secret elastic-sidecar-etcd --sidecar-etcd-auth`,
@@ -117,6 +123,9 @@ func (o *serveOptions) run(cmd *cobra.Command) error {
 	}
 	if o.kube.autoscale && !o.kube.enabled {
 		return usagef("--autoscale needs --kubernetes: it resizes jobs to what the cluster's nodes can place")
+	}
+	if o.kube.kueue && !o.kube.enabled {
+		return usagef("--kueue needs --kubernetes: it runs job resources as Kueue admits them")
 	}
 	if o.kube.deletionCost && !o.kube.autoscale {
 		return usagef("--autoscale-deletion-cost needs --autoscale: it steers scale-downs to free room for the jobs it grows")

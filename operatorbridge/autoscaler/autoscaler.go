@@ -114,8 +114,9 @@ func (a *Autoscaler) Lead(ctx context.Context) error {
 		kick:       make(chan struct{}, 1),
 		records: &controller.Records{Kinds: []membership.KeyKind{membership.KindSpec, membership.KindStatus},
 			Drop: func(j *membership.JobRecords) bool { return j.Spec == nil && j.Status == nil }},
-		reported: map[string]membership.AutoscalerStatus{},
-		settler:  autoscale.NewSettler(a.cfg.Settle, a.cfg.MaxSettle),
+		reported:    map[string]membership.AutoscalerStatus{},
+		leftToKueue: map[string]bool{},
+		settler:     autoscale.NewSettler(a.cfg.Settle, a.cfg.MaxSettle),
 	}
 	defer t.Stop()
 	return t.run(ctx)
@@ -139,6 +140,8 @@ type term struct {
 
 	// Owned by the pass loop.
 	reported map[string]membership.AutoscalerStatus
+	// leftToKueue are the jobs said to be Kueue's to size.
+	leftToKueue map[string]bool
 }
 
 func (t *term) poke() {
@@ -250,6 +253,14 @@ func (t *term) candidates() map[string]candidate {
 	t.records.Each(func(id string, j *membership.JobRecords) {
 		s := j.Spec
 		if s == nil || !s.NP.IsRange() || (j.Status != nil && j.Status.Phase.Done()) {
+			return
+		}
+		if s.Queue != "" {
+			// Kueue admits the job at a size of its quota's choosing.
+			if !t.leftToKueue[id] {
+				t.leftToKueue[id] = true
+				t.logger.Info("job left to Kueue: its LocalQueue's admission sets its size", "job", id, "queue", s.Queue)
+			}
 			return
 		}
 		c := candidate{id: id, spec: *s, created: j.SpecCreated}

@@ -31,6 +31,9 @@ type Config struct {
 	Kinds []Kind
 	// Entrypoints reads the command of images run without one.
 	Entrypoints *Entrypoints
+	// Kueue runs the jobs labelled with a Kueue queue as Kueue admits
+	// them (admission); off, such a job stays suspended and says why.
+	Kueue bool
 }
 
 // Controller runs the jobs of one namespace. It implements the
@@ -84,6 +87,14 @@ type term struct {
 	// fenced are the comparisons every etcd transaction adds: the lead is
 	// still this replica's.
 	fenced []clientv3.Cmp
+
+	// workloads are Kueue's Workloads the controller made, with Kueue
+	// on; nil with it off.
+	workloads       cache.GenericLister
+	workloadsSynced cache.InformerSynced
+	// queued is what Kueue made of each queued job, by key, for its
+	// status; owned by the reconcile worker.
+	queued map[string]*queueView
 }
 
 var _ controller.Reconciler = (*term)(nil)
@@ -100,6 +111,7 @@ func (c *Controller) Lead(ctx context.Context) error {
 		warned:  map[string]map[string]string{},
 		reports: map[string]jobv1.ElasticJobStatus{},
 		users:   map[string]string{},
+		queued:  map[string]*queueView{},
 	}
 	defer t.Stop()
 	t.NewQueue("elastic-job-resources", controller.RetryLimiter())
@@ -149,7 +161,12 @@ func (t *term) startInformers() (stop func(), err error) {
 	}
 	t.sets, t.setsSynced = sets.Lister(), sets.Informer().HasSynced
 	informers.Start()
-	return informers.Stop, nil
+	if !t.cfg.Kueue {
+		return informers.Stop, nil
+	}
+	stopWorkloads := make(chan struct{})
+	t.startWorkloadInformer(stopWorkloads)
+	return func() { close(stopWorkloads); informers.Stop() }, nil
 }
 
 // key is the queue's key of a job: KIND/NAMESPACE/NAME.

@@ -45,6 +45,12 @@ func (t *term) reconcile(ctx context.Context, k *servedKind, ns, name string) er
 	fail := func(err error) {
 		problems, failed = append(problems, err.Error()), append(failed, err)
 	}
+	// A job of a Kueue queue runs as its Workload is admitted.
+	if q, err := t.admit(ctx, k, u, &job); err != nil {
+		fail(err)
+	} else if q != nil && q.problem != "" {
+		problems = append(problems, q.problem)
+	}
 	// The job id is claimed first: pods must not be made for a job whose
 	// id another holds. The spec is written last, once the pods it asks
 	// for have a workload.
@@ -186,6 +192,10 @@ func (t *term) forget(ctx context.Context, k *servedKind, ns, name string) error
 	rec := t.recordsOf(name)
 	delete(t.warned, key(k.Name, ns, name))
 	delete(t.reports, key(k.Name, ns, name))
+	delete(t.queued, key(k.Name, ns, name))
+	if err := t.forgetWorkloads(ctx, ns, name); err != nil {
+		return err
+	}
 	if rec.Spec == nil || !strings.HasPrefix(rec.Spec.Owner, k.Name+"/"+ns+"/"+name+"/") {
 		return nil
 	}

@@ -150,6 +150,9 @@ func (t *term) status(u *unstructured.Unstructured, j *Job, old jobv1.ElasticJob
 		}
 		set(jobv1.ConditionSuspended, suspended, reason, or(next.Message, "phase "+next.Phase))
 	}
+	if q := t.queued[keyOf(u)]; q != nil {
+		setAdmittedCondition(&next.Conditions, q, gen)
+	}
 	finished := next.Phase == jobv1.PhaseSucceeded || next.Phase == jobv1.PhaseFailed
 	set(jobv1.ConditionFinished, finished, next.Phase, or(next.Message, "phase "+next.Phase))
 	if finished {

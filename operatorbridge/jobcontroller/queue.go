@@ -1,0 +1,453 @@
+package jobcontroller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	jobv1 "github.com/elastictraining/coordinator/api/v1"
+	"github.com/elastictraining/coordinator/english"
+	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/operatorbridge/admission"
+	"github.com/elastictraining/coordinator/operatorbridge/controller"
+)
+
+// queueView is what Kueue's admission made of a queued job at its last
+// reconcile: the job's Admitted condition and a problem, if any.
+type queueView struct {
+	admitted  bool
+	reason    string
+	message   string
+	problem   string
+	workload  string
+	evicted   bool
+	suspended bool // the resource's own suspend field, as the integration keeps it
+}
+
+// startWorkloadInformer watches the Workloads the controller made (they
+// carry the job label); a change queues the job that owns one.
+func (t *term) startWorkloadInformer(stop <-chan struct{}) {
+	inf := dynamicinformer.NewFilteredDynamicInformer(t.cfg.Dynamic, admission.Workloads, t.cfg.Namespace, 0, cache.Indexers{},
+		func(o *metav1.ListOptions) { o.LabelSelector = jobv1.LabelJob })
+	_ = inf.Informer().SetWatchErrorHandlerWithContext(t.watchError(admission.Workloads.GroupResource().String()))
+	_, _ = inf.Informer().AddEventHandler(controller.OnObject(func(m metav1.Object) {
+		if ref := metav1.GetControllerOf(m); ref != nil && t.kinds[ref.Kind] != nil {
+			t.Queue.Add(key(ref.Kind, m.GetNamespace(), ref.Name))
+		}
+	}))
+	t.workloads, t.workloadsSynced = inf.Lister(), inf.Informer().HasSynced
+	go inf.Informer().Run(stop)
+}
+
+// admit runs a job labelled with a Kueue queue as Kueue admits it: it
+// makes the job's Workload, keeps the job suspended until the Workload is
+// admitted, then runs it at the admitted worker count on the admitted
+// flavors, stops it when the Workload is evicted and gives the quota back
+// once every trainer stopped and the pods are gone, and finishes the
+// Workload when the job ends. It changes j to what may run now. A job
+// without the label is left alone (nil).
+func (t *term) admit(ctx context.Context, k *servedKind, u *unstructured.Unstructured, j *Job) (*queueView, error) {
+	queue := u.GetLabels()[admission.QueueLabel]
+	if queue == "" {
+		delete(t.queued, keyOf(u))
+		return nil, nil
+	}
+	j.Spec.Queue = queue
+	before := t.queued[keyOf(u)]
+	v := &queueView{suspended: suspendField(k, u)}
+	t.queued[keyOf(u)] = v
+	// Unsuspended by hand: the job was held suspended, and its field
+	// says otherwise now (a new job's says nothing yet).
+	byHand := before != nil && before.suspended && !before.admitted && !v.suspended
+	hold := func(reason, message string) (*queueView, error) {
+		j.Spec.Suspend = true
+		v.reason, v.message = reason, message
+		return v, t.keepSuspendField(ctx, k, u, v, true, message)
+	}
+	if t.workloads == nil {
+		v.problem = "the job is labelled " + admission.QueueLabel + "=" + queue + " and Kueue's integration is off (`coordinator serve --kueue`): it stays suspended"
+		return hold("KueueOff", v.problem)
+	}
+	if !t.workloadsSynced() {
+		v.problem = "waiting for Kueue's Workloads to be listed: is Kueue installed, and may the coordinator read them (deploy/kueue)?"
+		return hold("KueueUnavailable", v.problem)
+	}
+	rec := t.recordsOf(j.ID)
+	ended := rec.Spec != nil && rec.Spec.Owner == j.Spec.Owner && rec.Status != nil && rec.Status.Phase.Done()
+	req, reason, err := t.workloadRequest(ctx, u, j, queue)
+	if err != nil {
+		return nil, err
+	}
+	if reason != "" {
+		v.problem = reason
+		return hold("Inadmissible", reason)
+	}
+	name := admission.WorkloadName(u.GetKind(), u.GetName(), u.GetUID())
+	v.workload = name
+	wl, err := t.workload(u.GetNamespace(), name, u.GetUID())
+	if err != nil {
+		return nil, err
+	}
+	res := t.cfg.Dynamic.Resource(admission.Workloads).Namespace(u.GetNamespace())
+	if wl == nil {
+		if ended {
+			return v, nil
+		}
+		raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(req.Workload())
+		if err != nil {
+			return nil, err
+		}
+		if _, err := res.Create(ctx, &unstructured.Unstructured{Object: raw}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			v.problem = fmt.Sprintf("cannot create Workload %s: %v", name, err)
+			_, _ = hold("WorkloadNotCreated", v.problem)
+			return v, fmt.Errorf("create Workload %s: %w", name, err)
+		}
+		t.Recorder.Eventf(u, corev1.EventTypeNormal, "CreatedWorkload", "Workload %s in LocalQueue %s", name, queue)
+		return hold(admission.ReasonPending, "waiting for Kueue to admit Workload "+name)
+	}
+	st := admission.Read(wl)
+	if ended {
+		return v, t.finishWorkload(ctx, u, wl, st, rec.Status)
+	}
+	switch st.Phase {
+	case admission.Finished:
+		return hold(st.Reason, fmt.Sprintf("Workload %s is finished (%s: %s): the job does not run", name, st.Reason, st.Message))
+	case admission.Evicted:
+		v.evicted = true
+		j.Spec.Suspend = true
+		if !v.suspended {
+			t.Recorder.Eventf(u, corev1.EventTypeNormal, "Stopped", "Workload %s evicted (%s): %s; stopping the job gracefully", name, st.Reason, st.Message)
+		}
+		if err := t.keepSuspendField(ctx, k, u, v, true, ""); err != nil {
+			return v, err
+		}
+		v.reason, v.message = st.Reason, "evicted: "+st.Message+"; the job stops and gives its quota back"
+		if !t.stoppedAndGone(u, j, rec) {
+			return v, nil
+		}
+		return v, t.releaseWorkload(ctx, u, wl, st)
+	case admission.Pending:
+		if !req.Matches(wl) {
+			// Not holding quota: its pod sets may change.
+			raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(req.Update(wl))
+			if err != nil {
+				return nil, err
+			}
+			if _, err := res.Update(ctx, &unstructured.Unstructured{Object: raw}, metav1.UpdateOptions{}); err != nil {
+				return nil, fmt.Errorf("update Workload %s: %w", name, err)
+			}
+		}
+		msg := st.Message
+		if missing := t.missingQueue(ctx, u.GetNamespace(), queue); missing != "" {
+			msg, v.problem = missing, missing
+		}
+		if p := unhonouredMinCount(req, wl); p != "" {
+			v.problem = strings.TrimPrefix(v.problem+"; "+p, "; ")
+		}
+		if byHand {
+			t.Recorder.Eventf(u, corev1.EventTypeWarning, "Stopped", "not admitted by its ClusterQueue (Workload %s: %s): suspended again; Kueue keeps the suspend of a queued job", name, msg)
+		}
+		return hold(st.Reason, msg)
+	}
+	// Admitted.
+	if err := t.runAdmitted(ctx, u, j, st); err != nil {
+		v.problem = err.Error()
+		return hold("AdmittedOnFlavorsNotUsable", v.problem)
+	}
+	if p := unhonouredMinCount(req, wl); p != "" {
+		v.problem = p
+	}
+	v.admitted, v.reason = true, "Admitted"
+	v.message = fmt.Sprintf("admitted by ClusterQueue %s: %s", st.ClusterQueue, english.Count(j.Spec.Workers().Max, "worker"))
+	if v.suspended {
+		t.Recorder.Eventf(u, corev1.EventTypeNormal, "Started", "Workload %s %s", name, v.message)
+	}
+	return v, t.keepSuspendField(ctx, k, u, v, false, "")
+}
+
+// workloadRequest is the Workload the job asks for, or why it cannot ask.
+func (t *term) workloadRequest(ctx context.Context, u *unstructured.Unstructured, j *Job, queue string) (admission.Request, string, error) {
+	req := admission.Request{Owner: j.Owner, Namespace: j.Namespace, Labels: map[string]string{jobv1.LabelJob: j.ID}, Queue: queue}
+	if class := u.GetLabels()[admission.PriorityClassLabel]; class != "" {
+		obj, err := t.cfg.Dynamic.Resource(admission.WorkloadPriorityClasses).Get(ctx, class, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return req, fmt.Sprintf("WorkloadPriorityClass %s (label %s) does not exist", class, admission.PriorityClassLabel), nil
+		case err != nil:
+			return req, "", fmt.Errorf("get WorkloadPriorityClass %s: %w", class, err)
+		}
+		var wpc kueue.WorkloadPriorityClass
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &wpc); err != nil {
+			return req, "", err
+		}
+		req.Priority = &admission.Priority{Class: class, Value: wpc.Value}
+	}
+	for _, r := range j.Roles {
+		ps := admission.PodSet{Name: string(r.Name), Count: int32(r.Replicas), Template: r.Template}
+		if r.Name == membership.RoleWorker {
+			np := j.Spec.Workers()
+			if j.Spec.Target != 0 {
+				np.Max = max(np.Max, j.Spec.Target)
+			}
+			ps.Count, ps.MinCount = int32(np.Max+j.Spec.Spares), int32(np.Min+j.Spec.Spares)
+		}
+		req.PodSets = append(req.PodSets, ps)
+	}
+	return req, "", nil
+}
+
+// workload is the job's Workload from the cache, or nil: one of another
+// job of the same name (deleted and made again) is not this one's.
+func (t *term) workload(ns, name string, uid types.UID) (*kueue.Workload, error) {
+	obj, err := t.workloads.ByNamespace(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, fmt.Errorf("workload %s: unexpected %T", name, obj)
+	}
+	var wl kueue.Workload
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &wl); err != nil {
+		return nil, fmt.Errorf("read Workload %s: %w", name, err)
+	}
+	if !owns(wl.OwnerReferences, uid) {
+		return nil, nil
+	}
+	return &wl, nil
+}
+
+// runAdmitted sets the job to run at the admitted counts, its pods on the
+// admitted flavors.
+func (t *term) runAdmitted(ctx context.Context, u *unstructured.Unstructured, j *Job, st admission.State) error {
+	j.Spec.Suspend = false
+	for i := range j.Roles {
+		r := &j.Roles[i]
+		name := string(kueue.NewPodSetReference(string(r.Name)))
+		count, ok := st.Counts[name]
+		if !ok {
+			return fmt.Errorf("the admission of ClusterQueue %s has no pod set %s", st.ClusterQueue, name)
+		}
+		if r.Name == membership.RoleWorker {
+			workers := int(count) - j.Spec.Spares
+			if workers < 1 {
+				return fmt.Errorf("admitted %d worker pods, no more than the job's %d spares", count, j.Spec.Spares)
+			}
+			j.Spec.NP = membership.NP{Min: min(j.Spec.NP.Min, workers), Max: workers}
+			j.Spec.Target = 0
+		}
+		r.Replicas = int(count)
+		var flavors []kueue.ResourceFlavor
+		for _, f := range st.Flavors[name] {
+			obj, err := t.cfg.Dynamic.Resource(admission.ResourceFlavors).Get(ctx, f, metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("get ResourceFlavor %s: %w", f, err)
+			}
+			var rf kueue.ResourceFlavor
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &rf); err != nil {
+				return err
+			}
+			flavors = append(flavors, rf)
+		}
+		r.Template = *r.Template.DeepCopy()
+		if err := admission.Place(&r.Template, flavors, st.Updates[name]); err != nil {
+			return fmt.Errorf("the %s pods cannot go on the admitted flavors: %w", r.Name, err)
+		}
+	}
+	return nil
+}
+
+// stoppedAndGone reports whether an evicted job has stopped: its
+// generation stopped (phase Suspended) and no pod of it is left.
+func (t *term) stoppedAndGone(u *unstructured.Unstructured, j *Job, rec membership.JobRecords) bool {
+	if rec.Status == nil || rec.Status.Phase != membership.JobSuspended || rec.Spec == nil || !rec.Spec.Suspend {
+		return false
+	}
+	for _, r := range j.Roles {
+		s, err := t.sets.StatefulSets(u.GetNamespace()).Get(StatefulSetName(j.ID, r.Name))
+		if err == nil && owns(s.OwnerReferences, u.GetUID()) && (s.Status.Replicas > 0 || (s.Spec.Replicas != nil && *s.Spec.Replicas > 0)) {
+			return false
+		}
+	}
+	return true
+}
+
+// releaseWorkload gives an evicted Workload's quota back.
+func (t *term) releaseWorkload(ctx context.Context, u *unstructured.Unstructured, wl *kueue.Workload, st admission.State) error {
+	next := wl.DeepCopy()
+	admission.Release(next, time.Now())
+	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(next)
+	if err != nil {
+		return err
+	}
+	if _, err := t.cfg.Dynamic.Resource(admission.Workloads).Namespace(wl.Namespace).
+		UpdateStatus(ctx, &unstructured.Unstructured{Object: raw}, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("release the quota of Workload %s: %w", wl.Name, err)
+	}
+	t.logger.Info("quota released: the evicted job stopped", "job", u.GetName(), "workload", wl.Name, "reason", st.Reason)
+	t.Recorder.Eventf(u, corev1.EventTypeNormal, "QuotaReleased", "Workload %s: the job stopped, its state saved; requeued (%s)", wl.Name, st.Reason)
+	return nil
+}
+
+// finishWorkload marks the Workload of a job that ended finished and
+// lets it go.
+func (t *term) finishWorkload(ctx context.Context, u *unstructured.Unstructured, wl *kueue.Workload, st admission.State, status *membership.Status) error {
+	res := t.cfg.Dynamic.Resource(admission.Workloads).Namespace(wl.Namespace)
+	if st.Phase != admission.Finished {
+		next := wl.DeepCopy()
+		admission.Finish(next, status.Phase == membership.JobSucceeded, status.Message, time.Now())
+		raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(next)
+		if err != nil {
+			return err
+		}
+		if _, err := res.UpdateStatus(ctx, &unstructured.Unstructured{Object: raw}, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("finish Workload %s: %w", wl.Name, err)
+		}
+		return nil // the watch brings the finished Workload back
+	}
+	return t.dropFinalizer(ctx, wl.Namespace, wl.Name)
+}
+
+// dropFinalizer takes the resource-in-use finalizer off a Workload.
+func (t *term) dropFinalizer(ctx context.Context, ns, name string) error {
+	obj, err := t.workloads.ByNamespace(ns).Get(name)
+	if err != nil {
+		return nil
+	}
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return nil
+	}
+	var keep []string
+	for _, f := range m.GetFinalizers() {
+		if f != admission.Finalizer {
+			keep = append(keep, f)
+		}
+	}
+	if len(keep) == len(m.GetFinalizers()) {
+		return nil
+	}
+	patch := fmt.Sprintf(`{"metadata":{"finalizers":%s,"resourceVersion":%q}}`, jsonList(keep), m.GetResourceVersion())
+	_, err = t.cfg.Dynamic.Resource(admission.Workloads).Namespace(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("remove the finalizer of Workload %s: %w", name, err)
+	}
+	return nil
+}
+
+// forgetWorkloads lets the Workloads of a job whose resource is gone go:
+// the garbage collector deletes them once their finalizer is off.
+func (t *term) forgetWorkloads(ctx context.Context, ns, name string) error {
+	if t.workloads == nil {
+		return nil
+	}
+	objs, err := t.workloads.ByNamespace(ns).List(labels.SelectorFromSet(labels.Set{jobv1.LabelJob: name}))
+	if err != nil {
+		return nil
+	}
+	for _, o := range objs {
+		if m, ok := o.(metav1.Object); ok {
+			if err := t.dropFinalizer(ctx, ns, m.GetName()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// missingQueue says, if the job's LocalQueue does not exist, so.
+func (t *term) missingQueue(ctx context.Context, ns, queue string) string {
+	_, err := t.cfg.Dynamic.Resource(admission.LocalQueues).Namespace(ns).Get(ctx, queue, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Sprintf("LocalQueue %s does not exist in namespace %s: the job stays suspended until it does", queue, ns)
+	}
+	return ""
+}
+
+// unhonouredMinCount says when Kueue dropped the workers' minCount (its
+// PartialAdmission gate off): the job is then admitted only whole.
+func unhonouredMinCount(req admission.Request, wl *kueue.Workload) string {
+	for _, want := range req.PodSets {
+		if want.MinCount <= 0 || want.MinCount >= want.Count {
+			continue
+		}
+		for _, have := range wl.Spec.PodSets {
+			if string(have.Name) == want.Name && have.MinCount == nil {
+				return fmt.Sprintf("Kueue dropped the %s pod set's minCount %d (is its PartialAdmission feature gate off?): the job is admitted only at %d",
+					want.Name, want.MinCount, want.Count)
+			}
+		}
+	}
+	return ""
+}
+
+// suspendField is the resource's own suspend: an ElasticJob's
+// spec.suspend, an MSJob's spec.runPolicy.suspend, a PaddleJob's
+// annotation.
+func suspendField(k *servedKind, u *unstructured.Unstructured) bool {
+	switch k.Name {
+	case jobv1.Kind:
+		v, _, _ := unstructured.NestedBool(u.Object, "spec", "suspend")
+		return v
+	case MSJobs.Name:
+		v, _, _ := unstructured.NestedBool(u.Object, "spec", "runPolicy", "suspend")
+		return v
+	}
+	return strings.TrimSpace(u.GetAnnotations()[jobv1.AnnotationSuspend]) == "true"
+}
+
+// keepSuspendField makes the resource's suspend field say suspend, as
+// Kueue's integrations keep their jobs' suspend: true until admitted,
+// false while admitted.
+func (t *term) keepSuspendField(ctx context.Context, k *servedKind, u *unstructured.Unstructured, v *queueView, suspend bool, _ string) error {
+	if v.suspended == suspend {
+		return nil
+	}
+	var patch string
+	switch k.Name {
+	case jobv1.Kind:
+		patch = fmt.Sprintf(`{"spec":{"suspend":%t}}`, suspend)
+	case MSJobs.Name:
+		patch = fmt.Sprintf(`{"spec":{"runPolicy":{"suspend":%t}}}`, suspend)
+	default:
+		patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:"%t"}}}`, jobv1.AnnotationSuspend, suspend)
+	}
+	if _, err := t.cfg.Dynamic.Resource(k.Resource).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("set the suspend of %s %s to %t: %w", u.GetKind(), u.GetName(), suspend, err)
+	}
+	v.suspended = suspend
+	return nil
+}
+
+// setAdmittedCondition puts the queue's view in a job's conditions.
+func setAdmittedCondition(conds *[]metav1.Condition, v *queueView, gen int64) {
+	status := metav1.ConditionFalse
+	if v.admitted {
+		status = metav1.ConditionTrue
+	}
+	apimeta.SetStatusCondition(conds, metav1.Condition{Type: jobv1.ConditionAdmitted, Status: status, Reason: or(v.reason, "Pending"),
+		Message: or(v.message, "waiting for Kueue"), ObservedGeneration: gen})
+}
+
+func jsonList(items []string) string {
+	quoted := make([]string, len(items))
+	for i, s := range items {
+		quoted[i] = fmt.Sprintf("%q", s)
+	}
+	return "[" + strings.Join(quoted, ",") + "]"
+}
