@@ -46,7 +46,7 @@ func TestDeployManifestsApplyServerSide(t *testing.T) {
 	kubectl("apply", "--server-side", "-f", "deploy/samples/")
 	// The opt-in overlays render and the API server takes them.
 	for overlay, flag := range map[string]string{"deploy/autoscaler/": "--autoscale", "deploy/all-namespaces/": "--all-namespaces",
-		"deploy/autoscaler-deletion-cost/": "--autoscale-deletion-cost"} {
+		"deploy/autoscaler-deletion-cost/": "--autoscale-deletion-cost", "deploy/kueue/": "--kueue"} {
 		assert.Contains(t, kubectl("kustomize", overlay), "- "+flag, overlay)
 		kubectl("apply", "--server-side", "--dry-run=server", "-k", overlay)
 	}

@@ -164,3 +164,55 @@ func (e *kubeEnv) resourceStatus(name string) jobv1.ElasticJobStatus {
 	}
 	return s
 }
+
+// TestAJobAdmittedBelowItsMaximumGrowsWithinItsQueue: E (np 2:4) is
+// admitted at 2 beside F (2 workers) in a ClusterQueue of 4 worker slots;
+// when F ends, E asks Kueue for a slice of 4 and, its generation running
+// on until the slice is admitted, grows to 4 without being suspended; its
+// first Workload is finished, replaced.
+func TestAJobAdmittedBelowItsMaximumGrowsWithinItsQueue(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t, kubeOptions{injected: true, kueue: true})
+	applyCRDs(t, e.c, e.dyn)
+	cq := "grow-" + e.ns
+	e.apply(fmt.Sprintf(`
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: %[1]s}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: %[1]s}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+    - coveredResources: [cpu]
+      flavors: [{name: %[1]s, resources: [{name: cpu, nominalQuota: 4}]}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: grow, namespace: %[2]s}
+spec: {clusterQueue: %[1]s}
+`, cq, e.ns), "")
+
+	e.kubectl(queuedJobYAML("job-f", "grow", "", 2, 2, 120), "apply", "-f", "-")
+	e.jobStatus("job-f", "Running at 2", runningAt(2))
+	e.kubectl(queuedJobYAML("job-e", "grow", "", 2, 4, 0), "apply", "-f", "-")
+	small := e.jobStatus("job-e", "admitted at 2, Running", func(s jobv1.ElasticJobStatus) bool {
+		c := admittedCondition(s)
+		return runningAt(2)(s) && c != nil && c.Status == metav1.ConditionTrue
+	})
+	e.stage("E admitted at 2 beside F")
+
+	e.jobStatus("job-f", "Succeeded", func(s jobv1.ElasticJobStatus) bool { return s.Phase == jobv1.PhaseSucceeded })
+	grown := e.jobStatus("job-e", "Running at 4", func(s jobv1.ElasticJobStatus) bool {
+		return runningAt(4)(s) && s.Generation > small.Generation
+	})
+	e.stage("F ended; E grew to 4")
+	assert.Equal(t, small.Generation+1, grown.Generation, "one restart, at the larger size")
+	assert.True(t, hasEvent(e.events("job-e"), "Growing", "asking for 4 worker pods"), "E asked for a slice")
+	assert.False(t, hasEvent(e.events("job-e"), jobv1.PhaseSuspended, ""), "E was never suspended to grow")
+	finished := e.kubectl("", "get", "workloads", "-l", jobv1.LabelJob+"=job-e",
+		"-o", `jsonpath={range .items[*]}{.metadata.name} {.status.conditions[?(@.type=="Finished")].reason}{"\n"}{end}`)
+	assert.Contains(t, finished, "WorkloadSliceReplaced", "E's first Workload is finished, replaced:\n%s", finished)
+}

@@ -117,6 +117,8 @@ func (r Request) Workload() *kueue.Workload {
 func (r Request) Update(wl *kueue.Workload) *kueue.Workload {
 	next := wl.DeepCopy()
 	r.fill(next)
+	// A slice that lost its admission asks anew, as the job's Workload.
+	delete(next.Annotations, SliceReplacementFor)
 	return next
 }
 
@@ -186,6 +188,9 @@ type State struct {
 	// ResourceFlavors' names by pod set, sorted.
 	Counts  map[string]int32
 	Flavors map[string][]string
+	// ResourceFlavors are the admitted flavor of each resource, by pod
+	// set.
+	ResourceFlavors map[string]map[corev1.ResourceName]string
 	// Updates are the admission checks' changes to the pods, by pod set.
 	Updates map[string][]kueue.PodSetUpdate
 	// Reason and Message say why: Kueue's QuotaReserved condition while
@@ -224,7 +229,7 @@ func Read(wl *kueue.Workload) State {
 // assigned reads the admission's counts, flavors and updates.
 func assigned(wl *kueue.Workload) State {
 	s := State{ClusterQueue: string(wl.Status.Admission.ClusterQueue), Counts: map[string]int32{},
-		Flavors: map[string][]string{}, Updates: map[string][]kueue.PodSetUpdate{}}
+		Flavors: map[string][]string{}, Updates: map[string][]kueue.PodSetUpdate{}, ResourceFlavors: map[string]map[corev1.ResourceName]string{}}
 	for _, a := range wl.Status.Admission.PodSetAssignments {
 		name := string(a.Name)
 		count := int32(-1)
@@ -238,7 +243,9 @@ func assigned(wl *kueue.Workload) State {
 		}
 		s.Counts[name] = max(count, 0)
 		var flavors []string
-		for _, f := range a.Flavors {
+		s.ResourceFlavors[name] = map[corev1.ResourceName]string{}
+		for res, f := range a.Flavors {
+			s.ResourceFlavors[name][res] = string(f)
 			if !slices.Contains(flavors, string(f)) {
 				flavors = append(flavors, string(f))
 			}

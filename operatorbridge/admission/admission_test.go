@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 )
@@ -108,4 +109,47 @@ func TestPodsArePlacedOnTheAdmittedFlavors(t *testing.T) {
 	clash := corev1.PodTemplateSpec{Spec: corev1.PodSpec{NodeSelector: map[string]string{"pool": "cpu"}}}
 	assert.EqualError(t, Place(&clash, []kueue.ResourceFlavor{flavor}, nil),
 		"ResourceFlavor gpu sets node label pool=gpu, and the pods' nodeSelector pool=cpu")
+}
+
+// A slice asks for the job at a fixed larger size in place of the
+// admitted Workload; it names that one, and a slice given back its
+// admission asks anew as the job's Workload.
+func TestASliceReplacesTheAdmittedWorkload(t *testing.T) {
+	r := request()
+	current := r.Workload()
+	slice := r.Slice(current, 4, time.Unix(1, 0))
+	assert.NotEqual(t, current.Name, slice.Name)
+	assert.Equal(t, current.Name, Replaces(slice))
+	assert.Empty(t, Replaces(current))
+	assert.Equal(t, int32(4), slice.Spec.PodSets[0].Count)
+	assert.Nil(t, slice.Spec.PodSets[0].MinCount, "a slice cannot be admitted partially")
+	assert.Equal(t, current.OwnerReferences, slice.OwnerReferences)
+	assert.Equal(t, current.Labels, slice.Labels)
+	assert.NotContains(t, r.Update(slice).Annotations, SliceReplacementFor)
+	assert.Equal(t, int32(2), *r.Update(slice).Spec.PodSets[0].MinCount)
+
+	FinishReplaced(current, slice.Name, time.Now())
+	assert.Equal(t, State{Phase: Finished, Reason: kueue.WorkloadSliceReplaced, Message: "replaced by Workload " + slice.Name}, Read(current))
+}
+
+// Room counts whole pods in the quota left on the admitted flavor; none
+// while other Workloads wait.
+func TestRoomIsWholePodsOfTheQuotaLeft(t *testing.T) {
+	cq := &kueue.ClusterQueue{ObjectMeta: metav1.ObjectMeta{Name: "training"},
+		Spec: kueue.ClusterQueueSpec{ResourceGroups: []kueue.ResourceGroup{{CoveredResources: []corev1.ResourceName{"cpu"},
+			Flavors: []kueue.FlavorQuotas{{Name: "default", Resources: []kueue.ResourceQuota{{Name: "cpu", NominalQuota: resource.MustParse("4")}}}}}}},
+		Status: kueue.ClusterQueueStatus{FlavorsReservation: []kueue.FlavorUsage{{Name: "default",
+			Resources: []kueue.ResourceUsage{{Name: "cpu", Total: resource.MustParse("1500m")}}}}}}
+	pod := PodRequest(corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{
+		{Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{"cpu": resource.MustParse("1")}}},
+		{Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"cpu": resource.MustParse("100m"), "memory": resource.MustParse("1Gi")}}},
+	}}})
+	assert.Equal(t, "1100m", pod.Cpu().String(), "a limit stands for a request left out")
+	n, why := Room(cq, map[corev1.ResourceName]string{"cpu": "default"}, pod)
+	assert.Equal(t, 2, n, "2500m free: two pods of 1100m")
+	assert.Equal(t, "2500m of cpu free in flavor default of ClusterQueue training", why)
+	cq.Status.PendingWorkloads = 1
+	n, why = Room(cq, map[corev1.ResourceName]string{"cpu": "default"}, pod)
+	assert.Zero(t, n)
+	assert.Equal(t, "1 Workloads wait in ClusterQueue training", why)
 }

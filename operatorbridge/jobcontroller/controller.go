@@ -235,6 +235,10 @@ func (t *term) Reconcile(ctx context.Context, item string) (controller.Result, e
 		t.logger.Debug("waiting for an image's registry", "kind", k.Name, "job", name, "why", err)
 		return controller.Result{RequeueAfter: imageRetry}, nil
 	}
+	var later recheckAfter
+	if errors.As(err, &later) {
+		return controller.Result{RequeueAfter: time.Duration(later)}, nil
+	}
 	var waiting previousNodes
 	if errors.As(err, &waiting) {
 		// Nothing in the watched keys says when they are gone: look again.

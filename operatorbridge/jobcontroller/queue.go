@@ -11,7 +11,6 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -28,12 +27,15 @@ import (
 // queueView is what Kueue's admission made of a queued job at its last
 // reconcile: the job's Admitted condition and a problem, if any.
 type queueView struct {
-	admitted  bool
-	reason    string
-	message   string
-	problem   string
-	workload  string
-	evicted   bool
+	admitted bool
+	reason   string
+	message  string
+	problem  string
+	workload string
+	evicted  bool
+	// recheck, if set, is when to look at the job again: nothing watched
+	// says when its queue has room to grow it.
+	recheck   time.Duration
 	suspended bool // the resource's own suspend field, as the integration keeps it
 }
 
@@ -95,41 +97,53 @@ func (t *term) admit(ctx context.Context, k *servedKind, u *unstructured.Unstruc
 		v.problem = reason
 		return hold("Inadmissible", reason)
 	}
-	name := admission.WorkloadName(u.GetKind(), u.GetName(), u.GetUID())
-	v.workload = name
-	wl, err := t.workload(u.GetNamespace(), name, u.GetUID())
+	current, growth, finished, err := t.jobWorkloads(ctx, u)
 	if err != nil {
 		return nil, err
 	}
 	res := t.cfg.Dynamic.Resource(admission.Workloads).Namespace(u.GetNamespace())
-	if wl == nil {
-		if ended {
+	if current == nil {
+		switch {
+		case ended && finished != nil:
+			// Finished as the job ended: it holds nothing now.
+			return v, t.dropFinalizer(ctx, finished.Namespace, finished.Name)
+		case ended:
 			return v, nil
+		case finished != nil:
+			st := admission.Read(finished)
+			return hold(st.Reason, fmt.Sprintf("Workload %s is finished (%s: %s): the job does not run", finished.Name, st.Reason, st.Message))
 		}
-		raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(req.Workload())
-		if err != nil {
-			return nil, err
-		}
-		if _, err := res.Create(ctx, &unstructured.Unstructured{Object: raw}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			v.problem = fmt.Sprintf("cannot create Workload %s: %v", name, err)
+		wl := req.Workload()
+		if err := t.createWorkload(ctx, wl); err != nil {
+			v.problem = err.Error()
 			_, _ = hold("WorkloadNotCreated", v.problem)
-			return v, fmt.Errorf("create Workload %s: %w", name, err)
+			return v, err
 		}
-		t.Recorder.Eventf(u, corev1.EventTypeNormal, "CreatedWorkload", "Workload %s in LocalQueue %s", name, queue)
-		return hold(admission.ReasonPending, "waiting for Kueue to admit Workload "+name)
+		t.Recorder.Eventf(u, corev1.EventTypeNormal, "CreatedWorkload", "Workload %s in LocalQueue %s", wl.Name, queue)
+		return hold(admission.ReasonPending, "waiting for Kueue to admit Workload "+wl.Name)
 	}
-	st := admission.Read(wl)
+	v.workload = current.Name
+	st := admission.Read(current)
 	if ended {
-		return v, t.finishWorkload(ctx, u, wl, st, rec.Status)
+		if growth != nil {
+			if err := t.withdraw(ctx, u, growth, "the job ended"); err != nil {
+				return v, err
+			}
+		}
+		return v, t.finishWorkload(ctx, current, st, rec.Status)
+	}
+	if growth != nil && st.Phase != admission.Admitted {
+		// It asked to grow an admission that is gone.
+		if err := t.withdraw(ctx, u, growth, "the admission it would have grown is gone"); err != nil {
+			return v, err
+		}
 	}
 	switch st.Phase {
-	case admission.Finished:
-		return hold(st.Reason, fmt.Sprintf("Workload %s is finished (%s: %s): the job does not run", name, st.Reason, st.Message))
 	case admission.Evicted:
 		v.evicted = true
 		j.Spec.Suspend = true
 		if !v.suspended {
-			t.Recorder.Eventf(u, corev1.EventTypeNormal, "Stopped", "Workload %s evicted (%s): %s; stopping the job gracefully", name, st.Reason, st.Message)
+			t.Recorder.Eventf(u, corev1.EventTypeNormal, "Stopped", "Workload %s evicted (%s): %s; stopping the job gracefully", current.Name, st.Reason, st.Message)
 		}
 		if err := t.keepSuspendField(ctx, k, u, v, true, ""); err != nil {
 			return v, err
@@ -138,27 +152,27 @@ func (t *term) admit(ctx context.Context, k *servedKind, u *unstructured.Unstruc
 		if !t.stoppedAndGone(u, j, rec) {
 			return v, nil
 		}
-		return v, t.releaseWorkload(ctx, u, wl, st)
+		return v, t.releaseWorkload(ctx, u, current, st)
 	case admission.Pending:
-		if !req.Matches(wl) {
+		if !req.Matches(current) {
 			// Not holding quota: its pod sets may change.
-			raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(req.Update(wl))
+			raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(req.Update(current))
 			if err != nil {
 				return nil, err
 			}
 			if _, err := res.Update(ctx, &unstructured.Unstructured{Object: raw}, metav1.UpdateOptions{}); err != nil {
-				return nil, fmt.Errorf("update Workload %s: %w", name, err)
+				return nil, fmt.Errorf("update Workload %s: %w", current.Name, err)
 			}
 		}
 		msg := st.Message
 		if missing := t.missingQueue(ctx, u.GetNamespace(), queue); missing != "" {
 			msg, v.problem = missing, missing
 		}
-		if p := unhonouredMinCount(req, wl); p != "" {
+		if p := unhonouredMinCount(req, current); p != "" {
 			v.problem = strings.TrimPrefix(v.problem+"; "+p, "; ")
 		}
 		if byHand {
-			t.Recorder.Eventf(u, corev1.EventTypeWarning, "Stopped", "not admitted by its ClusterQueue (Workload %s: %s): suspended again; Kueue keeps the suspend of a queued job", name, msg)
+			t.Recorder.Eventf(u, corev1.EventTypeWarning, "Stopped", "not admitted by its ClusterQueue (Workload %s: %s): suspended again; Kueue keeps the suspend of a queued job", current.Name, msg)
 		}
 		return hold(st.Reason, msg)
 	}
@@ -167,15 +181,18 @@ func (t *term) admit(ctx context.Context, k *servedKind, u *unstructured.Unstruc
 		v.problem = err.Error()
 		return hold("AdmittedOnFlavorsNotUsable", v.problem)
 	}
-	if p := unhonouredMinCount(req, wl); p != "" {
+	if p := unhonouredMinCount(req, current); p != "" && admission.Replaces(current) == "" {
 		v.problem = p
 	}
 	v.admitted, v.reason = true, "Admitted"
 	v.message = fmt.Sprintf("admitted by ClusterQueue %s: %s", st.ClusterQueue, english.Count(j.Spec.Workers().Max, "worker"))
 	if v.suspended {
-		t.Recorder.Eventf(u, corev1.EventTypeNormal, "Started", "Workload %s %s", name, v.message)
+		t.Recorder.Eventf(u, corev1.EventTypeNormal, "Started", "Workload %s %s", current.Name, v.message)
 	}
-	return v, t.keepSuspendField(ctx, k, u, v, false, "")
+	if err := t.keepSuspendField(ctx, k, u, v, false, ""); err != nil {
+		return v, err
+	}
+	return v, t.grow(ctx, u, req, current, growth, st, v)
 }
 
 // workloadRequest is the Workload the job asks for, or why it cannot ask.
@@ -207,29 +224,6 @@ func (t *term) workloadRequest(ctx context.Context, u *unstructured.Unstructured
 		req.PodSets = append(req.PodSets, ps)
 	}
 	return req, "", nil
-}
-
-// workload is the job's Workload from the cache, or nil: one of another
-// job of the same name (deleted and made again) is not this one's.
-func (t *term) workload(ns, name string, uid types.UID) (*kueue.Workload, error) {
-	obj, err := t.workloads.ByNamespace(ns).Get(name)
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	} else if err != nil {
-		return nil, err
-	}
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return nil, fmt.Errorf("workload %s: unexpected %T", name, obj)
-	}
-	var wl kueue.Workload
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &wl); err != nil {
-		return nil, fmt.Errorf("read Workload %s: %w", name, err)
-	}
-	if !owns(wl.OwnerReferences, uid) {
-		return nil, nil
-	}
-	return &wl, nil
 }
 
 // runAdmitted sets the job to run at the admitted counts, its pods on the
@@ -267,104 +261,6 @@ func (t *term) runAdmitted(ctx context.Context, u *unstructured.Unstructured, j 
 		r.Template = *r.Template.DeepCopy()
 		if err := admission.Place(&r.Template, flavors, st.Updates[name]); err != nil {
 			return fmt.Errorf("the %s pods cannot go on the admitted flavors: %w", r.Name, err)
-		}
-	}
-	return nil
-}
-
-// stoppedAndGone reports whether an evicted job has stopped: its
-// generation stopped (phase Suspended) and no pod of it is left.
-func (t *term) stoppedAndGone(u *unstructured.Unstructured, j *Job, rec membership.JobRecords) bool {
-	if rec.Status == nil || rec.Status.Phase != membership.JobSuspended || rec.Spec == nil || !rec.Spec.Suspend {
-		return false
-	}
-	for _, r := range j.Roles {
-		s, err := t.sets.StatefulSets(u.GetNamespace()).Get(StatefulSetName(j.ID, r.Name))
-		if err == nil && owns(s.OwnerReferences, u.GetUID()) && (s.Status.Replicas > 0 || (s.Spec.Replicas != nil && *s.Spec.Replicas > 0)) {
-			return false
-		}
-	}
-	return true
-}
-
-// releaseWorkload gives an evicted Workload's quota back.
-func (t *term) releaseWorkload(ctx context.Context, u *unstructured.Unstructured, wl *kueue.Workload, st admission.State) error {
-	next := wl.DeepCopy()
-	admission.Release(next, time.Now())
-	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(next)
-	if err != nil {
-		return err
-	}
-	if _, err := t.cfg.Dynamic.Resource(admission.Workloads).Namespace(wl.Namespace).
-		UpdateStatus(ctx, &unstructured.Unstructured{Object: raw}, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("release the quota of Workload %s: %w", wl.Name, err)
-	}
-	t.logger.Info("quota released: the evicted job stopped", "job", u.GetName(), "workload", wl.Name, "reason", st.Reason)
-	t.Recorder.Eventf(u, corev1.EventTypeNormal, "QuotaReleased", "Workload %s: the job stopped, its state saved; requeued (%s)", wl.Name, st.Reason)
-	return nil
-}
-
-// finishWorkload marks the Workload of a job that ended finished and
-// lets it go.
-func (t *term) finishWorkload(ctx context.Context, u *unstructured.Unstructured, wl *kueue.Workload, st admission.State, status *membership.Status) error {
-	res := t.cfg.Dynamic.Resource(admission.Workloads).Namespace(wl.Namespace)
-	if st.Phase != admission.Finished {
-		next := wl.DeepCopy()
-		admission.Finish(next, status.Phase == membership.JobSucceeded, status.Message, time.Now())
-		raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(next)
-		if err != nil {
-			return err
-		}
-		if _, err := res.UpdateStatus(ctx, &unstructured.Unstructured{Object: raw}, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("finish Workload %s: %w", wl.Name, err)
-		}
-		return nil // the watch brings the finished Workload back
-	}
-	return t.dropFinalizer(ctx, wl.Namespace, wl.Name)
-}
-
-// dropFinalizer takes the resource-in-use finalizer off a Workload.
-func (t *term) dropFinalizer(ctx context.Context, ns, name string) error {
-	obj, err := t.workloads.ByNamespace(ns).Get(name)
-	if err != nil {
-		return nil
-	}
-	m, ok := obj.(metav1.Object)
-	if !ok {
-		return nil
-	}
-	var keep []string
-	for _, f := range m.GetFinalizers() {
-		if f != admission.Finalizer {
-			keep = append(keep, f)
-		}
-	}
-	if len(keep) == len(m.GetFinalizers()) {
-		return nil
-	}
-	patch := fmt.Sprintf(`{"metadata":{"finalizers":%s,"resourceVersion":%q}}`, jsonList(keep), m.GetResourceVersion())
-	_, err = t.cfg.Dynamic.Resource(admission.Workloads).Namespace(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("remove the finalizer of Workload %s: %w", name, err)
-	}
-	return nil
-}
-
-// forgetWorkloads lets the Workloads of a job whose resource is gone go:
-// the garbage collector deletes them once their finalizer is off.
-func (t *term) forgetWorkloads(ctx context.Context, ns, name string) error {
-	if t.workloads == nil {
-		return nil
-	}
-	objs, err := t.workloads.ByNamespace(ns).List(labels.SelectorFromSet(labels.Set{jobv1.LabelJob: name}))
-	if err != nil {
-		return nil
-	}
-	for _, o := range objs {
-		if m, ok := o.(metav1.Object); ok {
-			if err := t.dropFinalizer(ctx, ns, m.GetName()); err != nil {
-				return err
-			}
 		}
 	}
 	return nil

@@ -46,7 +46,8 @@ func (t *term) reconcile(ctx context.Context, k *servedKind, ns, name string) er
 		problems, failed = append(problems, err.Error()), append(failed, err)
 	}
 	// A job of a Kueue queue runs as its Workload is admitted.
-	if q, err := t.admit(ctx, k, u, &job); err != nil {
+	q, err := t.admit(ctx, k, u, &job)
+	if err != nil {
 		fail(err)
 	} else if q != nil && q.problem != "" {
 		problems = append(problems, q.problem)
@@ -105,6 +106,9 @@ func (t *term) reconcile(ctx context.Context, k *servedKind, ns, name string) er
 	}
 	if len(failed) == 0 && waitImage != nil {
 		return waitImage
+	}
+	if len(failed) == 0 && q != nil && q.recheck > 0 {
+		return recheckAfter(q.recheck)
 	}
 	return errors.Join(failed...)
 }
