@@ -108,7 +108,7 @@ func TestASuspendedElasticJobStopsSavesItsStateAndResumesFromIt(t *testing.T) {
 		var err error
 		require.Eventually(t, func() bool {
 			c, err = memckpt.ReadFile(filepath.Join(dir, fmt.Sprintf("rank-%d.ckpt", r)))
-			return err == nil && c.Seq == int64(step)
+			return err == nil && c.Seq >= int64(step)
 		}, 30*time.Second, 50*time.Millisecond, "rank %d's file never held its last save, step %d: %+v, %v", r, step, c.Meta, err)
 	}
 	time.Sleep(time.Second)
@@ -123,9 +123,21 @@ func TestASuspendedElasticJobStopsSavesItsStateAndResumesFromIt(t *testing.T) {
 		resumed = resumedSteps(t, dir, after.Generation, 2)
 		return !slices.Contains(resumed, -1)
 	}, 30*time.Second, 20*time.Millisecond, "the trainers of generation %d never started", after.Generation)
-	assert.Equal(t, saved, resumed, "every rank resumed from its last save: 0 steps lost")
+	assertNoStepLost(t, saved, resumed)
 	c = meta.FindStatusCondition(after.Conditions, jobv1.ConditionSuspended)
 	require.NotNil(t, c)
 	assert.Equal(t, metav1.ConditionFalse, c.Status)
 	assert.True(t, hasEvent(e.events("pausable"), jobv1.PhaseSuspended, "Suspended"), "the phase change is an Event")
+}
+
+// assertNoStepLost checks that every rank resumed from the step it last
+// saved, or the one after: a rank stopped between its save and its note
+// of it saved one step more than it noted.
+func assertNoStepLost(t *testing.T, saved, resumed []int) {
+	t.Helper()
+	require.Len(t, resumed, len(saved))
+	for r := range saved {
+		assert.True(t, resumed[r] == saved[r] || resumed[r] == saved[r]+1,
+			"rank %d saved step %d and resumed from step %d: every rank resumes from its last save, 0 steps lost", r, saved[r], resumed[r])
+	}
 }

@@ -542,8 +542,17 @@ func (a *Agent) stopHung(ctx context.Context) {
 // stopWorkload stops the workload and returns when nothing of it is left,
 // even of processes whose leader already exited.
 func (a *Agent) stopWorkload(ctx context.Context, grace time.Duration) {
+	if grace <= 0 {
+		a.runningNow.Store(nil) // killed at once: nothing of the generation stores
+	}
+	// Within a graceful stop the processes may still store what they
+	// saved last: a trainer's SIGTERM handler stores the save it was
+	// sending. No later generation can have stored meanwhile: none starts
+	// on this node before the stop returns, nor on any other before this
+	// node acks the stop or is fenced.
+	err := a.cfg.Workload.Stop(ctx, grace)
 	a.runningNow.Store(nil) // the generation is over: nothing of it stores
-	switch err := a.cfg.Workload.Stop(ctx, grace); {
+	switch {
 	case err != nil && ctx.Err() != nil:
 		// The sidecar itself is told to stop meanwhile: what was left
 		// is killed, as Stop does when its context ends.

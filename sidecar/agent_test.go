@@ -237,3 +237,23 @@ func TestNamesFindsTheNodeAsAWord(t *testing.T) {
 		assert.Equal(t, want, sidecar.NamesForTest(text, "w-1"), text)
 	}
 }
+
+// A generation's processes may store while they stop gracefully (a
+// trainer's SIGTERM handler storing the save it was sending), and not
+// once they stopped.
+func TestAGenerationStoresUntilItsGracefulStopEnds(t *testing.T) {
+	f := newFixture(t)
+	lease := int64(f.node.Registration().Lease())
+	f.putPlan(membership.Plan{Generation: 1, Phase: membership.PhaseRun, Members: []membership.Member{f.member(lease)}, WorldSize: 1, Master: "127.0.0.1:20000"})
+	f.record("acked running 1", func(n membership.Node) bool { return n.State == membership.NodeRunning })
+	require.NoError(t, f.node.Fence(1))
+
+	release := f.node.Workload.Hang() // the processes take their time to stop
+	t.Cleanup(release)
+	f.putPlan(membership.Plan{Generation: 2, Phase: membership.PhaseStop, Members: []membership.Member{f.member(lease)}})
+	time.Sleep(200 * time.Millisecond) // well into the stop
+	assert.NoError(t, f.node.Fence(1), "generation 1 stores while its processes stop")
+	release()
+	f.record("acked stopped 2", func(n membership.Node) bool { return n.State == membership.NodeStopped && n.Generation == 2 })
+	assert.ErrorIs(t, f.node.Fence(1), sidecar.ErrFenced, "and nothing once they stopped")
+}

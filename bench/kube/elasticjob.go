@@ -155,8 +155,16 @@ func runInjected(binary string, pod *corev1.Pod, starts string) (kubetest.Contai
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	return startInjected(binary, pod, args)
+}
+
+// startInjected runs an injected sidecar command, args, as the kubelet
+// would in the pod, with this binary for the one the init container
+// copies, and env added.
+func startInjected(binary string, pod *corev1.Pod, args []string, env ...string) (kubetest.Container, error) {
+	c := pod.Spec.Containers[0]
 	cmd := exec.Command(binary, args...)
-	cmd.Env = os.Environ()
+	cmd.Env = append(os.Environ(), env...)
 	for _, v := range c.Env {
 		val := v.Value
 		if v.ValueFrom != nil && v.ValueFrom.FieldRef != nil {

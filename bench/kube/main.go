@@ -36,6 +36,7 @@ func main() {
 	out := flag.String("out", "", "also write the table here")
 	ejWorkers := flag.Int("elasticjob-workers", 4, "workers of the ElasticJob measured")
 	ejRuns := flag.Int("elasticjob-runs", 10, "ElasticJobs created, scaled and deleted")
+	kueueRuns := flag.Int("kueue-runs", 5, "queued ElasticJobs admitted and preempted, on Kueue")
 	flag.Parse()
 	self, _ := filepath.Abs(*binary)
 
@@ -82,6 +83,26 @@ func main() {
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", r.name, len(r.times), stats.Ms(stats.Median(r.times)), stats.Ms(stats.Quantile(r.times, 0)), stats.Ms(stats.Quantile(r.times, 1)))
 		}
 		tw.Flush()
+	}
+	if *kueueRuns > 0 {
+		kq, err := measureKueue(ctx, cluster, self, filepath.Join(dir, "kueue"), *ejWorkers, *kueueRuns)
+		check(err)
+		fmt.Fprintln(&b)
+		tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "KUEUE (ElasticJobs in a LocalQueue, on Kueue)	RUNS	MEDIAN	MIN	MAX")
+		for _, r := range []struct {
+			name  string
+			times []time.Duration
+		}{
+			{fmt.Sprintf("admission (Workload Admitted) → every trainer running, %d workers", *ejWorkers), kq.admitted},
+			{fmt.Sprintf("create (kubectl apply) → every trainer running, %d workers", *ejWorkers), kq.create},
+			{"preemption (a job of higher priority created) → preempted job's trainers stopped and state saved", kq.preemptSaved},
+			{"preemption → preemptor's trainers running", kq.preemptorRunning},
+		} {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", r.name, len(r.times), stats.Ms(stats.Median(r.times)), stats.Ms(stats.Quantile(r.times, 0)), stats.Ms(stats.Quantile(r.times, 1)))
+		}
+		tw.Flush()
+		fmt.Fprintln(&b, "(every run: each preempted rank's file held the step it last saved: 0 steps lost)")
 	}
 	fmt.Print(b.String())
 	if *out != "" {

@@ -36,7 +36,7 @@ var layers = [][]string{
 	// The leader's loop, the client API, the trainers' supervisor.
 	{"coordinator", "jobclient", "launcher"},
 	// The sidecar; the Kubernetes wing's shared parts.
-	{"sidecar", "handover", "operatorbridge/controller", "operatorbridge/crds"},
+	{"sidecar", "handover", "operatorbridge/controller", "operatorbridge/crds", "operatorbridge/admission"},
 	// The Kubernetes wing.
 	{"operatorbridge", "operatorbridge/jobcontroller", "operatorbridge/autoscaler", "operatorbridge/unserved"},
 	// The binary's own parts.

@@ -42,7 +42,8 @@ type queueView struct {
 // startWorkloadInformer watches the Workloads the controller made (they
 // carry the job label); a change queues the job that owns one.
 func (t *term) startWorkloadInformer(stop <-chan struct{}) {
-	inf := dynamicinformer.NewFilteredDynamicInformer(t.cfg.Dynamic, admission.Workloads, t.cfg.Namespace, 0, cache.Indexers{},
+	inf := dynamicinformer.NewFilteredDynamicInformer(t.cfg.Dynamic, admission.Workloads, t.cfg.Namespace, 0,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 		func(o *metav1.ListOptions) { o.LabelSelector = jobv1.LabelJob })
 	_ = inf.Informer().SetWatchErrorHandlerWithContext(t.watchError(admission.Workloads.GroupResource().String()))
 	_, _ = inf.Informer().AddEventHandler(controller.OnObject(func(m metav1.Object) {

@@ -274,6 +274,10 @@ func (n *Node) Crash() {
 // Registration is the node's registration, nil until it registered.
 func (n *Node) Registration() *presence.Registration { return n.agent.Registration() }
 
+// Fence is the node's answer to a process of generation that stores for
+// the job (sidecar.Agent.Fence).
+func (n *Node) Fence(generation int64) error { return n.agent.Fence(generation) }
+
 // Done is closed when the node has stopped.
 func (n *Node) Done() <-chan struct{} { return n.done }
 
