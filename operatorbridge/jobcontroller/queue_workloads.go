@@ -237,4 +237,3 @@ func (t *term) forgetWorkloads(ctx context.Context, ns, name string) error {
 	}
 	return nil
 }
-
