@@ -216,3 +216,91 @@ spec: {clusterQueue: %[1]s}
 		"-o", `jsonpath={range .items[*]}{.metadata.name} {.status.conditions[?(@.type=="Finished")].reason}{"\n"}{end}`)
 	assert.Contains(t, finished, "WorkloadSliceReplaced", "E's first Workload is finished, replaced:\n%s", finished)
 }
+
+// TestQueuedPaddleJobAndMSJobRunAsAdmitted: a PaddleJob and an MSJob, as
+// their operators define them, in a ClusterQueue of 2 worker slots. The
+// PaddleJob is admitted and runs, its annotation elastic.suspend kept
+// "false"; the MSJob waits with runPolicy.suspend true and no pods. When
+// the PaddleJob is deleted its Workload goes with it, and the MSJob runs.
+func TestQueuedPaddleJobAndMSJobRunAsAdmitted(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t, kubeOptions{injected: true, kueue: true, toyEnv: []string{"TOY_STEPS=100000", "TOY_INTERVAL=0.05"}})
+	applyCRDs(t, e.c, e.dyn)
+	cq := "kinds-" + e.ns
+	e.apply(fmt.Sprintf(`
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: %[1]s}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: %[1]s}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+    - coveredResources: [cpu]
+      flavors: [{name: %[1]s, resources: [{name: cpu, nominalQuota: 2}]}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: kinds, namespace: %[2]s}
+spec: {clusterQueue: %[1]s}
+`, cq, e.ns), "")
+	e.kubectl(`
+apiVersion: batch.paddlepaddle.org/v1
+kind: PaddleJob
+metadata:
+  name: paddle
+  labels: {kueue.x-k8s.io/queue-name: kinds}
+spec:
+  worker:
+    replicas: 2
+    template:
+      spec:
+        containers:
+          - name: paddle
+            image: paddle:v1
+            command: [/bin/sh, -c, train]
+            resources: {requests: {cpu: "1"}}
+`, "apply", "-f", "-")
+	jsonpath := func(resource, path string) string {
+		return strings.TrimSpace(e.kubectl("", "get", resource, "-o", "jsonpath="+path))
+	}
+	require.Eventually(t, func() bool {
+		return jsonpath("paddlejob/paddle", "{.status.phase}") == "Running" && e.podsOf("paddle") == 2
+	}, 60*time.Second, 50*time.Millisecond, "the PaddleJob never ran")
+	assert.Equal(t, "false", jsonpath("paddlejob/paddle", `{.metadata.annotations.elastic\.suspend}`), "admitted: its suspend annotation is false")
+
+	e.kubectl(`
+apiVersion: mindspore.gitee.com/v1
+kind: MSJob
+metadata:
+  name: mindspore
+  labels: {kueue.x-k8s.io/queue-name: kinds}
+spec:
+  msReplicaSpecs:
+    Worker:
+      replicas: 2
+      template:
+        spec:
+          containers:
+            - name: mindspore
+              image: mindspore:v1
+              command: [/bin/sh, -c, train]
+              resources: {requests: {cpu: "1"}}
+`, "apply", "-f", "-")
+	require.Eventually(t, func() bool {
+		return jsonpath("msjob/mindspore", "{.spec.runPolicy.suspend}") == "true"
+	}, 30*time.Second, 50*time.Millisecond, "the MSJob was not suspended while it waits")
+	time.Sleep(time.Second)
+	assert.Zero(t, e.podsOf("mindspore"), "the MSJob waits with no pods")
+	e.stage("the PaddleJob admitted; the MSJob waiting")
+
+	e.kubectl("", "delete", "paddlejob/paddle", "--wait=false")
+	require.Eventually(t, func() bool {
+		return !strings.Contains(jsonpath("workloads", "{.items[*].metadata.name}"), "paddlejob-paddle-")
+	}, 20*time.Second, 50*time.Millisecond, "the deleted PaddleJob's Workload never went")
+	require.Eventually(t, func() bool {
+		return jsonpath("msjob/mindspore", "{.spec.runPolicy.suspend}") == "false" && e.podsOf("mindspore") == 2
+	}, 60*time.Second, 50*time.Millisecond, "the MSJob never ran once the PaddleJob was gone")
+}

@@ -237,8 +237,10 @@ func assigned(wl *kueue.Workload) State {
 			count = *a.Count
 		}
 		for _, ps := range wl.Spec.PodSets {
-			if ps.Name == a.Name && count < 0 {
-				count = ps.Count // a nil count is the pod set's
+			if ps.Name == a.Name && (count < 0 || ps.Count < count) {
+				// A nil count is the pod set's; one lowered in place
+				// since (a scale-down) bounds what was admitted.
+				count = ps.Count
 			}
 		}
 		s.Counts[name] = max(count, 0)

@@ -2,6 +2,7 @@ package jobcontroller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -64,9 +65,39 @@ func (t *term) startWorkloadInformer(stop <-chan struct{}) {
 // without the label is left alone (nil).
 func (t *term) admit(ctx context.Context, k *servedKind, u *unstructured.Unstructured, j *Job) (*queueView, error) {
 	queue := u.GetLabels()[admission.QueueLabel]
+	synced := t.workloads != nil && t.workloadsSynced()
+	var set jobWorkloads
+	labelGone := false
 	if queue == "" {
-		delete(t.queued, keyOf(u))
-		return nil, nil
+		if !synced {
+			delete(t.queued, keyOf(u))
+			return nil, nil
+		}
+		var err error
+		if set, err = t.workloadsOf(ctx, u); err != nil {
+			return nil, err
+		}
+		switch {
+		case set.current != nil && holdsAdmission(set.current):
+			// Kueue's integrations refuse this change while the job
+			// holds its admission: the job stays Kueue's.
+			queue, labelGone = string(set.current.Spec.QueueName), true
+		case set.current != nil || set.growth != nil:
+			// Waiting, it leaves the queue.
+			for _, wl := range []*kueue.Workload{set.current, set.growth} {
+				if wl != nil {
+					if err := t.deleteWorkload(ctx, wl); err != nil {
+						return nil, err
+					}
+				}
+			}
+			t.Recorder.Eventf(u, corev1.EventTypeNormal, "LeftQueue", "label %s removed: Workload %s deleted; the job is no longer Kueue's", admission.QueueLabel, set.current.Name)
+			delete(t.queued, keyOf(u))
+			return nil, nil
+		default:
+			delete(t.queued, keyOf(u))
+			return nil, nil
+		}
 	}
 	j.Spec.Queue = queue
 	before := t.queued[keyOf(u)]
@@ -84,9 +115,16 @@ func (t *term) admit(ctx context.Context, k *servedKind, u *unstructured.Unstruc
 		v.problem = "the job is labelled " + admission.QueueLabel + "=" + queue + " and Kueue's integration is off (`coordinator serve --kueue`): it stays suspended"
 		return hold("KueueOff", v.problem)
 	}
-	if !t.workloadsSynced() {
-		v.problem = "waiting for Kueue's Workloads to be listed: is Kueue installed, and may the coordinator read them (deploy/kueue)?"
-		return hold("KueueUnavailable", v.problem)
+	if !synced {
+		// Nothing is decided on a view not read yet: a leader's new term
+		// must not stop what runs.
+		return nil, errWorkloadsNotListed
+	}
+	if set.current == nil && set.deleted == nil && set.finished == nil {
+		var err error
+		if set, err = t.workloadsOf(ctx, u); err != nil {
+			return nil, err
+		}
 	}
 	rec := t.recordsOf(j.ID)
 	ended := rec.Spec != nil && rec.Spec.Owner == j.Spec.Owner && rec.Status != nil && rec.Status.Phase.Done()
@@ -94,14 +132,33 @@ func (t *term) admit(ctx context.Context, k *servedKind, u *unstructured.Unstruc
 	if err != nil {
 		return nil, err
 	}
-	if reason != "" {
+	if set.deleted != nil {
+		// Deleted by a user while admitted: the job stops, and the
+		// quota goes with the Workload once nothing of the job runs.
+		if set.growth != nil {
+			if err := t.withdraw(ctx, u, set.growth, "the admission it would have grown was deleted"); err != nil {
+				return v, err
+			}
+		}
+		if !v.suspended {
+			t.Recorder.Eventf(u, corev1.EventTypeNormal, "Stopped", "Workload %s deleted: stopping the job gracefully; a new Workload asks for its admission once it stopped", set.deleted.Name)
+		}
+		if t.stoppedAndGone(u, j, rec) && !ended {
+			if err := t.dropFinalizer(ctx, set.deleted.Namespace, set.deleted.Name); err != nil {
+				return v, err
+			}
+		}
+		return hold("WorkloadDeleted", fmt.Sprintf("Workload %s was deleted: the job stops, then asks to be admitted again", set.deleted.Name))
+	}
+	if reason != "" && set.current == nil {
 		v.problem = reason
 		return hold("Inadmissible", reason)
 	}
-	current, growth, finished, err := t.jobWorkloads(ctx, u)
-	if err != nil {
-		return nil, err
+	if labelGone {
+		v.problem = fmt.Sprintf("the label %s was removed while the job holds its admission in LocalQueue %s: it stays Kueue's; to take it out, deactivate its Workload first",
+			admission.QueueLabel, queue)
 	}
+	current, growth, finished := set.current, set.growth, set.finished
 	res := t.cfg.Dynamic.Resource(admission.Workloads).Namespace(u.GetNamespace())
 	if current == nil {
 		switch {
@@ -155,7 +212,7 @@ func (t *term) admit(ctx context.Context, k *servedKind, u *unstructured.Unstruc
 		}
 		return v, t.releaseWorkload(ctx, u, current, st)
 	case admission.Pending:
-		if !req.Matches(current) {
+		if !req.Matches(current) && current.Status.Admission == nil {
 			// Not holding quota: its pod sets may change.
 			raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(req.Update(current))
 			if err != nil {
@@ -238,15 +295,18 @@ func (t *term) runAdmitted(ctx context.Context, u *unstructured.Unstructured, j 
 		if !ok {
 			return fmt.Errorf("the admission of ClusterQueue %s has no pod set %s", st.ClusterQueue, name)
 		}
+		r.Replicas = int(count)
 		if r.Name == membership.RoleWorker {
-			workers := int(count) - j.Spec.Spares
+			// Never more than the job asks for now: scaled down, it
+			// runs smaller at once, and its Workload follows (grow).
+			workers := min(int(count)-j.Spec.Spares, j.Spec.Workers().Max)
 			if workers < 1 {
 				return fmt.Errorf("admitted %d worker pods, no more than the job's %d spares", count, j.Spec.Spares)
 			}
 			j.Spec.NP = membership.NP{Min: min(j.Spec.NP.Min, workers), Max: workers}
 			j.Spec.Target = 0
+			r.Replicas = workers + j.Spec.Spares
 		}
-		r.Replicas = int(count)
 		var flavors []kueue.ResourceFlavor
 		for _, f := range st.Flavors[name] {
 			obj, err := t.cfg.Dynamic.Resource(admission.ResourceFlavors).Get(ctx, f, metav1.GetOptions{})
@@ -348,3 +408,7 @@ func jsonList(items []string) string {
 	}
 	return "[" + strings.Join(quoted, ",") + "]"
 }
+
+// errWorkloadsNotListed: Kueue's Workloads are not listed yet (a new
+// term, Kueue not installed, RBAC); the job is looked at again.
+var errWorkloadsNotListed = errors.New("no list of Kueue's Workloads yet: is Kueue installed, and may the coordinator list them (deploy/kueue)?")

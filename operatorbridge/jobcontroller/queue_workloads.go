@@ -20,17 +20,37 @@ import (
 	"github.com/elastictraining/coordinator/operatorbridge/admission"
 )
 
-// jobWorkloads are a job's Workloads from the cache: current, the one
-// that holds or waits for its admission; growth, a slice that asks to
-// replace current at a larger size, if any; finished, one finished other
-// than by a replacement, if current is nil. An old slice Kueue replaced
-// is let go; one it left admitted beside its replacement is finished; a
-// Workload of the job that is none of these (a slice whose admission is
-// gone) is deleted.
-func (t *term) jobWorkloads(ctx context.Context, u *unstructured.Unstructured) (current, growth, finished *kueue.Workload, err error) {
+// jobWorkloads are a job's Workloads, from the cache.
+type jobWorkloads struct {
+	// current holds or waits for the job's admission.
+	current *kueue.Workload
+	// growth is a slice that asks to replace current at another size.
+	growth *kueue.Workload
+	// finished is one finished other than by a replacement, when current
+	// is nil.
+	finished *kueue.Workload
+	// deleted is one a user deleted while it held the job's admission:
+	// the job stops, and then its finalizer goes.
+	deleted *kueue.Workload
+}
+
+// holdsAdmission reports whether a Workload is admitted, or was and must
+// be given back (evicted): the one the job runs, or stops, by. One with
+// quota reserved and admission checks pending does not, yet.
+func holdsAdmission(wl *kueue.Workload) bool {
+	p := admission.Read(wl).Phase
+	return p == admission.Admitted || p == admission.Evicted
+}
+
+// workloadsOf reads a job's Workloads. An old slice Kueue replaced is let
+// go; one it left admitted beside its replacement is finished; a Workload
+// of the job that is none of the above (a slice whose admission is gone)
+// is deleted, as is one deleted that holds no admission.
+func (t *term) workloadsOf(ctx context.Context, u *unstructured.Unstructured) (jobWorkloads, error) {
+	var set jobWorkloads
 	objs, err := t.workloads.ByNamespace(u.GetNamespace()).List(labels.SelectorFromSet(labels.Set{jobv1.LabelJob: u.GetName()}))
 	if err != nil {
-		return nil, nil, nil, err
+		return set, err
 	}
 	var live []*kueue.Workload
 	for _, o := range objs {
@@ -40,19 +60,21 @@ func (t *term) jobWorkloads(ctx context.Context, u *unstructured.Unstructured) (
 		}
 		var wl kueue.Workload
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &wl); err != nil {
-			return nil, nil, nil, fmt.Errorf("read Workload %s: %w", obj.GetName(), err)
+			return set, fmt.Errorf("read Workload %s: %w", obj.GetName(), err)
 		}
-		if !owns(wl.OwnerReferences, u.GetUID()) || wl.DeletionTimestamp != nil {
+		if !owns(wl.OwnerReferences, u.GetUID()) {
 			continue
 		}
 		st := admission.Read(&wl)
 		switch {
-		case st.Phase == admission.Finished && st.Reason == kueue.WorkloadSliceReplaced:
+		case wl.DeletionTimestamp != nil && holdsAdmission(&wl):
+			set.deleted = &wl
+		case wl.DeletionTimestamp != nil || st.Phase == admission.Finished && st.Reason == kueue.WorkloadSliceReplaced:
 			if err := t.dropFinalizer(ctx, wl.Namespace, wl.Name); err != nil {
-				return nil, nil, nil, err
+				return set, err
 			}
 		case st.Phase == admission.Finished:
-			finished = &wl
+			set.finished = &wl
 		default:
 			live = append(live, &wl)
 		}
@@ -63,40 +85,39 @@ func (t *term) jobWorkloads(ctx context.Context, u *unstructured.Unstructured) (
 		}
 		return len(a.Name) - len(b.Name) // the base name is the shortest
 	})
-	reserved := func(wl *kueue.Workload) bool { return wl.Status.Admission != nil }
 	for _, wl := range live {
-		if reserved(wl) {
-			current = wl // the newest reserved: a replacement wins
+		if holdsAdmission(wl) {
+			set.current = wl // the newest admitted: a replacement wins
 		}
 	}
-	if current == nil && len(live) > 0 {
-		current = live[0]
+	if set.current == nil && len(live) > 0 {
+		set.current = live[0]
 		for _, wl := range live {
 			if admission.Replaces(wl) == "" {
-				current = wl
+				set.current = wl
 				break
 			}
 		}
 	}
 	for _, wl := range live {
 		switch {
-		case wl == current:
-		case reserved(wl) && admission.Replaces(current) == wl.Name:
+		case wl == set.current:
+		case holdsAdmission(wl) && admission.Replaces(set.current) == wl.Name:
 			// Replaced; Kueue's scheduler did not finish it.
 			next := wl.DeepCopy()
-			admission.FinishReplaced(next, current.Name, time.Now())
+			admission.FinishReplaced(next, set.current.Name, time.Now())
 			if err := t.updateWorkloadStatus(ctx, next); err != nil {
-				return nil, nil, nil, err
+				return set, err
 			}
-		case !reserved(wl) && admission.Replaces(wl) == current.Name && growth == nil:
-			growth = wl
+		case !holdsAdmission(wl) && admission.Replaces(wl) == set.current.Name && set.growth == nil:
+			set.growth = wl
 		default:
 			if err := t.deleteWorkload(ctx, wl); err != nil {
-				return nil, nil, nil, err
+				return set, err
 			}
 		}
 	}
-	return current, growth, finished, nil
+	return set, nil
 }
 
 // createWorkload creates a Workload.
@@ -218,9 +239,26 @@ func (t *term) dropFinalizer(ctx context.Context, ns, name string) error {
 	return nil
 }
 
-// forgetWorkloads lets the Workloads of a job whose resource is gone go:
-// the garbage collector deletes them once their finalizer is off.
-func (t *term) forgetWorkloads(ctx context.Context, ns, name string) error {
+// forgetWorkloads deletes the Workloads of a job whose resource is gone,
+// their finalizer first: its quota is released at once, not when the
+// garbage collector comes to them. One of a resource of the same kind and
+// name made again since (another UID) is left alone.
+func (t *term) forgetWorkloads(ctx context.Context, k *servedKind, ns, name string) error {
+	if t.workloads == nil {
+		return nil
+	}
+	var live types.UID
+	if u, err := t.cfg.Dynamic.Resource(k.Resource).Namespace(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+		live = u.GetUID()
+	} else if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("get %s %s: %w", k.Name, name, err)
+	}
+	return t.deleteWorkloadsOf(ctx, k, ns, name, func(uid types.UID) bool { return uid != live })
+}
+
+// deleteWorkloadsOf deletes, finalizer first, the Workloads of the job of
+// kind k named name whose owner's UID whose says.
+func (t *term) deleteWorkloadsOf(ctx context.Context, k *servedKind, ns, name string, whose func(types.UID) bool) error {
 	if t.workloads == nil {
 		return nil
 	}
@@ -229,10 +267,20 @@ func (t *term) forgetWorkloads(ctx context.Context, ns, name string) error {
 		return nil
 	}
 	for _, o := range objs {
-		if m, ok := o.(metav1.Object); ok {
-			if err := t.dropFinalizer(ctx, ns, m.GetName()); err != nil {
-				return err
-			}
+		obj, ok := o.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		ref := metav1.GetControllerOf(obj)
+		if ref == nil || ref.Kind != k.Name || ref.Name != name || !whose(ref.UID) {
+			continue
+		}
+		var wl kueue.Workload
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &wl); err != nil {
+			return err
+		}
+		if err := t.deleteWorkload(ctx, &wl); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -33,7 +33,10 @@ func (t *term) reconcile(ctx context.Context, k *servedKind, ns, name string) er
 		return t.forget(ctx, k, ns, name)
 	}
 	if u.GetDeletionTimestamp() != nil {
-		return nil // the garbage collector removes what the job owns
+		// The garbage collector removes what the job owns; a deletion in
+		// the foreground waits for the job's Workloads, whose finalizer
+		// is the controller's to take off.
+		return t.deleteWorkloadsOf(ctx, k, ns, name, func(uid types.UID) bool { return uid == u.GetUID() })
 	}
 	job, err := k.job(u)
 	if err != nil {
@@ -45,11 +48,14 @@ func (t *term) reconcile(ctx context.Context, k *servedKind, ns, name string) er
 	fail := func(err error) {
 		problems, failed = append(problems, err.Error()), append(failed, err)
 	}
-	// A job of a Kueue queue runs as its Workload is admitted.
+	// A job of a Kueue queue runs as its Workload is admitted. While
+	// that cannot be read, nothing is written: what runs keeps to its
+	// admission, what waits keeps waiting.
 	q, err := t.admit(ctx, k, u, &job)
 	if err != nil {
-		fail(err)
-	} else if q != nil && q.problem != "" {
+		return errors.Join(err, t.writeStatus(ctx, k, u, &job, []string{err.Error()}))
+	}
+	if q != nil && q.problem != "" {
 		problems = append(problems, q.problem)
 	}
 	// The job id is claimed first: pods must not be made for a job whose
@@ -197,7 +203,7 @@ func (t *term) forget(ctx context.Context, k *servedKind, ns, name string) error
 	delete(t.warned, key(k.Name, ns, name))
 	delete(t.reports, key(k.Name, ns, name))
 	delete(t.queued, key(k.Name, ns, name))
-	if err := t.forgetWorkloads(ctx, ns, name); err != nil {
+	if err := t.forgetWorkloads(ctx, k, ns, name); err != nil {
 		return err
 	}
 	if rec.Spec == nil || !strings.HasPrefix(rec.Spec.Owner, k.Name+"/"+ns+"/"+name+"/") {

@@ -1,0 +1,192 @@
+package integration
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	jobv1 "github.com/elastictraining/coordinator/api/v1"
+	"github.com/elastictraining/coordinator/operatorbridge/admission"
+)
+
+// smallQueue makes a ResourceFlavor, a ClusterQueue of cpus CPUs and a
+// LocalQueue "q" in the test's namespace, and WorkloadPriorityClass
+// "small-low".
+func (e *kubeEnv) smallQueue(cpus int) {
+	e.t.Helper()
+	cq := "small-" + e.ns
+	e.apply(fmt.Sprintf(`
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: %[1]s}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: %[1]s}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+    - coveredResources: [cpu]
+      flavors: [{name: %[1]s, resources: [{name: cpu, nominalQuota: %[3]d}]}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: q, namespace: %[2]s}
+spec: {clusterQueue: %[1]s}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: WorkloadPriorityClass
+metadata: {name: small-low}
+value: 10
+`, cq, e.ns, cpus), "")
+}
+
+// runningPods counts a job's pods that are not being deleted.
+func (e *kubeEnv) livePods(job string) int {
+	pods, err := e.c.Client.CoreV1().Pods(e.ns).List(e.t.Context(), metav1.ListOptions{LabelSelector: jobv1.LabelJob + "=" + job})
+	require.NoError(e.t, err)
+	n := 0
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// neverMoreThan fails if the job ever has more than most live pods within d.
+func (e *kubeEnv) neverMoreThan(job string, most int, d time.Duration, why string) {
+	e.t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if n := e.livePods(job); n > most {
+			e.stage("over quota")
+			e.t.Fatalf("%s: job %s has %d pods, more than the %d its admission allows\ncoordinator:\n%s", why, job, n, most, tail(e.bridge.out.String(), 4000))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// An admitted job whose reconcile cannot read Kueue's objects (here its
+// WorkloadPriorityClass: deploy/kueue's ClusterRoleBinding is gone; any
+// API error, a throttle or a timeout, does the same) keeps to its
+// admission: np 1:4 admitted at 2 in a ClusterQueue of 2 CPUs never runs
+// more than 2 pods. Nothing is written while Kueue cannot be read.
+func TestAQueuedJobKeepsToItsAdmissionWhileKueueCannotBeRead(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t, kubeOptions{injected: true, kueue: true})
+	applyCRDs(t, e.c, e.dyn)
+	e.smallQueue(2)
+	e.kubectl(queuedJobYAML("job-x", "q", "small-low", 1, 4, 0), "apply", "-f", "-")
+	e.jobStatus("job-x", "Running at 2, admitted", func(s jobv1.ElasticJobStatus) bool {
+		c := admittedCondition(s)
+		return runningAt(2)(s) && c != nil && c.Status == metav1.ConditionTrue
+	})
+	require.NoError(t, e.c.Client.RbacV1().ClusterRoleBindings().Delete(t.Context(), "elastic-kueue-"+e.ns, metav1.DeleteOptions{}))
+	// The job below its maximum is looked at again every 5 s (growth).
+	e.neverMoreThan("job-x", 2, 20*time.Second, "after an API error in admit")
+}
+
+// A job whose queue label is taken off while it is admitted stays Kueue's,
+// as Kueue's own integrations refuse that change on a running job: np 1:4
+// admitted at 2 in a ClusterQueue of 2 CPUs never runs more than 2 pods,
+// and its status says why.
+func TestAnAdmittedJobStaysKueuesWhenItsQueueLabelIsRemoved(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t, kubeOptions{injected: true, kueue: true})
+	applyCRDs(t, e.c, e.dyn)
+	e.smallQueue(2)
+	e.kubectl(queuedJobYAML("job-l", "q", "", 1, 4, 0), "apply", "-f", "-")
+	e.jobStatus("job-l", "Running at 2, admitted", func(s jobv1.ElasticJobStatus) bool {
+		c := admittedCondition(s)
+		return runningAt(2)(s) && c != nil && c.Status == metav1.ConditionTrue
+	})
+	e.kubectl("", "label", "elasticjob/job-l", admission.QueueLabel+"-")
+	e.neverMoreThan("job-l", 2, 15*time.Second, "after its queue label was removed")
+	assert.Contains(t, e.resourceStatus("job-l").Problem, "was removed while the job holds its admission in LocalQueue q")
+}
+
+// `kubectl scale` down of an admitted job: np 2:4 admitted at 4, scaled
+// to 2, runs at 2, and its Workload asks for 2 worker pods, so that Kueue
+// gives the rest of the quota back.
+func TestAnAdmittedJobScaledDownRunsSmallerAndGivesQuotaBack(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t, kubeOptions{injected: true, kueue: true})
+	applyCRDs(t, e.c, e.dyn)
+	e.smallQueue(4)
+	e.kubectl(queuedJobYAML("job-s", "q", "", 2, 4, 0), "apply", "-f", "-")
+	e.jobStatus("job-s", "Running at 4, admitted", runningAt(4))
+	e.kubectl("", "scale", "elasticjob/job-s", "--replicas=2")
+	var last jobv1.ElasticJobStatus
+	ok := assert.Eventually(t, func() bool {
+		last = e.resourceStatus("job-s")
+		return runningAt(2)(last)
+	}, 45*time.Second, 200*time.Millisecond, "scaled to 2, the job never ran at 2")
+	if !ok {
+		spec, _ := e.client.Spec(t.Context(), "job-s")
+		t.Logf("last status: phase %s world %d ready %d; etcd np %s", last.Phase, last.WorldSize, last.Ready, spec.Workers())
+		e.stage("after kubectl scale --replicas=2")
+	}
+	require.Eventually(t, func() bool {
+		return e.kubectl("", "get", "workloads", "-l", jobv1.LabelJob+"=job-s", "-o", "jsonpath={.items[0].spec.podSets[0].count}") == "2"
+	}, 30*time.Second, 100*time.Millisecond, "the Workload still asks for 4 worker pods")
+	require.Eventually(t, func() bool {
+		return e.kubectl("", "get", "clusterqueue", "small-"+e.ns, "-o", "jsonpath={.status.flavorsReservation[0].resources[0].total}") == "2"
+	}, 30*time.Second, 100*time.Millisecond, "Kueue still reserves 4 CPUs for the job: %s",
+		e.kubectl("", "get", "clusterqueue", "small-"+e.ns, "-o", "jsonpath={.status.flavorsReservation}"))
+}
+
+// `kubectl delete workload` of an admitted job: the job stops, the
+// Workload goes once nothing of the job runs (its quota with it), and a
+// new Workload is admitted: the job runs again.
+func TestAJobWhoseWorkloadIsDeletedStopsAndIsAdmittedAgain(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t, kubeOptions{injected: true, kueue: true})
+	applyCRDs(t, e.c, e.dyn)
+	e.smallQueue(2)
+	e.kubectl(queuedJobYAML("job-w", "q", "", 2, 2, 0), "apply", "-f", "-")
+	first := e.jobStatus("job-w", "Running at 2", runningAt(2))
+	name := strings.TrimSpace(e.kubectl("", "get", "workloads", "-l", jobv1.LabelJob+"=job-w", "-o", "jsonpath={.items[0].metadata.name}"))
+	require.NotEmpty(t, name)
+	e.kubectl("", "delete", "workload", name, "--wait=false")
+	ok := assert.Eventually(t, func() bool {
+		s := e.resourceStatus("job-w")
+		return runningAt(2)(s) && s.Generation > first.Generation
+	}, 60*time.Second, 200*time.Millisecond, "the job never ran again after its Workload was deleted")
+	if !ok {
+		e.stage("after kubectl delete workload")
+		t.Logf("workload: %s", e.kubectl("", "get", "workloads", "-o", "jsonpath={range .items[*]}{.metadata.name} deletion={.metadata.deletionTimestamp} finalizers={.metadata.finalizers} admission={.status.admission.clusterQueue}{\"\\n\"}{end}"))
+	}
+}
+
+// `kubectl delete --cascade=foreground` (as Argo CD and many tools delete)
+// of a queued job ends: its Workload, which blocks its owner's deletion,
+// loses its finalizer and goes.
+func TestAQueuedJobDeletedInTheForegroundGoes(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t, kubeOptions{injected: true, kueue: true})
+	applyCRDs(t, e.c, e.dyn)
+	e.smallQueue(2)
+	e.kubectl(queuedJobYAML("job-f", "q", "", 2, 2, 0), "apply", "-f", "-")
+	e.jobStatus("job-f", "Running at 2", runningAt(2))
+	e.kubectl("", "delete", "elasticjob/job-f", "--cascade=foreground", "--wait=false")
+	ok := assert.Eventually(t, func() bool {
+		_, err := e.dyn.Resource(jobv1.GroupVersionResource).Namespace(e.ns).Get(t.Context(), "job-f", metav1.GetOptions{})
+		return err != nil
+	}, 60*time.Second, 200*time.Millisecond, "the job deleted in the foreground was never gone")
+	if !ok {
+		t.Logf("workloads: %s", e.kubectl("", "get", "workloads", "-o", "jsonpath={range .items[*]}{.metadata.name} deletion={.metadata.deletionTimestamp} finalizers={.metadata.finalizers}{\"\\n\"}{end}"))
+	}
+}
