@@ -134,6 +134,7 @@ func TestKueueAdmitsPreemptsAndRequeuesElasticJobs(t *testing.T) {
 		return steps[0] >= 0 && steps[1] >= 0
 	}, 30*time.Second, 20*time.Millisecond, "A's trainers of generation %d never started", resumed.Generation)
 	assertNoStepLost(t, saved[:2], steps)
+	t.Logf("A's ranks 0 and 1 saved steps %v before the preemption and resumed from %v", saved[:2], steps)
 	assert.Equal(t, jobv1.PhaseSuspended, e.resourceStatus("job-b").Phase, "B still waits")
 	e.stage("A requeued and admitted at 2 beside C")
 
@@ -149,6 +150,8 @@ func TestKueueAdmitsPreemptsAndRequeuesElasticJobs(t *testing.T) {
 		return waitingInQueue(s) && strings.Contains(admittedCondition(s).Message, "LocalQueue nowhere does not exist")
 	})
 	assert.Contains(t, d.Problem, "LocalQueue nowhere does not exist in namespace "+e.ns)
+	c := admittedCondition(d)
+	t.Logf("D's condition %s=%s (%s): %s", c.Type, c.Status, c.Reason, c.Message)
 	assert.Zero(t, e.podsOf("job-d"))
 	e.stage("D's queue missing")
 }
