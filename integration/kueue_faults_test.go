@@ -190,3 +190,53 @@ func TestAQueuedJobDeletedInTheForegroundGoes(t *testing.T) {
 		t.Logf("workloads: %s", e.kubectl("", "get", "workloads", "-o", "jsonpath={range .items[*]}{.metadata.name} deletion={.metadata.deletionTimestamp} finalizers={.metadata.finalizers}{\"\\n\"}{end}"))
 	}
 }
+
+// An admitted job scaled down (np 2:4 admitted at 4 in a queue of 4,
+// scaled to 2) gives its quota to another job (B, 2 workers); scaled back
+// up to 4 it runs no more than the 2 Kueue still reserves for it.
+func TestAJobScaledDownAndUpKeepsToWhatKueueReserves(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t, kubeOptions{injected: true, kueue: true})
+	applyCRDs(t, e.c, e.dyn)
+	e.smallQueue(4)
+	e.kubectl(queuedJobYAML("job-a", "q", "", 2, 4, 0), "apply", "-f", "-")
+	e.jobStatus("job-a", "Running at 4", runningAt(4))
+	e.kubectl("", "scale", "elasticjob/job-a", "--replicas=2")
+	e.jobStatus("job-a", "Running at 2", runningAt(2))
+	e.kubectl(queuedJobYAML("job-b", "q", "", 2, 2, 0), "apply", "-f", "-")
+	e.jobStatus("job-b", "Running at 2", runningAt(2))
+	e.kubectl("", "scale", "elasticjob/job-a", "--replicas=4")
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if a, b := e.livePods("job-a"), e.livePods("job-b"); a+b > 4 || a > 2 {
+			e.stage("over quota")
+			t.Fatalf("job-a has %d pods and job-b %d: more than the queue's 4 CPUs\n%s", a, b, tail(e.bridge.out.String(), 4000))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// `coordinator serve` killed and started again while a queued job runs
+// admitted: the new leader's term stops nothing, though its view of the
+// Workloads starts empty.
+func TestALeaderRestartLeavesAnAdmittedJobRunning(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t, kubeOptions{injected: true, kueue: true})
+	applyCRDs(t, e.c, e.dyn)
+	e.smallQueue(2)
+	e.kubectl(queuedJobYAML("job-r", "q", "", 2, 2, 0), "apply", "-f", "-")
+	first := e.jobStatus("job-r", "Running at 2", runningAt(2))
+	args := e.bridge.cmd.Args[1:]
+	require.NoError(t, e.bridge.cmd.Process.Kill())
+	<-e.bridge.done
+	e.bridge = background(t, nil, args...)
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if s := e.resourceStatus("job-r"); s.Phase == jobv1.PhaseSuspended || s.Generation > first.Generation || e.livePods("job-r") < 2 {
+			e.stage("stopped")
+			t.Fatalf("the admitted job stopped after the restart: phase %s, generation %d (was %d), %d pods\n%s",
+				s.Phase, s.Generation, first.Generation, e.livePods("job-r"), tail(e.bridge.out.String(), 6000))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
