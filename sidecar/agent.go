@@ -343,7 +343,7 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 		if revoke {
 			a.markLeaving(context.WithoutCancel(ctx))
 		}
-		a.stopWorkload(context.WithoutCancel(ctx), grace)
+		a.stopWorkload(context.WithoutCancel(ctx), grace, false)
 		if revoke && a.cfg.BeforeLeave != nil {
 			a.cfg.BeforeLeave(context.WithoutCancel(ctx))
 		}
@@ -418,7 +418,7 @@ func (a *Agent) markLeaving(ctx context.Context) {
 // the plan is final.
 func (a *Agent) follow(ctx context.Context, p membership.Plan) (Result, bool) {
 	if p.Final() {
-		a.stopWorkload(ctx, a.cfg.StopGrace)
+		a.stopWorkload(ctx, a.cfg.StopGrace, p.Result != membership.JobSucceeded)
 		res := Result{Phase: p.Result, Message: p.Reason}
 		if p.Result != membership.JobSucceeded {
 			res.ExitCode = max(p.ExitCode, 1)
@@ -434,7 +434,7 @@ func (a *Agent) follow(ctx context.Context, p membership.Plan) (Result, bool) {
 		if p.Hang != nil {
 			a.stopHung(ctx)
 		} else {
-			a.stopWorkload(ctx, a.cfg.StopGrace)
+			a.stopWorkload(ctx, a.cfg.StopGrace, a.faultStopped(p))
 		}
 		// Said before the ack, which lets the next generation start:
 		// after what this generation's ranks printed, before the next's.
@@ -447,7 +447,7 @@ func (a *Agent) follow(ctx context.Context, p membership.Plan) (Result, bool) {
 		if !ok || m.Lease != int64(a.reg.Lease()) || a.startedGen >= p.Generation {
 			return Result{}, false // standby, a stale table, or already started
 		}
-		a.stopWorkload(ctx, a.cfg.StopGrace)
+		a.stopWorkload(ctx, a.cfg.StopGrace, a.faultStopped(p))
 		// A stop phase no node had to ack may have passed unseen.
 		a.noteFaultElsewhere(p)
 		a.startedGen, a.startedRanks, a.startedInterruptions, a.startedFirstRank = p.Generation, ranksOf(m), p.Interruptions, m.GlobalRank
@@ -523,12 +523,19 @@ func (a *Agent) noteFaultElsewhere(next membership.Plan) {
 		a.startedRanks, a.startedGen, next.Reason, these)
 }
 
+// faultStopped reports whether plan p, which stops the generation this
+// node runs, does so for a fault: one more interruption than when it
+// started.
+func (a *Agent) faultStopped(p membership.Plan) bool {
+	return a.startedGen != 0 && p.Interruptions > a.startedInterruptions
+}
+
 // stopHung stops a generation stopped because a rank hung: each rank's
 // stack goes to its log, and nothing waits for a grace period.
 func (a *Agent) stopHung(ctx context.Context) {
 	w, ok := a.cfg.Workload.(Watcher)
 	if !ok {
-		a.stopWorkload(ctx, 0)
+		a.stopWorkload(ctx, 0, true)
 		return
 	}
 	a.runningNow.Store(nil)
@@ -541,17 +548,21 @@ func (a *Agent) stopHung(ctx context.Context) {
 
 // stopWorkload stops the workload and returns when nothing of it is left,
 // even of processes whose leader already exited.
-func (a *Agent) stopWorkload(ctx context.Context, grace time.Duration) {
-	if grace <= 0 {
-		a.runningNow.Store(nil) // killed at once: nothing of the generation stores
+//
+// A graceful stop that no fault caused (a suspension, a change of
+// membership, the node leaving) lets the processes store until they are
+// gone: what they save as they stop, or a trainer's SIGTERM handler
+// storing the save it was sending, is the job's state. No later
+// generation can have stored meanwhile: none starts on this node before
+// the stop returns, nor on any other before this node acks the stop or is
+// fenced. After a fault (a member failed, was lost or hung) nothing they
+// save is stored: their state may have gone on without a rank that failed.
+func (a *Agent) stopWorkload(ctx context.Context, grace time.Duration, fault bool) {
+	if grace <= 0 || fault {
+		a.runningNow.Store(nil) // the generation is over: nothing of it stores
 	}
-	// Within a graceful stop the processes may still store what they
-	// saved last: a trainer's SIGTERM handler stores the save it was
-	// sending. No later generation can have stored meanwhile: none starts
-	// on this node before the stop returns, nor on any other before this
-	// node acks the stop or is fenced.
 	err := a.cfg.Workload.Stop(ctx, grace)
-	a.runningNow.Store(nil) // the generation is over: nothing of it stores
+	a.runningNow.Store(nil)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// The sidecar itself is told to stop meanwhile: what was left

@@ -238,22 +238,36 @@ func TestNamesFindsTheNodeAsAWord(t *testing.T) {
 	}
 }
 
-// A generation's processes may store while they stop gracefully (a
-// trainer's SIGTERM handler storing the save it was sending), and not
-// once they stopped.
-func TestAGenerationStoresUntilItsGracefulStopEnds(t *testing.T) {
-	f := newFixture(t)
-	lease := int64(f.node.Registration().Lease())
-	f.putPlan(membership.Plan{Generation: 1, Phase: membership.PhaseRun, Members: []membership.Member{f.member(lease)}, WorldSize: 1, Master: "127.0.0.1:20000"})
-	f.record("acked running 1", func(n membership.Node) bool { return n.State == membership.NodeRunning })
-	require.NoError(t, f.node.Fence(1))
+// A generation's processes may store while a stop no fault caused (a
+// suspension, a change of membership) lets them finish gracefully: what a
+// trainer saves as it stops, or the save its SIGTERM handler was sending,
+// is the job's state. After a fault nothing they save is stored, and
+// nothing once they stopped.
+func TestAGenerationStoresUntilAGracefulStopNoFaultCausedEnds(t *testing.T) {
+	for _, fault := range []bool{false, true} {
+		t.Run(map[bool]string{false: "a change of membership", true: "a fault"}[fault], func(t *testing.T) {
+			f := newFixture(t)
+			lease := int64(f.node.Registration().Lease())
+			f.putPlan(membership.Plan{Generation: 1, Phase: membership.PhaseRun, Members: []membership.Member{f.member(lease)}, WorldSize: 1, Master: "127.0.0.1:20000"})
+			f.record("acked running 1", func(n membership.Node) bool { return n.State == membership.NodeRunning })
+			require.NoError(t, f.node.Fence(1))
 
-	release := f.node.Workload.Hang() // the processes take their time to stop
-	t.Cleanup(release)
-	f.putPlan(membership.Plan{Generation: 2, Phase: membership.PhaseStop, Members: []membership.Member{f.member(lease)}})
-	time.Sleep(200 * time.Millisecond) // well into the stop
-	assert.NoError(t, f.node.Fence(1), "generation 1 stores while its processes stop")
-	release()
-	f.record("acked stopped 2", func(n membership.Node) bool { return n.State == membership.NodeStopped && n.Generation == 2 })
-	assert.ErrorIs(t, f.node.Fence(1), sidecar.ErrFenced, "and nothing once they stopped")
+			release := f.node.Workload.Hang() // the processes take their time to stop
+			t.Cleanup(release)
+			stop := membership.Plan{Generation: 2, Phase: membership.PhaseStop, Members: []membership.Member{f.member(lease)}}
+			if fault {
+				stop.Interruptions = 1
+			}
+			f.putPlan(stop)
+			time.Sleep(200 * time.Millisecond) // well into the stop
+			if fault {
+				assert.ErrorIs(t, f.node.Fence(1), sidecar.ErrFenced, "after a fault, nothing of generation 1 stores")
+			} else {
+				assert.NoError(t, f.node.Fence(1), "generation 1 stores while its processes stop")
+			}
+			release()
+			f.record("acked stopped 2", func(n membership.Node) bool { return n.State == membership.NodeStopped && n.Generation == 2 })
+			assert.ErrorIs(t, f.node.Fence(1), sidecar.ErrFenced, "and nothing once they stopped")
+		})
+	}
 }
