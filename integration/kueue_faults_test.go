@@ -240,3 +240,23 @@ func TestALeaderRestartLeavesAnAdmittedJobRunning(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// An autoscaled ElasticJob (minReplicas 1, maxReplicas 4, replicas 2) in
+// a queue of 4 CPUs under `serve --autoscale --kueue`: Kueue admits it at
+// its 2 replicas, and the autoscaler leaves it to Kueue, saying so, and
+// its replicas alone.
+func TestTheAutoscalerLeavesAQueuedJobToKueue(t *testing.T) {
+	t.Parallel()
+	e := newKubeEnv(t, kubeOptions{injected: true, kueue: true, autoscale: true,
+		bridgeArgs: []string{"--autoscale-cooldown", "10ms", "--autoscale-period", "1s"}})
+	applyCRDs(t, e.c, e.dyn)
+	e.smallQueue(4)
+	manifest := queuedJobYAML("job-auto", "q", "", 1, 2, 0)
+	manifest = strings.Replace(manifest, "    minReplicas: 1\n", "    minReplicas: 1\n    maxReplicas: 4\n", 1)
+	e.kubectl(manifest, "apply", "-f", "-")
+	e.jobStatus("job-auto", "Running at 2", runningAt(2))
+	require.Eventually(t, func() bool { return strings.Contains(e.bridge.out.String(), "job left to Kueue") }, 30*time.Second, 100*time.Millisecond,
+		"the autoscaler never said it leaves the job to Kueue")
+	assert.Equal(t, "2", strings.TrimSpace(e.kubectl("", "get", "elasticjob/job-auto", "-o", "jsonpath={.spec.worker.replicas}")))
+	assert.Equal(t, 2, e.livePods("job-auto"))
+}

@@ -273,10 +273,9 @@ func (t *term) workloadRequest(ctx context.Context, u *unstructured.Unstructured
 	for _, r := range j.Roles {
 		ps := admission.PodSet{Name: string(r.Name), Count: int32(r.Replicas), Template: r.Template}
 		if r.Name == membership.RoleWorker {
+			// An autoscaled job asks for its replicas (the target) at
+			// most: the autoscaler leaves it to Kueue.
 			np := j.Spec.Workers()
-			if j.Spec.Target != 0 {
-				np.Max = max(np.Max, j.Spec.Target)
-			}
 			ps.Count, ps.MinCount = int32(np.Max+j.Spec.Spares), int32(np.Min+j.Spec.Spares)
 		}
 		req.PodSets = append(req.PodSets, ps)
