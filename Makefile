@@ -44,7 +44,7 @@ $(BIN)/kwok:
 # go.mod pins, built with Kueue's own dependencies (its module has no
 # replace directives); the tests run it beside the control plane.
 KUEUE_VERSION := $(shell sed -n 's|^\s*sigs.k8s.io/kueue \(v[^ ]*\).*|\1|p' go.mod)
-kube-tools: $(BIN)/kueue $(BIN)/kueue-crds
+kube-tools: $(BIN)/kueue $(BIN)/kueue-crds $(BIN)/kueue-webhooks.yaml
 
 $(BIN)/kueue: go.mod
 	GOBIN=$(abspath $(BIN)) $(GO) install -ldflags "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$(KUEUE_VERSION)" sigs.k8s.io/kueue/cmd/kueue@$(KUEUE_VERSION)
@@ -53,6 +53,10 @@ $(BIN)/kueue-crds: go.mod
 	rm -rf $@ $@.tmp && mkdir -p $@.tmp
 	cp "$$($(GO) mod download -json sigs.k8s.io/kueue@$(KUEUE_VERSION) | sed -n 's|^\s*"Dir": "\(.*\)",$$|\1|p')"/config/components/crd/bases/*.yaml $@.tmp/
 	chmod -R u+w $@.tmp && mv $@.tmp $@
+
+$(BIN)/kueue-webhooks.yaml: go.mod
+	cp "$$($(GO) mod download -json sigs.k8s.io/kueue@$(KUEUE_VERSION) | sed -n 's|^\s*"Dir": "\(.*\)",$$|\1|p')"/config/components/webhook/manifests.yaml $@.tmp
+	chmod u+w $@.tmp && mv $@.tmp $@
 
 # Everything the tests run besides the project: the control plane, and
 # Prometheus's promtool (built from the prometheus module at a pinned

@@ -119,8 +119,8 @@ func TestAnAdmittedJobStaysKueuesWhenItsQueueLabelIsRemoved(t *testing.T) {
 }
 
 // `kubectl scale` down of an admitted job: np 2:4 admitted at 4, scaled
-// to 2, runs at 2, and its Workload asks for 2 worker pods, so that Kueue
-// gives the rest of the quota back.
+// to 2, runs at 2, and its Workload gives back 2 worker pods
+// (reclaimablePods), so that Kueue frees their quota.
 func TestAnAdmittedJobScaledDownRunsSmallerAndGivesQuotaBack(t *testing.T) {
 	t.Parallel()
 	e := newKubeEnv(t, kubeOptions{injected: true, kueue: true})
@@ -140,8 +140,8 @@ func TestAnAdmittedJobScaledDownRunsSmallerAndGivesQuotaBack(t *testing.T) {
 		e.stage("after kubectl scale --replicas=2")
 	}
 	require.Eventually(t, func() bool {
-		return e.kubectl("", "get", "workloads", "-l", jobv1.LabelJob+"=job-s", "-o", "jsonpath={.items[0].spec.podSets[0].count}") == "2"
-	}, 30*time.Second, 100*time.Millisecond, "the Workload still asks for 4 worker pods")
+		return e.kubectl("", "get", "workloads", "-l", jobv1.LabelJob+"=job-s", "-o", "jsonpath={.items[0].status.reclaimablePods[0].count}") == "2"
+	}, 30*time.Second, 100*time.Millisecond, "the Workload never gave back 2 worker pods")
 	require.Eventually(t, func() bool {
 		return e.kubectl("", "get", "clusterqueue", "small-"+e.ns, "-o", "jsonpath={.status.flavorsReservation[0].resources[0].total}") == "2"
 	}, 30*time.Second, 100*time.Millisecond, "Kueue still reserves 4 CPUs for the job: %s",

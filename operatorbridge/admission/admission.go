@@ -237,10 +237,13 @@ func assigned(wl *kueue.Workload) State {
 			count = *a.Count
 		}
 		for _, ps := range wl.Spec.PodSets {
-			if ps.Name == a.Name && (count < 0 || ps.Count < count) {
-				// A nil count is the pod set's; one lowered in place
-				// since (a scale-down) bounds what was admitted.
-				count = ps.Count
+			if ps.Name == a.Name && count < 0 {
+				count = ps.Count // a nil count is the pod set's
+			}
+		}
+		for _, rp := range wl.Status.ReclaimablePods {
+			if rp.Name == a.Name {
+				count -= rp.Count // given back since (a scale-down)
 			}
 		}
 		s.Counts[name] = max(count, 0)
@@ -286,6 +289,43 @@ func Release(wl *kueue.Workload, now time.Time) {
 	set(kueue.WorkloadQuotaReserved, metav1.ConditionFalse, ReasonPending, "the job stopped: "+message)
 	set(kueue.WorkloadAdmitted, metav1.ConditionFalse, kueue.WorkloadAdmittedReasonNoReservation, "the job stopped and released its quota")
 	wl.Status.Admission = nil
+}
+
+// Reclaim gives back the quota of the pods of pod set name beyond keep,
+// of an admitted Workload: its status's reclaimablePods, which Kueue
+// takes off the Workload's usage (only ever more: Kueue refuses fewer
+// while the quota is held). It reports whether that changed anything.
+func Reclaim(wl *kueue.Workload, name string, keep int32) bool {
+	if wl.Status.Admission == nil {
+		return false
+	}
+	var admitted int32 = -1
+	for _, a := range wl.Status.Admission.PodSetAssignments {
+		if string(a.Name) == name && a.Count != nil {
+			admitted = *a.Count
+		}
+	}
+	for _, ps := range wl.Spec.PodSets {
+		if string(ps.Name) == name && admitted < 0 {
+			admitted = ps.Count
+		}
+	}
+	reclaim := admitted - keep
+	for i, rp := range wl.Status.ReclaimablePods {
+		if string(rp.Name) != name {
+			continue
+		}
+		if reclaim <= rp.Count {
+			return false
+		}
+		wl.Status.ReclaimablePods[i].Count = reclaim
+		return true
+	}
+	if reclaim <= 0 {
+		return false
+	}
+	wl.Status.ReclaimablePods = append(wl.Status.ReclaimablePods, kueue.ReclaimablePod{Name: kueue.PodSetReference(name), Count: reclaim})
+	return true
 }
 
 // Finish marks a Workload finished: its job ended.

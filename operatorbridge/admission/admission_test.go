@@ -153,3 +153,19 @@ func TestRoomIsWholePodsOfTheQuotaLeft(t *testing.T) {
 	assert.Zero(t, n)
 	assert.Equal(t, "1 Workloads wait in ClusterQueue training", why)
 }
+
+// A scale-down gives back the quota of the pods beyond what the job keeps,
+// only ever more of it, and the state counts what is left.
+func TestReclaimGivesBackThePodsBeyondWhatTheJobKeeps(t *testing.T) {
+	wl := request().Workload()
+	assert.False(t, Reclaim(wl, "worker", 2), "nothing to give back before an admission")
+	wl.Status.Admission = &kueue.Admission{ClusterQueue: "training", PodSetAssignments: []kueue.PodSetAssignment{{Name: "worker", Count: ptr[int32](4)}, {Name: "ps"}}}
+	wl.Status.Conditions = []metav1.Condition{condition(kueue.WorkloadQuotaReserved, metav1.ConditionTrue, "QuotaReserved"),
+		condition(kueue.WorkloadAdmitted, metav1.ConditionTrue, "Admitted")}
+	require.True(t, Reclaim(wl, "worker", 3))
+	assert.Equal(t, []kueue.ReclaimablePod{{Name: "worker", Count: 1}}, wl.Status.ReclaimablePods)
+	require.True(t, Reclaim(wl, "worker", 2))
+	assert.Equal(t, []kueue.ReclaimablePod{{Name: "worker", Count: 2}}, wl.Status.ReclaimablePods)
+	assert.False(t, Reclaim(wl, "worker", 3), "Kueue refuses fewer: the job grows back by a slice")
+	assert.Equal(t, int32(2), Read(wl).Counts["worker"])
+}

@@ -43,10 +43,10 @@ func (t *term) grow(ctx context.Context, u *unstructured.Unstructured, req admis
 		}
 	}
 	have := st.Counts[string(membership.RoleWorker)]
-	if have >= want {
-		if workerCount(current) > want {
-			return t.shrink(ctx, u, current, want, v)
-		}
+	if have > want {
+		return t.shrink(ctx, u, current, want, v)
+	}
+	if have == want {
 		return nil
 	}
 	if growth != nil {
@@ -131,31 +131,20 @@ func workerCount(wl *kueue.Workload) int32 {
 	return 0
 }
 
-// shrink gives back the quota of workers an admitted job no longer asks
-// for: its Workload's worker count lowered in place, as Kueue's own
-// elastic Jobs scale down (pkg/workloadslicing.EnsureWorkloadSlices). A
-// Kueue that refuses it keeps the quota until the job is evicted or ends,
-// which the job's status says.
+// shrink gives back the quota of the worker pods an admitted job no
+// longer asks for, as Kueue's batch Job gives back that of its finished
+// pods: the Workload's reclaimablePods. Kueue refuses a smaller count on a
+// Workload that holds quota, so the job asks again, by a slice, to grow
+// back.
 func (t *term) shrink(ctx context.Context, u *unstructured.Unstructured, current *kueue.Workload, want int32, v *queueView) error {
 	next := current.DeepCopy()
-	for i := range next.Spec.PodSets {
-		ps := &next.Spec.PodSets[i]
-		if string(ps.Name) != string(membership.RoleWorker) {
-			continue
-		}
-		ps.Count = want
-		if ps.MinCount != nil && *ps.MinCount >= want {
-			ps.MinCount = nil
-		}
-	}
-	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(next)
-	if err != nil {
-		return err
-	}
-	if _, err := t.cfg.Dynamic.Resource(admission.Workloads).Namespace(current.Namespace).Update(ctx, &unstructured.Unstructured{Object: raw}, metav1.UpdateOptions{}); err != nil {
-		v.problem = fmt.Sprintf("Workload %s keeps the quota of %d worker pods, more than the job's %d: %v", current.Name, workerCount(current), want, err)
+	if !admission.Reclaim(next, string(membership.RoleWorker), want) {
 		return nil
 	}
-	t.Recorder.Eventf(u, corev1.EventTypeNormal, "Shrinking", "Workload %s: %d worker pods → %d: the job no longer asks for more", current.Name, workerCount(current), want)
+	if err := t.updateWorkloadStatus(ctx, next); err != nil {
+		v.problem = fmt.Sprintf("Workload %s keeps the quota of more worker pods than the job's %d: %v", current.Name, want, err)
+		return nil
+	}
+	t.Recorder.Eventf(u, corev1.EventTypeNormal, "Shrinking", "Workload %s: the quota of worker pods beyond %d given back: the job no longer asks for them", current.Name, want)
 	return nil
 }

@@ -1,9 +1,12 @@
 package kubetest
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -41,8 +44,10 @@ const kueueMetricsCerts = "/etc/kueue/metrics/certs"
 // pinned source) against the cluster, once: its CRDs (bin/kueue-crds),
 // the namespace kueue-system, and the manager as a plain process with
 // the coordinator's kinds as external frameworks, its certificates
-// self-signed. Its webhooks are served but not registered: the API
-// server checks Kueue's objects against the CRDs' schemas and rules.
+// self-signed. Its webhooks for Kueue's own objects (Workloads,
+// ClusterQueues, ResourceFlavors, Cohorts) are registered with the API
+// server at the manager's address, as its manifests register them: the
+// Workloads the coordinator writes are checked as a cluster checks them.
 func (c *Cluster) StartKueue(ctx context.Context) error {
 	c.kueueOnce.Do(func() { c.kueueErr = c.startKueue(ctx) })
 	return c.kueueErr
@@ -51,7 +56,8 @@ func (c *Cluster) StartKueue(ctx context.Context) error {
 func (c *Cluster) startKueue(ctx context.Context) error {
 	bin := BinDir()
 	crdDir := filepath.Join(bin, "kueue-crds")
-	for _, p := range []string{filepath.Join(bin, "kueue"), crdDir} {
+	webhooks := filepath.Join(bin, "kueue-webhooks.yaml")
+	for _, p := range []string{filepath.Join(bin, "kueue"), crdDir, webhooks} {
 		if _, err := os.Stat(p); err != nil {
 			return fmt.Errorf("%w (%s)", ErrNoKueue, p)
 		}
@@ -69,10 +75,11 @@ func (c *Cluster) startKueue(ctx context.Context) error {
 	}
 	dir := filepath.Join(c.dir, "kueue")
 	certDir := filepath.Join(dir, "certs")
-	if err := writeServingPair(certDir, false); err != nil {
+	ca, err := writeServingPair(certDir, false)
+	if err != nil {
 		return err
 	}
-	if err := writeServingPair(kueueMetricsCerts, true); err != nil {
+	if _, err := writeServingPair(kueueMetricsCerts, true); err != nil {
 		return fmt.Errorf("kueue's metrics certificate at %s (its manager reads it there): %w", kueueMetricsCerts, err)
 	}
 	webhookPort, err := embedetcd.FreePort("127.0.0.1")
@@ -97,7 +104,7 @@ func (c *Cluster) startKueue(ctx context.Context) error {
 		if resp, err := http.Get(health); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return nil
+				return registerWebhooks(ctx, dyn, webhooks, "https://"+net.JoinHostPort("127.0.0.1", strconv.Itoa(webhookPort)), ca)
 			}
 		}
 		select {
@@ -138,34 +145,83 @@ integrations:
 `, healthPort, webhookPort, certDir, strings.Join(KueueFrameworks, ", "))
 }
 
-// writeServingPair writes a self-signed serving certificate for 127.0.0.1
-// as tls.crt and tls.key in dir; keep leaves a pair already there.
-func writeServingPair(dir string, keep bool) error {
+// writeServingPair writes a serving certificate for 127.0.0.1 as tls.crt
+// and tls.key in dir, and returns its CA's certificate; keep leaves a pair
+// already there.
+func writeServingPair(dir string, keep bool) ([]byte, error) {
 	if _, err := os.Stat(filepath.Join(dir, "tls.key")); err == nil && keep {
-		return nil
+		return nil, nil
 	}
 	ca, err := pki.NewCA("kubetest-kueue", 24*time.Hour)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	pair, err := ca.Issue(pki.Request{CommonName: "kueue", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"}, Server: true}, 24*time.Hour)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
+		return nil, err
 	}
 	// Whole files only: a manager starting beside this one reads them.
 	for name, data := range map[string][]byte{"tls.crt": append(pair.CertPEM, ca.CertPEM...), "tls.key": pair.KeyPEM} {
 		tmp := filepath.Join(dir, "."+name+".tmp")
 		if err := os.WriteFile(tmp, data, 0o600); err != nil {
-			return err
+			return nil, err
 		}
 		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return ca.CertPEM, nil
+}
+
+// registerWebhooks registers, from Kueue's webhook manifests (file), the
+// webhooks of Kueue's own objects, at the manager's address base with
+// the CA that signed its certificate. The other webhooks (pods,
+// StatefulSets, the frameworks' jobs) are left out: Kueue's integrations
+// of those kinds are not this cluster's.
+func registerWebhooks(ctx context.Context, dyn dynamic.Interface, file, base string, ca []byte) error {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 1<<20)
+	for {
+		var obj unstructured.Unstructured
+		if err := dec.Decode(&obj.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("%s: %w", file, err)
+		}
+		if len(obj.Object) == 0 {
+			continue
+		}
+		hooks, _, _ := unstructured.NestedSlice(obj.Object, "webhooks")
+		var kept []any
+		for _, h := range hooks {
+			m, ok := h.(map[string]any)
+			if !ok {
+				continue
+			}
+			path, _, _ := unstructured.NestedString(m, "clientConfig", "service", "path")
+			if !strings.Contains(path, "-kueue-x-k8s-io-") {
+				continue
+			}
+			m["clientConfig"] = map[string]any{"url": base + path, "caBundle": base64.StdEncoding.EncodeToString(ca)}
+			kept = append(kept, m)
+		}
+		if err := unstructured.SetNestedSlice(obj.Object, kept, "webhooks"); err != nil {
+			return err
+		}
+		obj.SetName("kueue-" + obj.GetName())
+		gvr := schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1",
+			Resource: strings.ToLower(obj.GetKind()) + "s"}
+		if _, err := dyn.Resource(gvr).Create(ctx, &obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("register Kueue's %s: %w", obj.GetKind(), err)
+		}
+	}
 }
 
 // createCRDs creates every CRD of the YAML files in dir and waits until
