@@ -42,6 +42,12 @@ func applyCRDs(t *testing.T, c *kubetest.Cluster, dyn dynamic.Interface) {
 
 // elasticJobYAML is an ElasticJob of the toy trainer.
 func elasticJobYAML(name string, workers int, extra string) string {
+	return elasticJobRunning(name, workers, extra, filepath.Join(repoRoot, "testdata", "toytrainer.sh"))
+}
+
+// elasticJobRunning is an ElasticJob of workers workers whose trainer runs
+// command (YAML flow items), with extra spec fields.
+func elasticJobRunning(name string, workers int, extra, command string) string {
 	return fmt.Sprintf(`
 apiVersion: elastictraining.io/v1
 kind: ElasticJob
@@ -57,7 +63,7 @@ spec:
           - name: trainer
             image: trainer:v1
             command: [%s]
-`, name, extra, workers, filepath.Join(repoRoot, "testdata", "toytrainer.sh"))
+`, name, extra, workers, command)
 }
 
 // createJob creates a resource from YAML in the test's namespace and

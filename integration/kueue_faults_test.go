@@ -14,12 +14,22 @@ import (
 	"github.com/elastictraining/coordinator/operatorbridge/admission"
 )
 
-// smallQueue makes a ResourceFlavor, a ClusterQueue of cpus CPUs and a
-// LocalQueue "q" in the test's namespace, and WorkloadPriorityClass
-// "small-low".
-func (e *kubeEnv) smallQueue(cpus int) {
+// newQueueEnv is a test's namespace with Kueue and the job CRDs, and
+// there a LocalQueue "q" of a ClusterQueue of cpus CPUs.
+func newQueueEnv(t *testing.T, cpus int, o kubeOptions) *kubeEnv {
+	t.Helper()
+	o.injected, o.kueue = true, true
+	e := newKubeEnv(t, o)
+	applyCRDs(t, e.c, e.dyn)
+	e.queue("q", cpus)
+	return e
+}
+
+// queue makes a ResourceFlavor and a ClusterQueue of cpus CPUs, both
+// named NAME-NAMESPACE (they are the cluster's), and the LocalQueue name
+// of the test's namespace in it.
+func (e *kubeEnv) queue(name string, cpus int) {
 	e.t.Helper()
-	cq := "small-" + e.ns
 	e.apply(fmt.Sprintf(`
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: ResourceFlavor
@@ -32,21 +42,16 @@ spec:
   namespaceSelector: {}
   resourceGroups:
     - coveredResources: [cpu]
-      flavors: [{name: %[1]s, resources: [{name: cpu, nominalQuota: %[3]d}]}]
+      flavors: [{name: %[1]s, resources: [{name: cpu, nominalQuota: %[4]d}]}]
 ---
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: LocalQueue
-metadata: {name: q, namespace: %[2]s}
+metadata: {name: %[2]s, namespace: %[3]s}
 spec: {clusterQueue: %[1]s}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: WorkloadPriorityClass
-metadata: {name: small-low}
-value: 10
-`, cq, e.ns, cpus), "")
+`, name+"-"+e.ns, name, e.ns, cpus), "")
 }
 
-// runningPods counts a job's pods that are not being deleted.
+// livePods counts a job's pods that are not being deleted.
 func (e *kubeEnv) livePods(job string) int {
 	pods, err := e.c.Client.CoreV1().Pods(e.ns).List(e.t.Context(), metav1.ListOptions{LabelSelector: jobv1.LabelJob + "=" + job})
 	require.NoError(e.t, err)
@@ -86,9 +91,8 @@ func tail(s string, n int) string {
 // more than 2 pods. Nothing is written while Kueue cannot be read.
 func TestAQueuedJobKeepsToItsAdmissionWhileKueueCannotBeRead(t *testing.T) {
 	t.Parallel()
-	e := newKubeEnv(t, kubeOptions{injected: true, kueue: true})
-	applyCRDs(t, e.c, e.dyn)
-	e.smallQueue(2)
+	e := newQueueEnv(t, 2, kubeOptions{})
+	e.apply("apiVersion: kueue.x-k8s.io/v1beta2\nkind: WorkloadPriorityClass\nmetadata: {name: small-low}\nvalue: 10\n", "")
 	e.kubectl(queuedJobYAML("job-x", "q", "small-low", 1, 4, 0), "apply", "-f", "-")
 	e.jobStatus("job-x", "Running at 2, admitted", func(s jobv1.ElasticJobStatus) bool {
 		c := admittedCondition(s)
@@ -105,9 +109,7 @@ func TestAQueuedJobKeepsToItsAdmissionWhileKueueCannotBeRead(t *testing.T) {
 // and its status says why.
 func TestAnAdmittedJobStaysKueuesWhenItsQueueLabelIsRemoved(t *testing.T) {
 	t.Parallel()
-	e := newKubeEnv(t, kubeOptions{injected: true, kueue: true})
-	applyCRDs(t, e.c, e.dyn)
-	e.smallQueue(2)
+	e := newQueueEnv(t, 2, kubeOptions{})
 	e.kubectl(queuedJobYAML("job-l", "q", "", 1, 4, 0), "apply", "-f", "-")
 	e.jobStatus("job-l", "Running at 2, admitted", func(s jobv1.ElasticJobStatus) bool {
 		c := admittedCondition(s)
@@ -123,9 +125,7 @@ func TestAnAdmittedJobStaysKueuesWhenItsQueueLabelIsRemoved(t *testing.T) {
 // (reclaimablePods), so that Kueue frees their quota.
 func TestAnAdmittedJobScaledDownRunsSmallerAndGivesQuotaBack(t *testing.T) {
 	t.Parallel()
-	e := newKubeEnv(t, kubeOptions{injected: true, kueue: true})
-	applyCRDs(t, e.c, e.dyn)
-	e.smallQueue(4)
+	e := newQueueEnv(t, 4, kubeOptions{})
 	e.kubectl(queuedJobYAML("job-s", "q", "", 2, 4, 0), "apply", "-f", "-")
 	e.jobStatus("job-s", "Running at 4, admitted", runningAt(4))
 	e.kubectl("", "scale", "elasticjob/job-s", "--replicas=2")
@@ -143,9 +143,9 @@ func TestAnAdmittedJobScaledDownRunsSmallerAndGivesQuotaBack(t *testing.T) {
 		return e.kubectl("", "get", "workloads", "-l", jobv1.LabelJob+"=job-s", "-o", "jsonpath={.items[0].status.reclaimablePods[0].count}") == "2"
 	}, 30*time.Second, 100*time.Millisecond, "the Workload never gave back 2 worker pods")
 	require.Eventually(t, func() bool {
-		return e.kubectl("", "get", "clusterqueue", "small-"+e.ns, "-o", "jsonpath={.status.flavorsReservation[0].resources[0].total}") == "2"
+		return e.kubectl("", "get", "clusterqueue", "q-"+e.ns, "-o", "jsonpath={.status.flavorsReservation[0].resources[0].total}") == "2"
 	}, 30*time.Second, 100*time.Millisecond, "Kueue still reserves 4 CPUs for the job: %s",
-		e.kubectl("", "get", "clusterqueue", "small-"+e.ns, "-o", "jsonpath={.status.flavorsReservation}"))
+		e.kubectl("", "get", "clusterqueue", "q-"+e.ns, "-o", "jsonpath={.status.flavorsReservation}"))
 }
 
 // `kubectl delete workload` of an admitted job: the job stops, the
@@ -153,9 +153,7 @@ func TestAnAdmittedJobScaledDownRunsSmallerAndGivesQuotaBack(t *testing.T) {
 // new Workload is admitted: the job runs again.
 func TestAJobWhoseWorkloadIsDeletedStopsAndIsAdmittedAgain(t *testing.T) {
 	t.Parallel()
-	e := newKubeEnv(t, kubeOptions{injected: true, kueue: true})
-	applyCRDs(t, e.c, e.dyn)
-	e.smallQueue(2)
+	e := newQueueEnv(t, 2, kubeOptions{})
 	e.kubectl(queuedJobYAML("job-w", "q", "", 2, 2, 0), "apply", "-f", "-")
 	first := e.jobStatus("job-w", "Running at 2", runningAt(2))
 	name := strings.TrimSpace(e.kubectl("", "get", "workloads", "-l", jobv1.LabelJob+"=job-w", "-o", "jsonpath={.items[0].metadata.name}"))
@@ -176,9 +174,7 @@ func TestAJobWhoseWorkloadIsDeletedStopsAndIsAdmittedAgain(t *testing.T) {
 // loses its finalizer and goes.
 func TestAQueuedJobDeletedInTheForegroundGoes(t *testing.T) {
 	t.Parallel()
-	e := newKubeEnv(t, kubeOptions{injected: true, kueue: true})
-	applyCRDs(t, e.c, e.dyn)
-	e.smallQueue(2)
+	e := newQueueEnv(t, 2, kubeOptions{})
 	e.kubectl(queuedJobYAML("job-f", "q", "", 2, 2, 0), "apply", "-f", "-")
 	e.jobStatus("job-f", "Running at 2", runningAt(2))
 	e.kubectl("", "delete", "elasticjob/job-f", "--cascade=foreground", "--wait=false")
@@ -196,9 +192,7 @@ func TestAQueuedJobDeletedInTheForegroundGoes(t *testing.T) {
 // up to 4 it runs no more than the 2 Kueue still reserves for it.
 func TestAJobScaledDownAndUpKeepsToWhatKueueReserves(t *testing.T) {
 	t.Parallel()
-	e := newKubeEnv(t, kubeOptions{injected: true, kueue: true})
-	applyCRDs(t, e.c, e.dyn)
-	e.smallQueue(4)
+	e := newQueueEnv(t, 4, kubeOptions{})
 	e.kubectl(queuedJobYAML("job-a", "q", "", 2, 4, 0), "apply", "-f", "-")
 	e.jobStatus("job-a", "Running at 4", runningAt(4))
 	e.kubectl("", "scale", "elasticjob/job-a", "--replicas=2")
@@ -221,9 +215,7 @@ func TestAJobScaledDownAndUpKeepsToWhatKueueReserves(t *testing.T) {
 // Workloads starts empty.
 func TestALeaderRestartLeavesAnAdmittedJobRunning(t *testing.T) {
 	t.Parallel()
-	e := newKubeEnv(t, kubeOptions{injected: true, kueue: true})
-	applyCRDs(t, e.c, e.dyn)
-	e.smallQueue(2)
+	e := newQueueEnv(t, 2, kubeOptions{})
 	e.kubectl(queuedJobYAML("job-r", "q", "", 2, 2, 0), "apply", "-f", "-")
 	first := e.jobStatus("job-r", "Running at 2", runningAt(2))
 	args := e.bridge.cmd.Args[1:]
@@ -247,10 +239,7 @@ func TestALeaderRestartLeavesAnAdmittedJobRunning(t *testing.T) {
 // its replicas alone.
 func TestTheAutoscalerLeavesAQueuedJobToKueue(t *testing.T) {
 	t.Parallel()
-	e := newKubeEnv(t, kubeOptions{injected: true, kueue: true, autoscale: true,
-		bridgeArgs: []string{"--autoscale-cooldown", "10ms", "--autoscale-period", "1s"}})
-	applyCRDs(t, e.c, e.dyn)
-	e.smallQueue(4)
+	e := newQueueEnv(t, 4, kubeOptions{autoscale: true, bridgeArgs: []string{"--autoscale-cooldown", "10ms", "--autoscale-period", "1s"}})
 	manifest := queuedJobYAML("job-auto", "q", "", 1, 2, 0)
 	manifest = strings.Replace(manifest, "    minReplicas: 1\n", "    minReplicas: 1\n    maxReplicas: 4\n", 1)
 	e.kubectl(manifest, "apply", "-f", "-")

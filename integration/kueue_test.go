@@ -177,26 +177,7 @@ func TestAJobAdmittedBelowItsMaximumGrowsWithinItsQueue(t *testing.T) {
 	t.Parallel()
 	e := newKubeEnv(t, kubeOptions{injected: true, kueue: true})
 	applyCRDs(t, e.c, e.dyn)
-	cq := "grow-" + e.ns
-	e.apply(fmt.Sprintf(`
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ResourceFlavor
-metadata: {name: %[1]s}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: %[1]s}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-    - coveredResources: [cpu]
-      flavors: [{name: %[1]s, resources: [{name: cpu, nominalQuota: 4}]}]
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {name: grow, namespace: %[2]s}
-spec: {clusterQueue: %[1]s}
-`, cq, e.ns), "")
+	e.queue("grow", 4)
 
 	e.kubectl(queuedJobYAML("job-f", "grow", "", 2, 2, 120), "apply", "-f", "-")
 	e.jobStatus("job-f", "Running at 2", runningAt(2))
@@ -229,26 +210,7 @@ func TestQueuedPaddleJobAndMSJobRunAsAdmitted(t *testing.T) {
 	t.Parallel()
 	e := newKubeEnv(t, kubeOptions{injected: true, kueue: true, toyEnv: []string{"TOY_STEPS=100000", "TOY_INTERVAL=0.05"}})
 	applyCRDs(t, e.c, e.dyn)
-	cq := "kinds-" + e.ns
-	e.apply(fmt.Sprintf(`
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ResourceFlavor
-metadata: {name: %[1]s}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: %[1]s}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-    - coveredResources: [cpu]
-      flavors: [{name: %[1]s, resources: [{name: cpu, nominalQuota: 2}]}]
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {name: kinds, namespace: %[2]s}
-spec: {clusterQueue: %[1]s}
-`, cq, e.ns), "")
+	e.queue("kinds", 2)
 	e.kubectl(`
 apiVersion: batch.paddlepaddle.org/v1
 kind: PaddleJob

@@ -23,22 +23,7 @@ import (
 // saveTrainerYAML is an ElasticJob of testdata/savetrainer.py, whose ranks
 // keep their step with elastic.save alone.
 func saveTrainerYAML(name string, workers int, extra string) string {
-	return fmt.Sprintf(`
-apiVersion: elastictraining.io/v1
-kind: ElasticJob
-metadata:
-  name: %s
-spec:
-  %s
-  worker:
-    replicas: %d
-    template:
-      spec:
-        containers:
-          - name: trainer
-            image: trainer:v1
-            command: [/usr/bin/python3, %s]
-`, name, extra, workers, filepath.Join(repoRoot, "testdata", "savetrainer.py"))
+	return elasticJobRunning(name, workers, extra, "/usr/bin/python3, "+filepath.Join(repoRoot, "testdata", "savetrainer.py"))
 }
 
 // savedSteps are the steps each rank of a save-trainer job last saved, by

@@ -39,37 +39,15 @@ type elasticJobRows struct {
 // kubelet would run it.
 func measureElasticJobs(ctx context.Context, c *kubetest.Cluster, binary, dir string, workers, runs int) (elasticJobRows, error) {
 	var out elasticJobRows
-	dyn, err := dynamic.NewForConfig(c.Config)
-	if err != nil {
-		return out, err
-	}
-	if err := kubetest.ApplyElasticJobCRD(ctx, dyn); err != nil {
-		return out, err
-	}
-	etcd, err := embedetcd.Start(ctx, embedetcd.Config{DataDir: filepath.Join(dir, "etcd"), LogFile: filepath.Join(dir, "etcd.log")})
-	if err != nil {
-		return out, err
-	}
-	defer etcd.Close()
 	ns := "bench-elasticjob"
-	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		return out, err
-	}
-	serve := exec.Command(binary, "serve", "--etcd-endpoints", etcd.ClientURL(), "--listen-metrics", "127.0.0.1:0",
-		"--kubernetes", "--kubeconfig", c.Kubeconfig, "--namespace", ns, "--log-level", logLevel(), "--sidecar-image", "bench")
-	serve.Stdout, serve.Stderr = os.Stderr, os.Stderr
-	if err := serve.Start(); err != nil {
-		return out, err
-	}
-	defer stop(serve)
 	starts := filepath.Join(dir, "starts")
-	runner, err := kubetest.StartPodRunner(c.Client, ns, jobv1.LabelJob, func(pod *corev1.Pod) (kubetest.Container, error) {
+	dyn, done, err := startServe(ctx, c, binary, dir, ns, nil, func(pod *corev1.Pod) (kubetest.Container, error) {
 		return runInjected(binary, pod, starts)
-	}, func(err error) { fmt.Fprintln(os.Stderr, err) })
+	})
 	if err != nil {
 		return out, err
 	}
-	defer runner.Stop()
+	defer done()
 
 	jobs := dyn.Resource(jobv1.GroupVersionResource).Namespace(ns)
 	for i := range runs {
@@ -137,6 +115,51 @@ func measureElasticJobs(ctx context.Context, c *kubetest.Cluster, binary, dir st
 		}
 	}
 	return out, nil
+}
+
+// startServe runs, in a new namespace ns, the real controller (`coordinator
+// serve --kubernetes`, with flags) on an etcd of its own, and for every pod
+// the runner run, as the kubelet would run it. done stops them all.
+func startServe(ctx context.Context, c *kubetest.Cluster, binary, dir, ns string, flags []string,
+	run func(*corev1.Pod) (kubetest.Container, error)) (dyn dynamic.Interface, done func(), err error) {
+	var stops []func()
+	done = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			done()
+		}
+	}()
+	if dyn, err = dynamic.NewForConfig(c.Config); err != nil {
+		return nil, nil, err
+	}
+	if err := kubetest.ApplyElasticJobCRD(ctx, dyn); err != nil {
+		return nil, nil, err
+	}
+	etcd, err := embedetcd.Start(ctx, embedetcd.Config{DataDir: filepath.Join(dir, "etcd"), LogFile: filepath.Join(dir, "etcd.log")})
+	if err != nil {
+		return nil, nil, err
+	}
+	stops = append(stops, func() { etcd.Close() })
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return nil, nil, err
+	}
+	serve := exec.Command(binary, append([]string{"serve", "--etcd-endpoints", etcd.ClientURL(), "--listen-metrics", "127.0.0.1:0",
+		"--kubernetes", "--kubeconfig", c.Kubeconfig, "--namespace", ns, "--log-level", logLevel(), "--sidecar-image", "bench"}, flags...)...)
+	serve.Stdout, serve.Stderr = os.Stderr, os.Stderr
+	if err := serve.Start(); err != nil {
+		return nil, nil, err
+	}
+	stops = append(stops, func() { stop(serve) })
+	runner, err := kubetest.StartPodRunner(c.Client, ns, jobv1.LabelJob, run, func(err error) { fmt.Fprintln(os.Stderr, err) })
+	if err != nil {
+		return nil, nil, err
+	}
+	stops = append(stops, runner.Stop)
+	return dyn, done, nil
 }
 
 // runInjected runs the command the controller injected into the pod's

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -20,7 +19,6 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
-	"github.com/elastictraining/coordinator/internal/embedetcd"
 	"github.com/elastictraining/coordinator/internal/testkit/kubetest"
 	"github.com/elastictraining/coordinator/memckpt"
 	"github.com/elastictraining/coordinator/operatorbridge/admission"
@@ -42,25 +40,18 @@ type kueueRows struct {
 // higher priority, which preempts A whole.
 func measureKueue(ctx context.Context, c *kubetest.Cluster, binary, dir string, workers, runs int) (kueueRows, error) {
 	var out kueueRows
-	dyn, err := dynamic.NewForConfig(c.Config)
-	if err != nil {
-		return out, err
-	}
-	if err := kubetest.ApplyElasticJobCRD(ctx, dyn); err != nil {
-		return out, err
-	}
 	if err := c.StartKueue(ctx); err != nil {
 		return out, err
 	}
-	etcd, err := embedetcd.Start(ctx, embedetcd.Config{DataDir: filepath.Join(dir, "etcd"), LogFile: filepath.Join(dir, "etcd.log")})
+	ns := "bench-kueue"
+	saves := filepath.Join(dir, "saves")
+	dyn, done, err := startServe(ctx, c, binary, dir, ns, []string{"--kueue"}, func(pod *corev1.Pod) (kubetest.Container, error) {
+		return runSaveTrainer(binary, pod, saves)
+	})
 	if err != nil {
 		return out, err
 	}
-	defer etcd.Close()
-	ns := "bench-kueue"
-	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		return out, err
-	}
+	defer done()
 	queues := fmt.Sprintf(`
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: ResourceFlavor
@@ -94,22 +85,6 @@ value: 1000
 	if _, errOut, err := c.Kubectl(ctx, dir, queues, "apply", "-f", "-"); err != nil {
 		return out, fmt.Errorf("apply the queues: %v: %s", err, errOut)
 	}
-	serve := exec.Command(binary, "serve", "--etcd-endpoints", etcd.ClientURL(), "--listen-metrics", "127.0.0.1:0",
-		"--kubernetes", "--kueue", "--kubeconfig", c.Kubeconfig, "--namespace", ns, "--log-level", logLevel(), "--sidecar-image", "bench")
-	serve.Stdout, serve.Stderr = os.Stderr, os.Stderr
-	if err := serve.Start(); err != nil {
-		return out, err
-	}
-	defer stop(serve)
-	saves := filepath.Join(dir, "saves")
-	runner, err := kubetest.StartPodRunner(c.Client, ns, jobv1.LabelJob, func(pod *corev1.Pod) (kubetest.Container, error) {
-		return runSaveTrainer(binary, pod, saves)
-	}, func(err error) { fmt.Fprintln(os.Stderr, err) })
-	if err != nil {
-		return out, err
-	}
-	defer runner.Stop()
-
 	jobs := dyn.Resource(jobv1.GroupVersionResource).Namespace(ns)
 	workloads := dyn.Resource(admission.Workloads).Namespace(ns)
 	for i := range runs {
