@@ -68,46 +68,46 @@ func main() {
 	if *ejRuns > 0 {
 		ej, err := measureElasticJobs(ctx, cluster, self, filepath.Join(dir, "elasticjob"), *ejWorkers, *ejRuns)
 		check(err)
-		fmt.Fprintln(&b)
-		tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ELASTICJOB (every trainer running)	RUNS	MEDIAN	MIN	MAX")
-		for _, r := range []struct {
-			name  string
-			times []time.Duration
-		}{
+		timingTable(&b, "ELASTICJOB (every trainer running)", []timingRow{
 			{fmt.Sprintf("create (kubectl apply), %d workers", *ejWorkers), ej.apply},
 			{fmt.Sprintf("scale subresource %d → %d", *ejWorkers, *ejWorkers/2), ej.down},
 			{fmt.Sprintf("scale subresource %d → %d", *ejWorkers/2, *ejWorkers), ej.up},
 			{fmt.Sprintf("graceful pod delete (kubectl delete pod), %d workers", *ejWorkers), ej.podDelete},
-		} {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", r.name, len(r.times), stats.Ms(stats.Median(r.times)), stats.Ms(stats.Quantile(r.times, 0)), stats.Ms(stats.Quantile(r.times, 1)))
-		}
-		tw.Flush()
+		})
 	}
 	if *kueueRuns > 0 {
 		kq, err := measureKueue(ctx, cluster, self, filepath.Join(dir, "kueue"), *ejWorkers, *kueueRuns)
 		check(err)
-		fmt.Fprintln(&b)
-		tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "KUEUE (ElasticJobs in a LocalQueue, on Kueue)	RUNS	MEDIAN	MIN	MAX")
-		for _, r := range []struct {
-			name  string
-			times []time.Duration
-		}{
+		timingTable(&b, "KUEUE (ElasticJobs in a LocalQueue, on Kueue)", []timingRow{
 			{fmt.Sprintf("admission (Workload Admitted) → every trainer running, %d workers", *ejWorkers), kq.admitted},
 			{fmt.Sprintf("create (kubectl apply) → every trainer running, %d workers", *ejWorkers), kq.create},
 			{"preemption (a job of higher priority created) → preempted job's trainers stopped and state saved", kq.preemptSaved},
 			{"preemption → preemptor's trainers running", kq.preemptorRunning},
-		} {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", r.name, len(r.times), stats.Ms(stats.Median(r.times)), stats.Ms(stats.Quantile(r.times, 0)), stats.Ms(stats.Quantile(r.times, 1)))
-		}
-		tw.Flush()
+		})
 		fmt.Fprintln(&b, "(every run: each preempted rank's file held the step it last saved: 0 steps lost)")
 	}
 	fmt.Print(b.String())
 	if *out != "" {
 		check(os.WriteFile(*out, []byte(b.String()), 0o644))
 	}
+}
+
+// timingRow is a row of a timing table: what is timed, and its times.
+type timingRow struct {
+	name  string
+	times []time.Duration
+}
+
+// timingTable writes, after a blank line, a table of timings under title:
+// each row's runs, median, min and max.
+func timingTable(b *strings.Builder, title string, rows []timingRow) {
+	fmt.Fprintln(b)
+	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, title+"\tRUNS\tMEDIAN\tMIN\tMAX")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", r.name, len(r.times), stats.Ms(stats.Median(r.times)), stats.Ms(stats.Quantile(r.times, 0)), stats.Ms(stats.Quantile(r.times, 1)))
+	}
+	tw.Flush()
 }
 
 type row struct {
