@@ -3,6 +3,7 @@ package coordinator
 import (
 	"math"
 	"reflect"
+	"slices"
 	"time"
 
 	"github.com/elastictraining/coordinator/membership"
@@ -28,6 +29,16 @@ type ledger struct {
 	g       *membership.Goodput
 	dirty   bool // changed since written, beyond its clock
 	flushed time.Time
+	// spans are the account's changes not yet written in an event.
+	spans []membership.Span
+}
+
+// written forgets the spans a decision wrote: the first n.
+func (l *ledger) written(n int) {
+	l.spans = l.spans[min(n, len(l.spans)):]
+	if len(l.spans) == 0 {
+		l.spans = nil
+	}
 }
 
 // account brings the job's account to now, in d's status if the status
@@ -44,18 +55,21 @@ func (a *jobActor) account(v view, d *decision, now time.Time) {
 	}
 	l := &a.ledger
 	if base == nil && l.g != nil && l.g.Now == "" {
-		l.g = nil // a job of the same name again
+		l.g, l.spans = nil, nil // a job of the same name again
 	}
 	if l.g == nil {
 		if base != nil && base.Goodput != nil {
 			l.g = base.Goodput.Clone()
 		} else {
-			l.g, l.dirty = membership.NewGoodput(now, causeOf(next.Phase)), true
+			l.g, l.dirty = membership.NewGoodput(now, causeOf(next.Phase, nil)), true
+			l.g.StartingUp = true // a new job's
+			l.spans = append(l.spans, membership.Span{Cause: l.g.Now, From: now})
 		}
 	}
 	if classify(l.g, v, d, next, now) {
 		l.dirty = true
 	}
+	l.spans = append(l.spans, l.g.Changes()...)
 	var stored *membership.Goodput
 	if base != nil {
 		stored = base.Goodput
@@ -67,6 +81,7 @@ func (a *jobActor) account(v view, d *decision, now time.Time) {
 		s.Goodput = l.g.Clone()
 		d.status = &s
 		l.dirty, l.flushed = false, now
+		tellSpans(d, l.spans, s.Generation)
 	case l.dirty:
 		wakeEarlier(d, l.flushed.Add(flushEvery))
 		fallthrough
@@ -77,6 +92,22 @@ func (a *jobActor) account(v view, d *decision, now time.Time) {
 			d.status = &s
 		}
 	}
+}
+
+// tellSpans puts the account's changes in the decision's first event, or
+// in an event of their own (TimeAccounted) if it has none.
+func tellSpans(d *decision, spans []membership.Span, gen int64) {
+	if len(spans) == 0 {
+		return
+	}
+	d.accounted = len(spans)
+	spans = slices.Clone(spans)
+	if len(d.events) > 0 {
+		d.events[0].Accounted = spans
+		return
+	}
+	d.events = append(d.events, membership.Event{Generation: gen, Type: "TimeAccounted",
+		Message: membership.SpansText(spans), Accounted: spans})
 }
 
 // sameStatusBut compares statuses but for their accounts.
@@ -96,14 +127,19 @@ func sameGoodput(a, b *membership.Goodput) bool {
 	return reflect.DeepEqual(*a, *b)
 }
 
-// causeOf is the cause of a job in phase p; none once it ended.
-func causeOf(p membership.JobPhase) membership.Cause {
+// causeOf is the cause of a job in phase p; none once it ended. A job
+// whose ranks never trained (that is not leaving a span of training) is
+// starting where it would be restarting.
+func causeOf(p membership.JobPhase, g *membership.Goodput) membership.Cause {
 	switch p {
 	case membership.JobRunning:
 		return membership.CauseTraining
 	case membership.JobWaiting:
 		return membership.CauseWaiting
 	case membership.JobRestarting:
+		if g == nil || g.StartingUp && g.Now != membership.CauseTraining {
+			return membership.CauseStarting
+		}
 		return membership.CauseRestarting
 	case membership.JobSuspended:
 		return membership.CauseSuspended
@@ -121,34 +157,9 @@ func classify(g *membership.Goodput, v view, d *decision, next *membership.Statu
 	}
 	g.Accrue(now)
 	changed := false
-	cause := causeOf(next.Phase)
-	if cause != g.Now {
+	if cause := causeOf(next.Phase, g); cause != g.Now {
 		changed = true
-		if g.Now == membership.CauseTraining {
-			g.TrainingTo = now
-			p := v.plan
-			if d.plan != nil {
-				p = d.plan // the stop this decision commits
-			}
-			if p != nil && p.Phase == membership.PhaseStop && p.Hang != nil {
-				g.HungStop, g.HungSince = true, p.Hang.LastActivity
-			}
-		}
-		if cause != membership.CauseTraining && (cause == "" || next.Phase.Done()) {
-			// A job that ends trained until it ended: its last
-			// progress moves nothing.
-			classifyFirst(g, v, now)
-			g.LastClassed = true
-		}
-		if cause == membership.CauseTraining {
-			// What the last span's marks say is taken before the span
-			// is forgotten.
-			classifyFirst(g, v, now)
-			classifyLast(g, v, true)
-			g.Generation, g.TrainingFrom, g.TrainingTo = next.Generation, now, time.Time{}
-			g.FirstClassed, g.LastClassed, g.HungStop, g.HungSince = false, false, false, time.Time{}
-		}
-		g.Now = cause
+		switchCause(g, v, d, next, cause, now)
 	}
 	if classifyFirst(g, v, now) {
 		changed = true
@@ -157,6 +168,62 @@ func classify(g *membership.Goodput, v view, d *decision, next *membership.Statu
 		changed = true
 	}
 	return changed
+}
+
+// switchCause follows the job from g.Now to cause at now: it closes a
+// training span (noting a hang that stopped it), classes a wait that
+// ended, and opens a training span.
+func switchCause(g *membership.Goodput, v view, d *decision, next *membership.Status, cause membership.Cause, now time.Time) {
+	switch g.Now {
+	case membership.CauseTraining:
+		g.TrainingTo = now
+		g.StartingUp = false // it trained a whole span
+		p := v.plan
+		if d.plan != nil {
+			p = d.plan // the stop this decision commits
+		}
+		if p != nil && p.Phase == membership.PhaseStop && p.Hang != nil {
+			g.HungStop, g.HungSince = true, p.Hang.LastActivity
+		}
+	case membership.CauseWaiting:
+		classifyWait(g, v, now)
+	}
+	if cause != membership.CauseTraining && (cause == "" || next.Phase.Done()) {
+		// A job that ends trained until it ended: its last
+		// progress moves nothing.
+		classifyFirst(g, v, now)
+		g.LastClassed = true
+	}
+	if cause == membership.CauseTraining {
+		// What the last span's marks say is taken before the span
+		// is forgotten.
+		classifyFirst(g, v, now)
+		classifyLast(g, v, true)
+		g.Generation, g.TrainingFrom, g.TrainingTo = next.Generation, now, time.Time{}
+		g.FirstClassed, g.LastClassed, g.HungStop, g.HungSince = false, false, false, time.Time{}
+	}
+	g.Switch(cause, now)
+}
+
+// classifyWait moves the end of a wait that ends at now to starting: from
+// when the sidecar of the node that joined last started (its warm
+// interpreters importing the job's preloads; it registers once they are
+// ready) to now. Before that the job waited for a node that was not there.
+func classifyWait(g *membership.Goodput, v view, now time.Time) {
+	var last membership.LiveNode
+	for _, n := range v.index().nodes {
+		if n.JoinRevision > last.JoinRevision {
+			last = n
+		}
+	}
+	from := last.Started
+	if from.IsZero() || !from.Before(now) {
+		return // a sidecar that does not say when it started
+	}
+	if from.Before(g.NowSince) {
+		from = g.NowSince
+	}
+	g.Move(from, now, membership.CauseWaiting, membership.CauseStarting)
 }
 
 // marksOf are the step marks of generation gen among the job's nodes.
@@ -171,7 +238,8 @@ func marksOf(v view, gen int64) []membership.StepMarks {
 }
 
 // classifyFirst moves the start of the span up to the last member's first
-// step to restarting, once every member of the span's generation marked
+// step to restarting (to starting if the job never trained before), once
+// every member of the span's generation marked
 // it, and counts the steps that generation trains again. Ranks that mark
 // no first step leave the span training from every member running.
 func classifyFirst(g *membership.Goodput, v view, now time.Time) bool {
@@ -206,9 +274,14 @@ func classifyFirst(g *membership.Goodput, v view, now time.Time) bool {
 		first = end // another clock
 	}
 	if first.After(g.TrainingFrom) {
-		g.Move(g.TrainingFrom, first, membership.CauseTraining, membership.CauseRestarting)
+		to := membership.CauseRestarting
+		if g.StartingUp {
+			to = membership.CauseStarting // the job's first steps
+		}
+		g.Move(g.TrainingFrom, first, membership.CauseTraining, to)
 		g.TrainingFrom = first
 	}
+	g.StartingUp = false
 	if resumed, ok := resumedAt(marksOf(v, g.Generation), time.Duration(g.StepTime)); ok && g.Furthest > 0 {
 		st := time.Duration(g.StepTime)
 		if again := g.Furthest - resumed; again > 0 {
@@ -221,7 +294,7 @@ func classifyFirst(g *membership.Goodput, v view, now time.Time) bool {
 			pay := max(min(owed, trained), 0)
 			g.Move(g.TrainingFrom, g.TrainingFrom.Add(time.Duration(pay*float64(time.Second))), membership.CauseTraining, membership.CauseRedone)
 			g.TrainingFrom = g.TrainingFrom.Add(time.Duration(pay * float64(time.Second)))
-			g.Owed += owed - pay
+			g.Owe(owed - pay)
 		}
 	}
 	return true

@@ -11,6 +11,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/elastictraining/coordinator/coordinator"
+	"github.com/elastictraining/coordinator/internal/testkit/simnode"
+	"github.com/elastictraining/coordinator/internal/timeline"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -171,4 +173,64 @@ func (h *harness) markNode(job, node string, m membership.StepMarks) {
 	require.NoError(h.t, err)
 	_, err = h.cli.Put(h.t.Context(), key, string(val), clientv3.WithIgnoreLease())
 	require.NoError(h.t, err)
+}
+
+// A job's start-up is its own cause: the wait for a node whose sidecar
+// had started (warming its interpreters) and the first generation up to
+// its ranks' first steps count as starting, the wait before as waiting;
+// a later restart is restarting. The events carry every change of the
+// account, so that the timeline drawn from them has each cause's seconds.
+func TestGoodputCountsTheStartUpAndTheEventsCarryTheAccount(t *testing.T) {
+	h := newHarness(t)
+	waitLeader(t, h.startCoordinator("c1", nil))
+	h.scale("job", "2")
+	n0 := h.node("job", "n0")
+	h.waitStatus("job", "waiting for a node", func(s membership.Status) bool { return s.Phase == membership.JobWaiting })
+	// n1's sidecar starts and warms its interpreters for 300 ms before
+	// it registers: the job waits for nothing that exists until then.
+	time.Sleep(200 * time.Millisecond) // the job waits; nothing to sync
+	n1Started := time.Now()
+	time.Sleep(300 * time.Millisecond) // n1 warms
+	n1 := simnode.Start(t, simnode.Config{Client: h.cli, Keys: h.keys, Job: "job", ID: "n1", TTL: h.nodeTTL, Started: n1Started})
+	h.accounted("job", 1)
+	first := time.Now()
+	for _, n := range []string{"n0", "n1"} {
+		h.markNode("job", n, membership.StepMarks{Generation: 1, First: first, Last: first, Furthest: 1})
+	}
+	st := h.waitStatus("job", "the first steps classed", func(s membership.Status) bool {
+		return s.Goodput != nil && s.Goodput.FirstClassed && s.Goodput.Generation == 1
+	})
+	g := st.Goodput
+	addsUp(t, g)
+	assert.False(t, g.StartingUp, "the job has trained")
+	assert.InDelta(t, n1Started.Sub(g.Since).Seconds(), g.Total.Waiting, 0.05, "waiting until n1's sidecar started: %+v", g.Total)
+	assert.InDelta(t, first.Sub(n1Started).Seconds(), g.Total.Starting, 0.05, "starting from n1's sidecar's start to the first steps: %+v", g.Total)
+	assert.Zero(t, g.Total.Restarting, "no restart yet")
+	started := g.Total.Starting
+
+	// A restart is not a start-up.
+	last := time.Now()
+	for _, n := range []*simnode.Node{n0, n1} {
+		n.Workload.SetMarks(membership.StepMarks{Generation: 1, First: first, Last: last, Furthest: 100})
+	}
+	require.True(t, n1.Workload.Exit(1))
+	h.accounted("job", 2)
+	st = h.waitStatus("job", "the stop classed", func(s membership.Status) bool {
+		return s.Goodput != nil && s.Goodput.Generation == 2 && s.Goodput.Total.Restarting > 0
+	})
+	g = st.Goodput
+	addsUp(t, g)
+	assert.Equal(t, started, g.Total.Starting, "a restart is counted as restarting")
+
+	// The timeline drawn from the events has the account's seconds, cause
+	// by cause, up to the account's last moment.
+	events, err := h.client.Events(t.Context(), "job")
+	require.NoError(t, err)
+	drawn := membership.Seconds{}
+	for _, s := range timeline.Activity(events, g, g.AsOf) {
+		drawn.Add(s.Cause, s.To.Sub(s.From).Seconds())
+	}
+	for _, c := range membership.Causes {
+		assert.InDelta(t, g.Total.Of(c), drawn.Of(c), 0.002, "%s: the account %+v, drawn %+v", c, g.Total, drawn)
+	}
 }

@@ -29,7 +29,7 @@ func newGoodputCollector(now func() time.Time) *goodputCollector {
 			"The share of the job's wall time that trained: training seconds (net of steps trained again) over wall seconds, over the job's life.",
 			[]string{"job"}, nil),
 		lost: prometheus.NewDesc("elastic_job_lost_seconds_total",
-			"Seconds of the job's wall time that did not train, by cause: restarting, waiting, hung, redone, suspended.",
+			"Seconds of the job's wall time that did not train, by cause: starting, restarting, waiting, hung, redone, suspended.",
 			[]string{"job", "cause"}, nil),
 		now: now, accounts: map[string]*membership.Goodput{},
 	}

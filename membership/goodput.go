@@ -24,6 +24,12 @@ const (
 	// CauseWaiting: no generation can run: fewer nodes than the spec
 	// needs.
 	CauseWaiting Cause = "waiting"
+	// CauseStarting: the job's own start-up. Before its first generation
+	// trains: from the account's beginning (less the time waiting for a
+	// node that had not started yet) to every rank's first step. Later,
+	// the time waiting for a node that is starting up (a sidecar whose
+	// warm interpreters import the job's preloads).
+	CauseStarting Cause = "starting"
 	// CauseHung: from the last progress to the stop, when a hung rank
 	// caused the stop.
 	CauseHung Cause = "hung"
@@ -35,7 +41,7 @@ const (
 )
 
 // Causes are every cause, in the order tables show them.
-var Causes = []Cause{CauseTraining, CauseRestarting, CauseWaiting, CauseHung, CauseRedone, CauseSuspended}
+var Causes = []Cause{CauseTraining, CauseStarting, CauseRestarting, CauseWaiting, CauseHung, CauseRedone, CauseSuspended}
 
 // LostCauses are the causes of time that is not training.
 var LostCauses = Causes[1:]
@@ -47,12 +53,13 @@ func ParseCause(s string) (Cause, error) {
 			return c, nil
 		}
 	}
-	return "", fmt.Errorf("cause %q: want training, restarting, waiting, hung, redone or suspended", s)
+	return "", fmt.Errorf("cause %q: want training, starting, restarting, waiting, hung, redone or suspended", s)
 }
 
 // Seconds are seconds by cause.
 type Seconds struct {
 	Training   float64 `json:"training"`
+	Starting   float64 `json:"starting"`
 	Restarting float64 `json:"restarting"`
 	Waiting    float64 `json:"waiting"`
 	Hung       float64 `json:"hung"`
@@ -65,6 +72,8 @@ func (s *Seconds) field(c Cause) *float64 {
 	switch c {
 	case CauseTraining:
 		return &s.Training
+	case CauseStarting:
+		return &s.Starting
 	case CauseRestarting:
 		return &s.Restarting
 	case CauseWaiting:
@@ -96,7 +105,7 @@ func (s *Seconds) Add(c Cause, d float64) {
 
 // Wall is the sum over the causes.
 func (s Seconds) Wall() float64 {
-	return s.Training + s.Restarting + s.Waiting + s.Hung + s.Redone + s.Suspended
+	return s.Training + s.Starting + s.Restarting + s.Waiting + s.Hung + s.Redone + s.Suspended
 }
 
 // Lost is the wall time that was not training.
@@ -178,11 +187,21 @@ type Goodput struct {
 	// Owed are the seconds of re-done steps not yet trained again: the
 	// next training seconds go to redone until they are paid.
 	Owed float64 `json:"owed,omitempty"`
+	// NowSince is when the cause Now began.
+	NowSince time.Time `json:"nowSince,omitzero"`
+	// StartingUp says the job's ranks have not trained yet: the time
+	// until they do counts as its start-up (CauseStarting), not as
+	// restarts.
+	StartingUp bool `json:"startingUp,omitempty"`
+
+	// changes are the spans counted or moved since they were last taken
+	// (Changes), for the job's timeline; not stored.
+	changes []Span
 }
 
 // NewGoodput is an account that begins at since with cause now.
 func NewGoodput(since time.Time, now Cause) *Goodput {
-	return &Goodput{Since: since, AsOf: since, Now: now}
+	return &Goodput{Since: since, AsOf: since, Now: now, NowSince: since}
 }
 
 // Validate reports the first field of g that is out of range.
@@ -237,6 +256,7 @@ func (g *Goodput) Clone() *Goodput {
 	}
 	c := *g
 	c.Minutes = append([]Minute(nil), g.Minutes...)
+	c.changes = append([]Span(nil), g.changes...)
 	return &c
 }
 
@@ -311,6 +331,7 @@ func (g *Goodput) Move(from, to time.Time, was, now Cause) {
 	}
 	g.add(from, to, was, -1)
 	g.add(from, to, now, 1)
+	g.changes = append(g.changes, Span{Cause: now, From: from, To: to})
 }
 
 // add counts sign × the seconds of [from, to) to cause c, in the total

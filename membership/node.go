@@ -113,6 +113,10 @@ type Node struct {
 	// generation's first and last steps on the node: what the leader
 	// accounts the job's time by (Goodput).
 	Marks *StepMarks `json:"marks,omitempty"`
+	// Started is when the node's sidecar started, on its wall clock: a
+	// sidecar registers only once its warm interpreters are ready, so a
+	// job that waited for the node from then on waited for its start-up.
+	Started time.Time `json:"started,omitzero"`
 	// Checkpoint is host:port where the node's sidecar serves the job's
 	// in-memory checkpoints to the other sidecars of the job (replicas,
 	// and copies asked for by a node that has none); empty if it serves

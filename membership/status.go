@@ -179,7 +179,8 @@ type Event struct {
 	Time       time.Time `json:"time"`
 	Generation int64     `json:"generation"`
 	// Type is a CamelCase word: GenerationStopping, GenerationStarting,
-	// GenerationRunning, NodeEvicted, JobSucceeded, JobFailed, RecordInvalid.
+	// GenerationRunning, NodeEvicted, RankHung, TimeAccounted,
+	// JobSucceeded, JobFailed, RecordInvalid.
 	Type    string `json:"type"`
 	Message string `json:"message"`
 	Steps   *Steps `json:"steps,omitempty"`
@@ -187,6 +188,10 @@ type Event struct {
 	// generation starting and running.
 	Members   int `json:"members,omitempty"`
 	WorldSize int `json:"worldSize,omitempty"`
+	// Accounted are the spans the job's account counted to a new cause,
+	// or moved to another, since the last event that carried some, in
+	// order (Goodput.Changes): the timeline draws the account from them.
+	Accounted []Span `json:"accounted,omitempty"`
 }
 
 // DecodeEvent reads an event record.

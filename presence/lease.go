@@ -32,6 +32,8 @@ func (r *Registration) register(ctx context.Context, old clientv3.LeaseID) error
 		r.mu.Lock()
 		r.record.State, r.record.Generation, r.record.ExitCode, r.record.Message = membership.NodeWaiting, 0, 0, ""
 		r.record.LeaseLosses = r.losses.Load()
+		// Its start-up was over long ago: a wait for it now is not one.
+		r.record.Started = time.Time{}
 		r.mu.Unlock()
 	}
 	lease, fenceAt, err := r.grant(ctx)

@@ -111,7 +111,7 @@ type account struct {
 
 // causes are the account's causes of lost seconds, in the order reports
 // give them; a cause the account names besides these follows them.
-var causes = []string{"restarting", "waiting", "hung", "redone", "suspended"}
+var causes = []string{"starting", "restarting", "waiting", "hung", "redone", "suspended"}
 
 // parseAccount reads the job's account out of `coordinator status -o json`;
 // nil when the status has none (a build that keeps no account).

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -32,7 +33,10 @@ each step of the restart took (detect, stop, wait, start, total); nodes
 evicted; the job's end. serve keeps them for --event-retention (24 hours).
 
 With --plot it also draws the timeline to a PNG or SVG file: the world size of
-each generation over time, and each restart's duration, step by step.`,
+each generation over time, each restart's duration, step by step, and what
+the job did (training, starting, restarting, waiting, hung, redone,
+suspended, as its goodput account counts it), up to now for a job that
+runs.`,
 		Example: `  coordinator events --etcd-endpoints http://127.0.0.1:2379 --job default
   coordinator events --job resnet --plot resnet.png`,
 		Args: cobra.NoArgs,
@@ -48,9 +52,12 @@ each generation over time, and each restart's duration, step by step.`,
 				}
 			}
 			ctx, out := cmd.Context(), cmd.OutOrStdout()
-			var events []membership.Event
+			var (
+				events []membership.Event
+				status membership.Status
+			)
 			err = etcd.withJobs(ctx, func(client *jobclient.Client, keys membership.Keys) error {
-				if _, err := client.Status(ctx, id); err != nil {
+				if status, err = client.Status(ctx, id); err != nil {
 					return notFound(err, job.displayName(id), id, keys, listJobsHint)
 				}
 				events, err = client.Events(ctx, id)
@@ -67,7 +74,8 @@ each generation over time, and each restart's duration, step by step.`,
 			if err != nil || plot == "" {
 				return err
 			}
-			return writePlot(plot, format, job.displayName(id), events, out)
+			return writePlot(plot, format, timeline.Job{Title: "job " + job.displayName(id), Events: events,
+				Account: status.Goodput, Now: time.Now()}, out)
 		},
 	}
 	fs := cmd.Flags()
@@ -79,13 +87,13 @@ each generation over time, and each restart's duration, step by step.`,
 }
 
 // writePlot draws the timeline to file, replacing it only once drawn.
-func writePlot(file, format, name string, events []membership.Event, out io.Writer) error {
+func writePlot(file, format string, j timeline.Job, out io.Writer) error {
 	tmp, err := os.CreateTemp(filepath.Dir(file), ".plot-*"+format)
 	if err != nil {
 		return fmt.Errorf("--plot %s: %w", file, err)
 	}
 	defer os.Remove(tmp.Name())
-	if err := timeline.Plot(tmp, format, "job "+name, events); err != nil {
+	if err := timeline.Plot(tmp, format, j); err != nil {
 		tmp.Close()
 		return fmt.Errorf("plot: %w", err)
 	}

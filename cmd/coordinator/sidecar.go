@@ -257,7 +257,8 @@ func (o *sidecarOptions) node() (membership.Node, error) {
 	if o.host == "" {
 		o.host = firstAddress()
 	}
-	n := membership.Node{ID: o.nodeID, Role: role, Host: o.host, NProc: o.nproc, MasterPort: o.masterPort, Pod: o.pod, PodUID: o.podUID}
+	n := membership.Node{ID: o.nodeID, Role: role, Host: o.host, NProc: o.nproc, MasterPort: o.masterPort, Pod: o.pod, PodUID: o.podUID,
+		Started: time.Now()}
 	switch {
 	case o.ordinal >= 0:
 		n.Ordinal = &o.ordinal

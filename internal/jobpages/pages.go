@@ -71,7 +71,8 @@ func Handler(client *jobclient.Client) http.Handler {
 		renderPage(w, "job.html", map[string]any{"Job": view, "Events": events})
 	}))
 	mux.HandleFunc("GET /jobs/{job}/timeline.svg", withJob(func(ctx context.Context, w http.ResponseWriter, _ *http.Request, id string) {
-		if _, err := client.Status(ctx, id); err != nil {
+		st, err := client.Status(ctx, id)
+		if err != nil {
 			pageError(w, id, err)
 			return
 		}
@@ -84,7 +85,8 @@ func Handler(client *jobclient.Client) http.Handler {
 			name = spec.Name
 		}
 		var svg bytes.Buffer
-		if err := timeline.Plot(&svg, ".svg", "job "+name, events); err != nil {
+		job := timeline.Job{Title: "job " + name, Events: events, Account: st.Goodput, Now: time.Now()}
+		if err := timeline.Plot(&svg, ".svg", job); err != nil {
 			// No generation yet: nothing to draw.
 			http.Error(w, english.OneLine(err.Error()), http.StatusNotFound)
 			return

@@ -15,7 +15,7 @@ import (
 type Goodput struct {
 	Figures
 	LastHour Figures `json:"lastHour"`
-	// Now is what the job does: training, restarting, waiting...; empty
+	// Now is what the job does: training, starting, restarting...; empty
 	// once it ended.
 	Now membership.Cause `json:"now,omitempty"`
 	// Note says why the account began later than the job, if it did.
@@ -33,6 +33,7 @@ type Figures struct {
 
 // LostSeconds are the seconds that were not training, by cause.
 type LostSeconds struct {
+	Starting   float64 `json:"starting"`
 	Restarting float64 `json:"restarting"`
 	Waiting    float64 `json:"waiting"`
 	Hung       float64 `json:"hung"`
@@ -51,7 +52,7 @@ func NewGoodput(g *membership.Goodput, now time.Time) *Goodput {
 
 func figures(s membership.Seconds) Figures {
 	f := Figures{WallSeconds: round3(s.Wall()), TrainingSeconds: round3(s.Training),
-		LostSeconds: LostSeconds{Restarting: round3(s.Restarting), Waiting: round3(s.Waiting), Hung: round3(s.Hung),
+		LostSeconds: LostSeconds{Starting: round3(s.Starting), Restarting: round3(s.Restarting), Waiting: round3(s.Waiting), Hung: round3(s.Hung),
 			Redone: round3(s.Redone), Suspended: round3(s.Suspended)}}
 	if r := s.Ratio(); r >= 0 {
 		f.Ratio = math.Round(r*1e4) / 1e4
@@ -78,7 +79,7 @@ func (f Figures) Lost() string {
 	for _, c := range []struct {
 		name string
 		s    float64
-	}{{"restarting", l.Restarting}, {"waiting", l.Waiting}, {"hung", l.Hung}, {"redone", l.Redone}, {"suspended", l.Suspended}} {
+	}{{"starting", l.Starting}, {"restarting", l.Restarting}, {"waiting", l.Waiting}, {"hung", l.Hung}, {"redone", l.Redone}, {"suspended", l.Suspended}} {
 		if c.s >= 0.0005 {
 			parts = append(parts, fmt.Sprintf("%s %s", c.name, secondsText(c.s)))
 		}

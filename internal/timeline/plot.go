@@ -33,26 +33,63 @@ func FormatOf(name string) (string, error) {
 	return "", fmt.Errorf("%q: want a file name ending in %s", name, strings.Join(Formats, " or "))
 }
 
+// Job is what Plot draws: a job's events and, if it has one, its account
+// (the status's), read at Now.
+type Job struct {
+	Title   string
+	Events  []membership.Event
+	Account *membership.Goodput
+	Now     time.Time
+}
+
+// End is where the job's timeline ends: now for a job that runs (its
+// account has a cause now), else its last event or the end of its
+// account, whichever is later.
+func (j Job) End() time.Time {
+	var end time.Time
+	for _, e := range j.Events {
+		if e.Time.After(end) {
+			end = e.Time
+		}
+	}
+	if g := j.Account; g != nil {
+		if g.AsOf.After(end) {
+			end = g.AsOf
+		}
+		if g.Now != "" && j.Now.After(end) {
+			end = j.Now
+		}
+	}
+	return end
+}
+
 // Plot draws a job's history in format (".png" or ".svg") to w: the world
 // size of each generation over time above, the duration of each restart
 // (to every member running), step by step, below, and a lane of what the
-// job did (training, restarting, hung) at the bottom.
-func Plot(w io.Writer, format, title string, events []membership.Event) error {
+// job did, by the causes of its account, at the bottom, up to its End.
+func Plot(w io.Writer, format string, j Job) error {
+	events := j.Events
 	gens := Generations(events)
 	if len(gens) == 0 {
 		return fmt.Errorf("no generation in the events: nothing to plot")
 	}
 	origin := gens[0].Starting
-	end := origin
 	for _, e := range events {
-		if e.Time.After(end) {
-			end = e.Time
+		if e.Time.Before(origin) {
+			origin = e.Time
+		}
+		for _, s := range e.Accounted {
+			if s.Validate() == nil && s.From.Before(origin) {
+				origin = s.From
+			}
 		}
 	}
+	end := j.End()
 	secs := func(t time.Time) float64 { return t.Sub(origin).Seconds() }
-	xmax := max(secs(end)*1.05, 1)
+	xmax := max(secs(end)*1.02, 1)
+	title := j.Title
 
-	size, err := sizePlot(title, gens, secs, xmax)
+	size, err := sizePlot(title, origin, gens, secs, xmax)
 	if err != nil {
 		return err
 	}
@@ -61,7 +98,7 @@ func Plot(w io.Writer, format, title string, events []membership.Event) error {
 		return err
 	}
 
-	activity := lanePlot(Activity(events, end), secs, xmax)
+	activity := lanePlot(Activity(events, j.Account, end), secs, xmax)
 
 	width, height := 10*vg.Inch, 8*vg.Inch
 	var canvas vg.CanvasWriterTo
@@ -89,10 +126,10 @@ func Plot(w io.Writer, format, title string, events []membership.Event) error {
 
 // sizePlot is the world size and the members of each generation, a step
 // per generation, labelled with its number.
-func sizePlot(title string, gens []Generation, secs func(time.Time) float64, xmax float64) (*plot.Plot, error) {
+func sizePlot(title string, origin time.Time, gens []Generation, secs func(time.Time) float64, xmax float64) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = title
-	p.X.Label.Text = "seconds since generation " + fmt.Sprint(gens[0].Number)
+	p.X.Label.Text = "seconds since " + origin.UTC().Format("2006-01-02 15:04:05.000") + " UTC"
 	p.Y.Label.Text = "processes / nodes"
 	p.X.Min, p.X.Max = 0, xmax
 	p.Y.Min = 0

@@ -196,6 +196,8 @@ type Config struct {
 	Logger hclog.Logger
 	// Notes hears what the agent says for a person (sidecar.Config.Notes).
 	Notes io.Writer
+	// Started is when its sidecar says it started (membership.Node).
+	Started time.Time
 }
 
 // Node is a running simulated node.
@@ -243,7 +245,7 @@ func Launch(cfg Config) (*Node, error) {
 	agent, err := sidecar.New(sidecar.Config{
 		Place: presence.Place{Client: cfg.Client, Keys: cfg.Keys, Job: cfg.Job, TTL: cfg.TTL,
 			Node: membership.Node{ID: cfg.ID, Role: cfg.Role, Host: cfg.Host, Ports: ports, NProc: cfg.NProc, MasterPort: cfg.Port,
-				Pod: cfg.Pod, PodUID: cfg.PodUID}},
+				Pod: cfg.Pod, PodUID: cfg.PodUID, Started: cfg.Started}},
 		Spec: cfg.Spec, Workload: w, Logger: cfg.Logger, Tables: cfg.Tables, Notes: cfg.Notes,
 	})
 	if err != nil {
