@@ -13,7 +13,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/elastictraining/coordinator/internal/testkit/pngtest"
 	"github.com/elastictraining/coordinator/internal/testkit/proctest"
+	"github.com/elastictraining/coordinator/internal/timeline"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -87,11 +89,39 @@ type hangStatus struct {
 		PIDs []int  `json:"pids"`
 	} `json:"nodes"`
 	Goodput *struct {
+		WallSeconds float64 `json:"wallSeconds"`
 		LostSeconds struct {
 			Restarting float64 `json:"restarting"`
 			Hung       float64 `json:"hung"`
 		} `json:"lostSeconds"`
 	} `json:"goodput"`
+}
+
+// plotShowsTheHang waits for the job's account to have the hang, then
+// draws its timeline with `events --plot` and reads the picture: the
+// lane of what the job did is red (hung) for about the share of the job's
+// time the account counts hung, and has training after it, up to now.
+func (h *hangRun) plotShowsTheHang() {
+	h.t.Helper()
+	h.statusWhen("accounted the hang", func(st hangStatus) bool {
+		return st.Goodput != nil && st.Goodput.LostSeconds.Hung > 0
+	})
+	file := filepath.Join(h.t.TempDir(), "timeline.png")
+	code, _, stderr := cli(h.t, nil, "events", "--etcd-endpoints", h.endpoint, "--job", h.job, "--plot", file)
+	require.Equal(h.t, 0, code, stderr)
+	st := h.statusWhen("has an account", func(st hangStatus) bool { return st.Goodput != nil })
+	img, err := pngtest.Decode(file)
+	require.NoError(h.t, err)
+	widths := pngtest.BandWidths(img, timeline.CauseColors)
+	total := 0
+	for _, w := range widths {
+		total += w
+	}
+	require.Positive(h.t, total, "a lane drawn")
+	hungShare := st.Goodput.LostSeconds.Hung / st.Goodput.WallSeconds
+	assert.InDelta(h.t, hungShare, float64(widths[membership.CauseHung])/float64(total), 0.03,
+		"hung drawn as the account has it: %v of %d pixels; %.3fs hung of %.3fs", widths, total, st.Goodput.LostSeconds.Hung, st.Goodput.WallSeconds)
+	assert.Positive(h.t, widths[membership.CauseTraining], "training drawn")
 }
 
 // statusOf runs `coordinator status` with args and returns its output.
@@ -204,6 +234,7 @@ func TestADeadlockedRankIsFoundAndWhereItHungIsShown(t *testing.T) {
 	assert.Regexp(t, `^rank 1 on node deadlock-\d made no progress for \S+ after step 3 \(hang timeout 1s\); stacks in its log$`, hung[0].Message)
 	st := h.statusWhen("ran generation 2", running(2))
 	assert.Equal(t, 1, st.HangRestarts)
+	h.plotShowsTheHang()
 
 	h.finish()
 	require.Equal(t, 0, h.wait())

@@ -2,7 +2,6 @@ package timeline_test
 
 import (
 	"bytes"
-	"image"
 	"image/png"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/elastictraining/coordinator/internal/testkit/pngtest"
 	"github.com/elastictraining/coordinator/internal/timeline"
 	"github.com/elastictraining/coordinator/membership"
 )
@@ -113,7 +113,7 @@ func TestPlotColoursEveryCauseAsWideAsItsSeconds(t *testing.T) {
 		membership.CauseWaiting: 2, membership.CauseStarting: 6, membership.CauseTraining: 10 + 4 + 4,
 		membership.CauseHung: 5, membership.CauseRestarting: 3, membership.CauseRedone: 2, membership.CauseSuspended: 4,
 	}
-	widths := laneWidths(img)
+	widths := pngtest.BandWidths(img, timeline.CauseColors)
 	total := 0
 	for _, w := range widths {
 		total += w
@@ -122,28 +122,4 @@ func TestPlotColoursEveryCauseAsWideAsItsSeconds(t *testing.T) {
 	for c, s := range want {
 		assert.InDelta(t, s/40, float64(widths[c])/float64(total), 0.01, "%s: %d of %d pixels", c, widths[c], total)
 	}
-}
-
-// laneWidths counts, along the row of the picture with the most pixels of
-// the causes' colours, the pixels of each.
-func laneWidths(img image.Image) map[membership.Cause]int {
-	b := img.Bounds()
-	var best map[membership.Cause]int
-	bestTotal := 0
-	for y := b.Min.Y; y < b.Max.Y; y++ {
-		row, total := map[membership.Cause]int{}, 0
-		for x := b.Min.X; x < b.Max.X; x++ {
-			r, g, bl, _ := img.At(x, y).RGBA()
-			for c, col := range timeline.CauseColors {
-				if uint8(r>>8) == col.R && uint8(g>>8) == col.G && uint8(bl>>8) == col.B {
-					row[c]++
-					total++
-				}
-			}
-		}
-		if total > bestTotal {
-			best, bestTotal = row, total
-		}
-	}
-	return best
 }
