@@ -154,7 +154,7 @@ type decision struct {
 	events []membership.Event // Seq and Time are filled in when written
 	// accounted is how many of the ledger's spans the events carry.
 	accounted int
-	evict  []membership.LiveNode
+	evict     []membership.LiveNode
 	// wakeAt asks for another decision at that time even if nothing changes.
 	wakeAt time.Time
 	memo   memo
