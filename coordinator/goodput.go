@@ -95,9 +95,11 @@ func (a *jobActor) account(v view, d *decision, now time.Time) {
 }
 
 // tellSpans puts the account's changes in the decision's first event, or
-// in an event of their own (TimeAccounted) if it has none.
+// in an event of their own (TimeAccounted) if it has none and they moved
+// time already counted: a change of the cause from now on (the status
+// says it) waits for the next event.
 func tellSpans(d *decision, spans []membership.Span, gen int64) {
-	if len(spans) == 0 {
+	if len(spans) == 0 || len(d.events) == 0 && !slices.ContainsFunc(spans, func(s membership.Span) bool { return !s.To.IsZero() }) {
 		return
 	}
 	d.accounted = len(spans)

@@ -43,7 +43,7 @@ func TestDecideHang(t *testing.T) {
 		assert.Equal(t, membership.PhaseStop, d.plan.Phase)
 		require.NotNil(t, d.plan.Hang)
 		assert.Equal(t, "b", d.plan.Hang.Node, "b's rank went quiet first: a's waits for it")
-		assert.Equal(t, "rank 1 on node b made no progress for 5s after step 42 (hang timeout 5s); stacks in its log", d.plan.Reason)
+		assert.Equal(t, "rank 1 on node b made no progress for 5s (hang timeout 5s) after step 42; stacks in its log", d.plan.Reason)
 		assert.Equal(t, 1, d.plan.Interruptions)
 		assert.Equal(t, []string{"GenerationStopping", "RankHung"}, types(d.events))
 	})

@@ -23,3 +23,20 @@ func Plural(n int, noun string) string {
 	}
 	return noun + "s"
 }
+
+// Ordinal is n as an ordinal: 1st, 2nd, 3rd, 4th, 11th, 12th, 13th, 21st.
+func Ordinal[N ~int | ~int64](n N) string {
+	suffix := "th"
+	s := strconv.FormatInt(int64(n), 10)
+	if n%100 < 11 || n%100 > 13 {
+		switch n % 10 {
+		case 1:
+			suffix = "st"
+		case 2:
+			suffix = "nd"
+		case 3:
+			suffix = "rd"
+		}
+	}
+	return s + suffix
+}

@@ -41,3 +41,9 @@ func TestOneLine(t *testing.T) {
 		})
 	}
 }
+
+func TestOrdinal(t *testing.T) {
+	for n, want := range map[int64]string{1: "1st", 2: "2nd", 3: "3rd", 4: "4th", 11: "11th", 12: "12th", 13: "13th", 21: "21st", 102: "102nd", 111: "111th", 1200: "1200th"} {
+		assert.Equal(t, want, english.Ordinal(n))
+	}
+}

@@ -28,7 +28,9 @@ func TestBeatCountsAStepOnTheInheritedPage(t *testing.T) {
 	require.Equal(t, 0, BeatMain([]string{"--step", "41"}, env(p.fd), io.Discard))
 	pr := p.load()
 	assert.Equal(t, int64(2), pr.Steps)
-	assert.Equal(t, int64(41), pr.step())
+	step, counted := pr.step()
+	assert.Equal(t, int64(41), step)
+	assert.False(t, counted, "a step named")
 	assert.GreaterOrEqual(t, pr.LastStep, before)
 	assert.Equal(t, pr.LastStep, pr.LastActivity)
 

@@ -251,8 +251,9 @@ func (s *server) judge(r *run, rw *rankWatch, now, timeout, budget int64) {
 // reportHung reports a rank hung, once per generation.
 func (s *server) reportHung(r *run, rw *rankWatch, now, quiet, limit int64, stopped bool) {
 	rw.hung = true
+	step, counted := rw.last.step()
 	rep := Report{Event: EventHung, Seq: s.seq, Pid: rw.p.pid, Rank: rw.p.rank, Generation: r.gen,
-		Step: rw.last.step(), QuietNanos: quiet, TimeoutNanos: limit, Stopped: stopped}
+		Step: step, Counted: counted && step > 0, QuietNanos: quiet, TimeoutNanos: limit, Stopped: stopped}
 	if a := rw.last.LastActivity; a > 0 && a <= now {
 		rep.LastActivityUnixNanos = time.Now().UnixNano() - (now - a)
 	}
@@ -276,7 +277,8 @@ func (s *server) reportProgress(r *run, now, timeout int64) {
 // progress is how far the rank is at now (CLOCK_MONOTONIC), whose wall
 // clock time is wall.
 func (rw *rankWatch) progress(now, wall int64) RankProgress {
-	rp := RankProgress{Rank: rw.p.rank, Steps: rw.steps, Step: rw.last.step(),
+	step, counted := rw.last.step()
+	rp := RankProgress{Rank: rw.p.rank, Steps: rw.steps, Step: step, Counted: counted && step > 0,
 		IntervalNanos: median(rw.recent), MaxIntervalNanos: rw.longest, Hung: rw.hung}
 	if q := rw.quietMark; q > 0 {
 		rp.QuietUntilUnixNanos = wall + (q - now)

@@ -163,10 +163,11 @@ func (pr progress) state() pageState {
 	return pageState{Steps: pr.Steps, LastActivity: pr.LastActivity, QuietUntil: pr.QuietUntil}
 }
 
-// step is the step the rank names: the one it last named, else its count.
-func (pr progress) step() int64 {
+// step is the step the rank names: the one it last named, else its count
+// (counted).
+func (pr progress) step() (step int64, counted bool) {
 	if pr.UserStep > 0 {
-		return pr.UserStep
+		return pr.UserStep, false
 	}
-	return max(pr.Steps, 0)
+	return max(pr.Steps, 0), true
 }

@@ -239,9 +239,10 @@ const (
 type RankProgress struct {
 	Rank int `json:"rank"`
 	// Steps counts its progress events in this generation; Step is the step
-	// it last named, Steps where it names none.
-	Steps int64 `json:"steps"`
-	Step  int64 `json:"step"`
+	// it last named, Steps where it names none (Counted).
+	Steps   int64 `json:"steps"`
+	Step    int64 `json:"step"`
+	Counted bool  `json:"counted,omitempty"`
 	// IntervalNanos is the median of its recent step intervals,
 	// MaxIntervalNanos its longest in this generation.
 	IntervalNanos    int64 `json:"intervalNanos"`
@@ -284,12 +285,14 @@ type Report struct {
 	// stdout and stderr when it sent an exit report.
 	StdoutBytes int64 `json:"stdout_bytes,omitempty"`
 	StderrBytes int64 `json:"stderr_bytes,omitempty"`
-	// Generation, Step, QuietNanos, TimeoutNanos, Stopped and
+	// Generation, Step (Counted: the process's count of its progress
+	// events, as it names no step), QuietNanos, TimeoutNanos, Stopped and
 	// LastActivityUnixNanos (the wall clock time of the rank's last sign of
 	// life; 0 for none) describe a hang, with EventHung; Generation,
 	// Progress and TimeoutNanos with EventProgress.
 	Generation            int64          `json:"generation,omitempty"`
 	Step                  int64          `json:"step,omitempty"`
+	Counted               bool           `json:"counted,omitempty"`
 	QuietNanos            int64          `json:"quietNanos,omitempty"`
 	TimeoutNanos          int64          `json:"timeoutNanos,omitempty"`
 	Stopped               bool           `json:"stopped,omitempty"`

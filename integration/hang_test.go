@@ -189,8 +189,8 @@ func TestAStoppedTrainerRestartsItsGeneration(t *testing.T) {
 	h.finish()
 	require.Equal(t, 0, h.wait())
 	out := h.out.String()
-	assert.Regexp(t, `\[rank 1\] rank 1 was stopped \(SIGSTOP, not a debugger\) for \S+ after step \d+; stacks in its log; reported to the coordinator`, out)
-	assert.Regexp(t, `coordinator run: generation 2 running: 2 nodes, world size 2 \(rank 1 on node stopped-\d was stopped \(SIGSTOP, not a debugger\) for \S+ after step \d+; stacks in its log\)`, out)
+	assert.Regexp(t, `\[rank 1\] rank 1 was stopped \(SIGSTOP, not a debugger\) for \S+ after its \d+(?:st|nd|rd|th) step in this process \(its own count: it names no step of the job\); stacks in its log; reported to the coordinator`, out)
+	assert.Regexp(t, `coordinator run: generation 2 running: 2 nodes, world size 2 \(rank 1 on node stopped-\d was stopped \(SIGSTOP, not a debugger\) for \S+ after its \d+(?:st|nd|rd|th) step in this process \(its own count: it names no step of the job\); stacks in its log\)`, out)
 	assert.Contains(t, out, "job stopped succeeded")
 }
 
@@ -231,7 +231,7 @@ func TestADeadlockedRankIsFoundAndWhereItHungIsShown(t *testing.T) {
 	}
 	require.Len(t, hung, 1, "one RankHung event: %+v", events)
 	assert.Equal(t, int64(1), hung[0].Generation)
-	assert.Regexp(t, `^rank 1 on node deadlock-\d made no progress for \S+ after step 3 \(hang timeout 1s\); stacks in its log$`, hung[0].Message)
+	assert.Regexp(t, `^rank 1 on node deadlock-\d made no progress for \S+ \(hang timeout 1s\) after its 3rd step in this process \(its own count: it names no step of the job\); stacks in its log$`, hung[0].Message)
 	st := h.statusWhen("ran generation 2", running(2))
 	assert.Equal(t, 1, st.HangRestarts)
 	h.plotShowsTheHang()
@@ -315,7 +315,7 @@ func TestARepeatedPauseCostsOneRestartAtMost(t *testing.T) {
 		h.said(2, rank, `done`)
 	}
 	assert.NotContains(t, out, "hangtest gen=3", "the second pause cost none")
-	assert.Regexp(t, `coordinator run: generation 2 running: 2 nodes, world size 2 \(rank \d on node pause-\d made no progress for \S+ after step 3 \(hang timeout 5s\); stacks in its log\)`, out)
+	assert.Regexp(t, `coordinator run: generation 2 running: 2 nodes, world size 2 \(rank \d on node pause-\d made no progress for \S+ \(hang timeout 5s\) after its 3rd step in this process \(its own count: it names no step of the job\); stacks in its log\)`, out)
 }
 
 // --hang-timeout 0 turns the watch of quiet ranks off: rank 1 blocks for
@@ -342,7 +342,7 @@ func TestAJobThatHangsEveryGenerationSpendsItsHangBudget(t *testing.T) {
 	h.said(2, 1, `stops after step 2`)
 	out := h.out.String()
 	assert.NotContains(t, out, "hangtest gen=3")
-	assert.Regexp(t, `coordinator run: job budget failed with exit code 1: rank 1 on node budget-\d was stopped \(SIGSTOP, not a debugger\) for \S+ after step 2; stacks in its log and the hang budget of 1 is spent`, out)
+	assert.Regexp(t, `coordinator run: job budget failed with exit code 1: rank 1 on node budget-\d was stopped \(SIGSTOP, not a debugger\) for \S+ after its 2nd step in this process \(its own count: it names no step of the job\); stacks in its log and the hang budget of 1 is spent`, out)
 }
 
 // `status` names the job's slowest rank while it trains, with its step
@@ -357,7 +357,7 @@ func TestStatusNamesTheSlowestRank(t *testing.T) {
 	assert.Positive(t, st.Slowest.Step)
 	assert.Positive(t, st.Slowest.StepSeconds)
 	assert.GreaterOrEqual(t, st.Slowest.HangTimeoutSeconds, 5.0, "the learned timeout, at least 5s")
-	assert.Regexp(t, `(?m)^Slowest rank: rank [01] on node slow-\d, [1-9][\d.]*m?s a step \(median of its recent steps\), at step \d+; hang timeout [1-9]\S*s$`, h.statusOf())
+	assert.Regexp(t, `(?m)^Slowest rank: rank [01] on node slow-\d, [1-9][\d.]*m?s a step \(median of its recent steps\), at (?:step \d+|its \d+(?:st|nd|rd|th) step in this process \(its own count: it names no step of the job\)); hang timeout [1-9]\S*s$`, h.statusOf())
 
 	h.finish()
 	require.Equal(t, 0, h.wait())

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/elastictraining/coordinator/english"
 )
 
 // DefaultMaxHangRestarts is a job's budget of restarts caused by a rank
@@ -22,10 +24,12 @@ type Hang struct {
 	Generation int64 `json:"generation"`
 	// Rank is the rank's global rank, within its role.
 	Rank int `json:"rank"`
-	// Step is the last step the rank made: the number it named
-	// (elastic.beat(step=N), a saved state's "step"), else its count of
-	// optimizer steps, beats and saves in the generation.
-	Step int64 `json:"step"`
+	// Step is the last step the rank made: the job's step, as it named it
+	// (elastic.beat(step=N), a saved state's "step") or counted on from the
+	// step it named or resumed from (elastic.load); else (Counted) its
+	// process's own count of its optimizer steps, beats and saves.
+	Step    int64 `json:"step"`
+	Counted bool  `json:"counted,omitempty"`
 	// Quiet is how long it had made no progress when found; Timeout is
 	// the hang timeout that fired (a second for a stopped process).
 	Quiet   Duration `json:"quiet"`
@@ -52,20 +56,33 @@ func (h Hang) Validate() error {
 }
 
 // String says what happened, for events and the status: "rank 1 on node
-// w-1 made no progress for 2.1s after step 1234; stacks in its log".
+// w-1 made no progress for 2.1s (hang timeout 2s) after step 1234; stacks
+// in its log".
 func (h Hang) String() string {
 	where := fmt.Sprintf("rank %d", h.Rank)
 	if h.Node != "" {
 		where += " on node " + h.Node
 	}
-	after := fmt.Sprintf("after step %d", h.Step)
-	if h.Step == 0 {
-		after = "before its first step"
-	}
+	after := StepText("after", h.Step, h.Counted)
 	if h.Stopped {
 		return fmt.Sprintf("%s was stopped (SIGSTOP, not a debugger) for %s %s; stacks in its log", where, h.Quiet, after)
 	}
-	return fmt.Sprintf("%s made no progress for %s %s (hang timeout %s); stacks in its log", where, h.Quiet, after, h.Timeout)
+	return fmt.Sprintf("%s made no progress for %s (hang timeout %s) %s; stacks in its log", where, h.Quiet, h.Timeout, after)
+}
+
+// StepText says where a rank is: "after step 1234" (the job's step);
+// "after its 1200th step in this process (its own count: ...)" when the
+// rank names no step of the job and step is its own count (counted);
+// "before its first step".
+// prep is the preposition: "after", "at".
+func StepText(prep string, step int64, counted bool) string {
+	switch {
+	case step <= 0:
+		return "before its first step"
+	case counted:
+		return fmt.Sprintf("%s its %s step in this process (its own count: it names no step of the job)", prep, english.Ordinal(step))
+	}
+	return fmt.Sprintf("%s step %d", prep, step)
 }
 
 // RankProgress is how the slowest of a node's ranks steps, refreshed
@@ -73,9 +90,10 @@ func (h Hang) String() string {
 type RankProgress struct {
 	// Rank is the slowest rank's global rank.
 	Rank int `json:"rank"`
-	// Step is its last step; StepTime the median of its recent step
-	// intervals.
+	// Step is its last step (Counted: its process's own count, as in
+	// Hang); StepTime the median of its recent step intervals.
 	Step     int64    `json:"step"`
+	Counted  bool     `json:"counted,omitempty"`
 	StepTime Duration `json:"stepTime"`
 	// HangTimeout is the node's hang timeout in force; 0 when watching is
 	// off.

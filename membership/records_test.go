@@ -159,3 +159,16 @@ func FuzzDecodeBridgeStatus(f *testing.F) {
 func FuzzDecodeAutoscalerStatus(f *testing.F) {
 	fuzzDecoder(f, membership.DecodeAutoscalerStatus, `{"target":4,"desired":6,"reason":"r","heldBack":"h","changedAt":"2026-01-01T00:00:00Z","updatedAt":"2026-01-01T00:00:00Z"}`)
 }
+
+func TestHangSaysWhichStepItsNumberIs(t *testing.T) {
+	named := membership.Hang{Node: "w-1", Generation: 2, Rank: 1, Step: 1234, Quiet: membership.Duration(2100 * time.Millisecond), Timeout: membership.Duration(2 * time.Second)}
+	assert.Equal(t, "rank 1 on node w-1 made no progress for 2.1s (hang timeout 2s) after step 1234; stacks in its log", named.String())
+	counted := named
+	counted.Step, counted.Counted = 1200, true
+	assert.Equal(t, "rank 1 on node w-1 made no progress for 2.1s (hang timeout 2s) after its 1200th step in this process (its own count: it names no step of the job); stacks in its log", counted.String())
+	counted.Stopped = true
+	assert.Equal(t, "rank 1 on node w-1 was stopped (SIGSTOP, not a debugger) for 2.1s after its 1200th step in this process (its own count: it names no step of the job); stacks in its log", counted.String())
+	none := named
+	none.Step = 0
+	assert.Contains(t, none.String(), "before its first step")
+}

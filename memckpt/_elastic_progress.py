@@ -21,7 +21,10 @@ rank that hangs from one that works:
     88   first_user_ns    CLOCK_MONOTONIC of the event that named it
 
 A progress event is an optimizer step of torch (every optimizer, the user's
-own subclasses too), elastic.beat() and elastic.save(); a sign of life is a
+own subclasses too), elastic.beat() and elastic.save(). Its step is the one
+the trainer named (a beat's, a save's state["step"]) or, once it named one
+or resumed from one (elastic.load), the steps it made since counted on from
+there: the job's step, on every rank. A sign of life is a
 progress event or the start of a backward pass (torch.autograd.backward), so
 that of a job's ranks the one that stopped (in its forward pass, its data
 loader, ...) is the one whose last sign of life is oldest, and its peers,
@@ -208,11 +211,41 @@ def _register_dump(page):
 # Progress events.
 
 
-def step(user_step=None):
-    """A progress event; user_step (an int >= 0), if given, is the step number the trainer named."""
+# The job's step, once known: the step the trainer last named (a save's,
+# a beat's) or resumed from (elastic.load), and the steps it made since
+# without naming one. A rank that names no step of its own (commonly every
+# rank but the one that saves) then names the job's steps all the same:
+# the step it resumed from, counted on.
+_named = None
+_since_named = 0
+
+
+def resumed(step):
+    """The trainer resumed from step (an int >= 0): its next step is step + 1."""
+    global _named, _since_named
+    _named, _since_named = step, 0
+
+
+def step(user_step=None, advances=True):
+    """A progress event; user_step (an int >= 0), if given, is the step number the trainer named.
+
+    An event that names no step names the one after the last named, once
+    one was (or resumed from), if it advances (a save is no step of its own).
+    """
+    global _named, _since_named
     page = _page
     if page is None:
         return
+    if user_step is not None:
+        _named, _since_named = user_step, 0
+    elif advances and _named is not None:
+        _since_named += 1
+        user_step = _named + _since_named
+    _named_event(page, user_step)
+
+
+def _named_event(page, user_step):
+    """A progress event naming user_step (None for none)."""
     # The step's number before its count: the guard reads what a count
     # names when it sees the count change.
     t = _mono()
@@ -284,7 +317,7 @@ def _stepped(frame):
             return
         f = f.f_back
         n += 1
-    _event(page)
+    step()
 
 
 def _event(page, t=None):

@@ -888,7 +888,7 @@ def save(state, path=None):
     """
     _the_saver().save(state, path)
     if _progress is not None:
-        _progress.step(_state_step(state))
+        _progress.step(_state_step(state), advances=False)
 
 
 def _state_step(state):
@@ -987,7 +987,12 @@ def load(path=None):
                 meta, body = fmeta, fbody
     if body is None:
         return None
-    return _decode(body)
+    state = _decode(body)
+    if _progress is not None:
+        n = _state_step(state)
+        if n is not None:
+            _progress.resumed(n)
+    return state
 
 
 @atexit.register

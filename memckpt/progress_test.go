@@ -96,6 +96,26 @@ opt = Clipped(model.parameters(), lr=1e-3)`, `loss(); opt.step()`},
 	}
 }
 
+// A rank that resumes from the state another rank saved (elastic.load),
+// and never saves or names a step itself, numbers its optimizer steps
+// from the state's step on: the job's steps, as the rank that saves
+// names them.
+func TestProgressNamesTheJobsStepsAfterALoad(t *testing.T) {
+	requireTorch(t)
+	dir := moduleDir(t)
+	setup := `import elastic
+elastic.save({"step": 100})   # stands for the rank that saves
+assert elastic.load()["step"] == 100
+opt = torch.optim.SGD(model.parameters(), lr=0.01)`
+	page := newPage(t)
+	script := writeScript(t, "train.py", fmt.Sprintf(trainScript, setup, `loss(); opt.step()`))
+	p := startPy(t, python, pyEnv(dir, "ELASTIC_PROGRESS_FD=3"), []*os.File{page}, script)
+	p.expect(p.out, "trained True")
+	p.succeed()
+	assert.Equal(t, uint64(trainSteps+1), word(t, page, offSteps), "the save, and the steps")
+	assert.Equal(t, uint64(100+trainSteps), word(t, page, offUserStep), "the job's step")
+}
+
 // progressScript says where it is ("at NAME") and waits for a line on
 // stdin, so that the test reads the page there.
 const progressScript = `import os, subprocess, sys
@@ -135,6 +155,10 @@ elastic.save({"step": 12, "w": [1, 2]})
 at("saved")
 elastic.beat()
 at("beat again")
+elastic.beat()
+assert elastic.load()["step"] == 12
+elastic.beat()
+at("resumed")
 for bad in (-1, "5", float("nan"), True, None):
     try:
         elastic.quiet(bad)
@@ -208,8 +232,12 @@ func TestProgressBeatQuietAndSave(t *testing.T) {
 			p.reply()
 			at("beat again")
 			assert.Equal(t, uint64(3), word(t, page, offSteps))
-			assert.Equal(t, uint64(12), word(t, page, offUserStep), "a beat without a step keeps the last named")
+			assert.Equal(t, uint64(13), word(t, page, offUserStep), "a beat without a step is the step after the last named")
 			assert.Less(t, now, word(t, page, offLastStep))
+			p.reply()
+			at("resumed")
+			assert.Equal(t, uint64(5), word(t, page, offSteps))
+			assert.Equal(t, uint64(13), word(t, page, offUserStep), "the step after the one the state loaded was saved at")
 
 			p.reply()
 			p.expect(p.out, "done")

@@ -66,7 +66,7 @@ func (p *Processes) Observe(rep guard.Report) {
 	o := Observation{Generation: rep.Generation}
 	switch rep.Event {
 	case guard.EventHung:
-		h := &membership.Hang{Generation: rep.Generation, Rank: rep.Rank - base, Step: rep.Step,
+		h := &membership.Hang{Generation: rep.Generation, Rank: rep.Rank - base, Step: rep.Step, Counted: rep.Counted,
 			Quiet: membership.Duration(rep.QuietNanos), Timeout: membership.Duration(rep.TimeoutNanos), Stopped: rep.Stopped}
 		if rep.LastActivityUnixNanos != 0 {
 			h.LastActivity = time.Unix(0, rep.LastActivityUnixNanos).UTC()
@@ -80,7 +80,7 @@ func (p *Processes) Observe(rep guard.Report) {
 			return // the ranks are gone: only their marks are news
 		}
 		for _, r := range rep.Progress {
-			o.Steps = append(o.Steps, membership.RankProgress{Rank: r.Rank - base, Step: r.Step,
+			o.Steps = append(o.Steps, membership.RankProgress{Rank: r.Rank - base, Step: r.Step, Counted: r.Counted,
 				StepTime: membership.Duration(r.IntervalNanos), HangTimeout: membership.Duration(rep.TimeoutNanos)})
 			if q := time.Unix(0, r.QuietUntilUnixNanos).UTC(); r.QuietUntilUnixNanos != 0 && q.After(o.QuietUntil) {
 				o.QuietUntil = q

@@ -41,7 +41,7 @@ type hangStop struct {
 }
 
 // hangMessage reads a hang's description (membership.Hang.String).
-var hangMessage = regexp.MustCompile(`^rank (\d+) on node (\S+) (?:(was stopped) \(SIGSTOP|made no progress for \S+ (?:after step \d+|before its first step) \(hang timeout (\S+)\))`)
+var hangMessage = regexp.MustCompile(`^rank (\d+) on node (\S+) (?:(was stopped) \(SIGSTOP|made no progress for \S+ \(hang timeout (\S+)\) (?:after step \d+|after its \d+(?:st|nd|rd|th) step in this process \(its own count: it names no step of the job\)|before its first step))`)
 
 // hangStops are the stops of the job for a hang, one a generation: its
 // RankHung event (of the generation that hung) or its GenerationStopping

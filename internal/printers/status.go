@@ -36,10 +36,13 @@ type Node struct {
 // Slowest is the job's slowest rank, of those whose nodes report their
 // progress: a straggler, before it hangs.
 type Slowest struct {
-	Node     string  `json:"node"`
-	Rank     int     `json:"rank"`
-	Step     int64   `json:"step"`
-	StepTime float64 `json:"stepSeconds"`
+	Node string `json:"node"`
+	Rank int    `json:"rank"`
+	// Step is the job's step, or (StepCounted) the rank's process's own
+	// count of its steps, when it names no step of the job.
+	Step        int64   `json:"step"`
+	StepCounted bool    `json:"stepCounted,omitempty"`
+	StepTime    float64 `json:"stepSeconds"`
 	// HangTimeout is the node's hang timeout in force, in seconds; 0 when
 	// watching is off.
 	HangTimeout float64 `json:"hangTimeoutSeconds"`
@@ -155,7 +158,7 @@ func slowest(nodes []Node, generation int64) *Slowest {
 		if p == nil || n.Generation != generation || (out != nil && time.Duration(p.StepTime).Seconds() <= out.StepTime) {
 			continue
 		}
-		out = &Slowest{Node: n.Node, Rank: p.Rank, Step: p.Step, StepTime: time.Duration(p.StepTime).Seconds(), HangTimeout: time.Duration(p.HangTimeout).Seconds()}
+		out = &Slowest{Node: n.Node, Rank: p.Rank, Step: p.Step, StepCounted: p.Counted, StepTime: time.Duration(p.StepTime).Seconds(), HangTimeout: time.Duration(p.HangTimeout).Seconds()}
 	}
 	return out
 }
@@ -295,8 +298,8 @@ func WriteStatusTable(w io.Writer, v Status) {
 		fmt.Fprintln(w)
 	}
 	if s := v.Slowest; s != nil {
-		fmt.Fprintf(w, "\nSlowest rank: rank %d on node %s, %s a step (median of its recent steps), at step %d", s.Rank, s.Node,
-			membership.Duration(time.Duration(s.StepTime*float64(time.Second))), s.Step)
+		fmt.Fprintf(w, "\nSlowest rank: rank %d on node %s, %s a step (median of its recent steps), %s", s.Rank, s.Node,
+			membership.Duration(time.Duration(s.StepTime*float64(time.Second))), membership.StepText("at", s.Step, s.StepCounted))
 		if s.HangTimeout > 0 {
 			fmt.Fprintf(w, "; hang timeout %s", membership.Duration(time.Duration(s.HangTimeout*float64(time.Second))))
 		}
