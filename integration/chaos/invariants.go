@@ -84,14 +84,12 @@ type result struct {
 }
 
 // analyse checks a finished run's evidence against every invariant and
-// measures it.
+// measures it. Each invariant is a function of its own; this gathers what
+// they found, in the order the report lists it.
 func analyse(r *run, end time.Time, converged time.Duration, final membership.Status, convErr error,
 	events []membership.Event, left []string) *result {
 	res := &result{seed: r.cfg.Seed, dir: r.dir, injected: map[kind]int{}, recovery: map[kind][]time.Duration{},
 		converged: converged, gens: final.Generation, runFor: end.Sub(r.start)}
-	violate := func(format string, args ...any) {
-		res.violations = append(res.violations, fmt.Sprintf(format, args...))
-	}
 	lines := readLog(r.log)
 	r.mu.Lock()
 	injections := slices.Clone(r.injections)
@@ -102,7 +100,42 @@ func analyse(r *run, end time.Time, converged time.Duration, final membership.St
 		res.injected[in.Kind]++
 	}
 
-	// Within a generation no (role, rank) is held by two processes.
+	res.violations = append(res.violations, ranksHeldTwice(lines)...)
+	stale, thawed := aliveAfterLaterGeneration(lines, injections, r.cfg.Beat)
+	res.violations = append(res.violations, stale...)
+	res.tolerated = append(res.tolerated, thawed...)
+	res.violations = append(res.violations, generationsWentBack(lines, samples)...)
+	// After the quiet period the job runs at the target.
+	if convErr != nil {
+		res.violations = append(res.violations, fmt.Sprintf("no convergence: %v", convErr))
+	}
+	// After the teardown nothing the run started survives.
+	for _, p := range left {
+		res.violations = append(res.violations, "survived the teardown: "+p)
+	}
+	var lost []string
+	res.lostSteps, lost = lostProgress(lines, injections, events, r.start, r.cfg)
+	res.violations = append(res.violations, lost...)
+	res.lostTime = time.Duration(res.lostSteps) * r.cfg.Beat
+	var overspent []string
+	res.restarts = int(final.Restarts)
+	res.failures, overspent = restartBudget(injections, events, res.restarts)
+	res.violations = append(res.violations, overspent...)
+
+	// The hang watch ends hangs in time, and nothing else.
+	res.hangBudget = final.HangRestarts
+	res.hangs = checkHangs(lines, injections, events, final.HangRestarts, r.cfg)
+	res.violations = append(res.violations, res.hangs.violations...)
+	res.tolerated = append(res.tolerated, res.hangs.tolerated...)
+
+	res.goodput, res.recovery, res.unexplained = availability(lines, injections, events, r.start, end, r.cfg)
+	res.phases = timeInPhases(samples, end)
+	return res
+}
+
+// ranksHeldTwice checks that within a generation no (role, rank) is held
+// by two processes: the fence's first promise.
+func ranksHeldTwice(lines []line) (violations []string) {
 	holders := map[string]line{}
 	for _, l := range lines {
 		if l.kind != "start" {
@@ -110,17 +143,21 @@ func analyse(r *run, end time.Time, converged time.Duration, final membership.St
 		}
 		key := fmt.Sprintf("%d/%s/%d", l.gen, l.role, l.rank)
 		if first, ok := holders[key]; ok && first.pid != l.pid {
-			violate("rank held twice: %s rank %d of generation %d by pid %d on %s (%s) and pid %d on %s (%s)",
-				l.role, l.rank, l.gen, first.pid, first.node, first.at.Format("15:04:05.000"), l.pid, l.node, l.at.Format("15:04:05.000"))
+			violations = append(violations, fmt.Sprintf("rank held twice: %s rank %d of generation %d by pid %d on %s (%s) and pid %d on %s (%s)",
+				l.role, l.rank, l.gen, first.pid, first.node, first.at.Format("15:04:05.000"), l.pid, l.node, l.at.Format("15:04:05.000")))
 		} else if !ok {
 			holders[key] = l
 		}
 	}
+	return violations
+}
 
-	// No process of generation g is seen alive once a later generation has
-	// started. The one thing tolerated is a heartbeat of a process of a
-	// frozen node in the moment it is thawed, before the guard's overdue
-	// timer kills it (it can commit nothing: see docs/design.md).
+// aliveAfterLaterGeneration checks that no process of generation g is seen
+// alive once a later generation has started. The one thing tolerated is a
+// heartbeat of a process of a frozen node in the moment it is thawed,
+// before the guard's overdue timer kills it (it can commit nothing: see
+// docs/design.md).
+func aliveAfterLaterGeneration(lines []line, injections []injection, beat time.Duration) (violations, tolerated []string) {
 	firstStart := map[int64]line{}
 	var gens []int64
 	for _, l := range lines {
@@ -159,19 +196,23 @@ func analyse(r *run, end time.Time, converged time.Duration, final membership.St
 		}
 	}
 	for _, o := range overlaps {
-		if t, ok := thaws[o.first.node]; ok && o.count == 1 && thawedJustBefore(t, o.first.at, r.cfg.Beat) {
-			res.tolerated = append(res.tolerated, "thawed: "+o.evidence)
+		if t, ok := thaws[o.first.node]; ok && o.count == 1 && thawedJustBefore(t, o.first.at, beat) {
+			tolerated = append(tolerated, "thawed: "+o.evidence)
 		} else if o.count == 1 {
-			violate("alive after a later generation started: %s", o.evidence)
+			violations = append(violations, "alive after a later generation started: "+o.evidence)
 		} else {
-			violate("alive after a later generation started: %s, and %d lines more until %s", o.evidence, o.count-1,
-				o.last.at.Format("15:04:05.000000"))
+			violations = append(violations, fmt.Sprintf("alive after a later generation started: %s, and %d lines more until %s", o.evidence, o.count-1,
+				o.last.at.Format("15:04:05.000000")))
 		}
 	}
+	return violations, tolerated
+}
 
-	// Generations only increase: each node starts ever newer generations,
-	// no generation starts after a newer one did, and the status never goes
-	// back.
+// generationsWentBack checks that generations only increase: each node
+// starts ever newer generations, no generation starts after a newer one
+// did, and the status never goes back.
+func generationsWentBack(lines []line, samples []statusSample) (violations []string) {
+	violate := func(format string, args ...any) { violations = append(violations, fmt.Sprintf(format, args...)) }
 	lastOfNode := map[string]line{}
 	var newest line
 	for _, l := range lines {
@@ -195,24 +236,18 @@ func analyse(r *run, end time.Time, converged time.Duration, final membership.St
 				samples[i-1].At.Format("15:04:05.000"), samples[i].Generation, samples[i].At.Format("15:04:05.000"))
 		}
 	}
+	return violations
+}
 
-	// After the quiet period the job runs at the target.
-	if convErr != nil {
-		violate("no convergence: %v", convErr)
-	}
-
-	// After the teardown nothing the run started survives.
-	for _, p := range left {
-		violate("survived the teardown: %s", p)
-	}
-
-	// Checkpoints never go back, and a generation loses at most one
-	// checkpoint interval of progress per fault since the last commit.
-	// Steps a process takes after its SIGTERM (a slow stop) are not
-	// progress: its generation is over, and nothing it saves is stored.
-	// Nor are those after its generation was stopped for a hang: its
-	// ranks get no SIGTERM, they write their stacks and are killed 200 ms
-	// later, stepping meanwhile.
+// lostProgress counts the steps the job lost, and checks that checkpoints
+// never go back and that a generation loses at most one checkpoint
+// interval of progress per fault since the last commit. Steps a process
+// takes after its SIGTERM (a slow stop) are not progress: its generation
+// is over, and nothing it saves is stored. Nor are those after its
+// generation was stopped for a hang: its ranks get no SIGTERM, they write
+// their stacks and are killed 200 ms later, stepping meanwhile.
+func lostProgress(lines []line, injections []injection, events []membership.Event, start time.Time, cfg config) (lostSteps int, violations []string) {
+	violate := func(format string, args ...any) { violations = append(violations, fmt.Sprintf(format, args...)) }
 	var lastCommit line
 	best := 0
 	resumed := map[int64]bool{}
@@ -234,7 +269,7 @@ func analyse(r *run, end time.Time, converged time.Duration, final membership.St
 			// path a checkpoint may go back across a fault, never without
 			// one (that would be a stale generation's save accepted).
 			wentBack := lastCommit.kind != "" && l.step <= lastCommit.step
-			if wentBack && (!r.cfg.Warm || !faultBetween(injections, lastCommit.at, l.at)) {
+			if wentBack && (!cfg.Warm || !faultBetween(injections, lastCommit.at, l.at)) {
 				violate("checkpoint went back: %s after %s", l, lastCommit)
 			}
 			lastCommit = l
@@ -244,8 +279,8 @@ func analyse(r *run, end time.Time, converged time.Duration, final membership.St
 			}
 			resumed[l.gen] = true
 			lost := max(best-l.step, 0)
-			res.lostSteps += lost
-			since := r.start
+			lostSteps += lost
+			since := start
 			if lastCommit.kind != "" {
 				since = lastCommit.at
 			}
@@ -255,7 +290,7 @@ func analyse(r *run, end time.Time, converged time.Duration, final membership.St
 					hits++
 				}
 			}
-			if allowed := r.cfg.CkptEvery * max(hits, 1); lost > allowed {
+			if allowed := cfg.CkptEvery * max(hits, 1); lost > allowed {
 				violate("generation %d resumed from step %d, %d steps behind step %d reached before; %d faults since the last commit allow %d (%s)",
 					l.gen, l.step, lost, best, hits, allowed, l)
 			}
@@ -267,41 +302,40 @@ func analyse(r *run, end time.Time, converged time.Duration, final membership.St
 			best = max(best, l.step)
 		}
 	}
-	res.lostTime = time.Duration(res.lostSteps) * r.cfg.Beat
+	return lostSteps, violations
+}
 
-	// The restart budget is spent on real failures only: the training
-	// processes the run killed.
-	res.restarts = int(final.Restarts)
+// restartBudget counts the training processes the run killed, and checks
+// that the restart budget is spent on those real failures only.
+func restartBudget(injections []injection, events []membership.Event, restarts int) (failures int, violations []string) {
 	for _, in := range injections {
 		if (in.Kind == killTrainer || in.Kind == slowStop) && strings.Contains(in.Note, "killed trainer") {
-			res.failures++
+			failures++
 		}
 	}
-	if res.restarts > res.failures {
+	if restarts > failures {
 		var charged []string
 		for _, e := range events {
 			if e.Type == "GenerationStopping" && strings.Contains(e.Message, "exit") {
 				charged = append(charged, fmt.Sprintf("%s gen %d: %s", e.Time.Format("15:04:05.000"), e.Generation, e.Message))
 			}
 		}
-		violate("restart budget: %d spent, %d training processes killed; stops for failures: %s", res.restarts, res.failures,
-			strings.Join(charged, "; "))
+		violations = append(violations, fmt.Sprintf("restart budget: %d spent, %d training processes killed; stops for failures: %s", restarts, failures,
+			strings.Join(charged, "; ")))
 	}
+	return failures, violations
+}
 
-	// The hang watch ends hangs in time, and nothing else.
-	res.hangBudget = final.HangRestarts
-	res.hangs = checkHangs(lines, injections, events, final.HangRestarts, r.cfg)
-	res.violations = append(res.violations, res.hangs.violations...)
-	res.tolerated = append(res.tolerated, res.hangs.tolerated...)
-
-	res.goodput, res.recovery, res.unexplained = availability(lines, injections, events, r.start, end, r.cfg)
-	res.phases = map[membership.JobPhase]time.Duration{}
+// timeInPhases is how long the status sampled before end stayed in each
+// phase.
+func timeInPhases(samples []statusSample, end time.Time) map[membership.JobPhase]time.Duration {
+	phases := map[membership.JobPhase]time.Duration{}
 	for i := 1; i < len(samples); i++ {
 		if samples[i].At.Before(end) {
-			res.phases[samples[i-1].Phase] += samples[i].At.Sub(samples[i-1].At)
+			phases[samples[i-1].Phase] += samples[i].At.Sub(samples[i-1].At)
 		}
 	}
-	return res
+	return phases
 }
 
 // thawTimes is, per node, the times its frozen processes were continued.
@@ -325,146 +359,6 @@ func thawedJustBefore(thaws []time.Time, at time.Time, beat time.Duration) bool 
 		}
 	}
 	return false
-}
-
-// availability measures the share of the run during which a whole
-// generation was alive (every rank beating), and for each fault the time
-// from the fault until a whole generation ran again, when the fault
-// interrupted one.
-func availability(lines []line, injections []injection, events []membership.Event, start, end time.Time, cfg config) (goodput float64, recovery map[kind][]time.Duration, unexplained []string) {
-	const bucket = 250 * time.Millisecond
-	n := int(end.Sub(start) / bucket)
-	if n <= 0 {
-		return 0, nil, nil
-	}
-	type key struct {
-		gen  int64
-		rank int
-	}
-	alive := make([]map[key]bool, n)
-	world := map[int64]int{}
-	for _, l := range lines {
-		if l.kind == "start" {
-			world[l.gen] = l.world
-		}
-		i := int(l.at.Sub(start) / bucket)
-		if i < 0 || i >= n || l.kind != "alive" {
-			continue
-		}
-		if alive[i] == nil {
-			alive[i] = map[key]bool{}
-		}
-		alive[i][key{l.gen, l.rank}] = true
-	}
-	good := make([]bool, n)
-	goodCount := 0
-	for i, m := range alive {
-		count := map[int64]int{}
-		for k := range m {
-			count[k.gen]++
-		}
-		for g, c := range count {
-			if c >= world[g] && world[g] > 0 {
-				good[i] = true
-			}
-		}
-		if good[i] {
-			goodCount++
-		}
-	}
-	// A stop has been recovered from when every rank of its generation, or
-	// of a later one, is alive.
-	full := wholeGenerations(lines)
-	backAfter := func(e membership.Event) time.Time {
-		var back time.Time
-		for _, f := range full {
-			if f.gen >= e.Generation && (back.IsZero() || f.at.Before(back)) {
-				back = f.at
-			}
-		}
-		if back.IsZero() {
-			return end
-		}
-		return back
-	}
-	recovery = map[kind][]time.Duration{}
-	backAt := map[int]time.Time{} // by injection
-	for _, e := range events {
-		if e.Type != "GenerationStopping" {
-			continue
-		}
-		i := cause(e, injections, cfg)
-		if i < 0 {
-			unexplained = append(unexplained, fmt.Sprintf("%s gen %d: %s", e.Time.Format("15:04:05.000"), e.Generation, e.Message))
-			continue
-		}
-		if b := backAfter(e); b.After(backAt[i]) {
-			backAt[i] = b
-		}
-	}
-	for i, in := range injections {
-		d := time.Duration(0) // no generation was interrupted
-		if b, ok := backAt[i]; ok {
-			d = max(b.Sub(in.At), 0)
-		}
-		recovery[in.Kind] = append(recovery[in.Kind], d)
-	}
-	return float64(goodCount) / float64(n), recovery, unexplained
-}
-
-// cause is the injection a stop of the job is due to, by the reason the
-// coordinator gave: a lost member to the last fault of that node, or of
-// etcd, that could have taken it out then; a failure to the last training
-// process killed there; a membership change to the last scale or, failing
-// that, the last fault of any node. -1 if none.
-func cause(e membership.Event, injections []injection, cfg config) int {
-	// A fault can stop the job until its end, plus a TTL for the lease to
-	// run out, plus a stop timeout and a second of slack.
-	reach := func(in injection) bool {
-		return !in.At.After(e.Time) && e.Time.Sub(in.At) <= in.For+cfg.TTL+cfg.StopTimeout+time.Second
-	}
-	last := func(match func(injection) bool) int {
-		for i := len(injections) - 1; i >= 0; i-- {
-			if in := injections[i]; reach(in) && match(in) {
-				return i
-			}
-		}
-		return -1
-	}
-	words := strings.FieldsFunc(e.Message, func(r rune) bool { return r == ' ' || r == ',' || r == '(' || r == ')' })
-	named := func(node int) bool { return slices.Contains(words, fmt.Sprintf("n%d", node)) }
-	switch {
-	case strings.Contains(e.Message, " lost"):
-		return last(func(in injection) bool {
-			switch in.Kind {
-			case partition, freezeNode, freezeSidecar, freezeSupers, killSidecar:
-				return named(in.Node)
-			case quorumLoss, killEtcd:
-				return true
-			}
-			return false
-		})
-	case strings.Contains(e.Message, "failed with exit code"):
-		return last(func(in injection) bool {
-			return in.Kind == killTrainer && named(in.Node) || in.Kind == slowStop && named(in.Peer)
-		})
-	case hangMessage.MatchString(e.Message):
-		return last(func(in injection) bool {
-			return (in.Kind == stopTrainer || in.Kind == deadlockTrainer || in.Kind == freezeNode) && named(in.Node)
-		})
-	case strings.HasPrefix(e.Message, "membership change"):
-		if i := last(func(in injection) bool { return in.Kind == scale || in.Kind == scaleBurst }); i >= 0 {
-			return i
-		}
-		return last(func(in injection) bool {
-			switch in.Kind {
-			case partition, freezeNode, freezeSidecar, freezeSupers, killSidecar, killTrainer, slowStop, quorumLoss, killEtcd:
-				return true
-			}
-			return false
-		})
-	}
-	return -1
 }
 
 // faultBetween reports whether a fault was injected between from and to.
