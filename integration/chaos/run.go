@@ -13,12 +13,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/elastictraining/coordinator/guard"
 	"github.com/elastictraining/coordinator/internal/embedetcd"
 	"github.com/elastictraining/coordinator/internal/etcdclient"
 	"github.com/elastictraining/coordinator/internal/testkit/etcdcluster"
@@ -376,180 +374,6 @@ func (r *run) leftovers() []string {
 	return out
 }
 
-// inject carries out one fault, and undoes it when it ends.
-func (r *run) inject(ctx context.Context, f fault) {
-	rec := injection{fault: f, At: time.Now()}
-	note := func(format string, args ...any) { rec.Note = fmt.Sprintf(format, args...) }
-	switch f.Kind {
-	case killTrainer:
-		note("%s", r.killTrainer(r.nodes[f.Node]))
-	case killSidecar:
-		note("sidecar pid %d", r.nodes[f.Node].sidecar.kill(f.For))
-	case freezeNode:
-		n := r.nodes[f.Node]
-		frozen := proctest.FreezeTree(n.sidecar.pid())
-		note("froze pids %v", frozen)
-		r.record(rec)
-		time.Sleep(f.For)
-		proctest.Thaw(frozen)
-		return
-	case freezeSidecar:
-		pid := r.nodes[f.Node].sidecar.pid()
-		_ = syscall.Kill(pid, syscall.SIGSTOP)
-		note("froze sidecar pid %d", pid)
-		r.record(rec)
-		time.Sleep(f.For)
-		_ = syscall.Kill(pid, syscall.SIGCONT)
-		return
-	case freezeSupers:
-		// The sidecar and its guard, not the trainers: only the trainers'
-		// fence watchdogs can kill them now.
-		pid := r.nodes[f.Node].sidecar.pid()
-		if pid <= 0 {
-			note("no sidecar running")
-			break
-		}
-		frozen := []int{pid}
-		for _, p := range guard.Descendants(pid) {
-			if guard.IsGuardProcess(p) {
-				frozen = append(frozen, p)
-			}
-		}
-		for _, p := range frozen {
-			_ = syscall.Kill(p, syscall.SIGSTOP)
-		}
-		note("froze sidecar and guard pids %v", frozen)
-		r.record(rec)
-		time.Sleep(f.For)
-		proctest.Thaw(frozen)
-		return
-	case partition:
-		for _, p := range r.nodes[f.Node].links {
-			p.Cut()
-		}
-		r.record(rec)
-		time.Sleep(f.For)
-		for _, p := range r.nodes[f.Node].links {
-			p.Heal()
-		}
-		return
-	case killCoordinator:
-		for _, c := range r.replicas {
-			if c.leads(ctx) {
-				note("%s pid %d", c.name, c.kill(f.For))
-				break
-			}
-		}
-		if rec.Note == "" {
-			note("no replica led")
-		}
-	case killEtcd, quorumLoss:
-		lost := []*etcdcluster.Member{r.etcd.Members[f.Node]}
-		if f.Kind == quorumLoss {
-			lost = append(lost, r.etcd.Members[f.Peer])
-		}
-		for _, m := range lost {
-			r.etcd.Kill(m)
-		}
-		r.record(rec)
-		time.Sleep(f.For)
-		for _, m := range lost {
-			if err := r.etcd.Restart(m); err != nil {
-				fmt.Fprintf(os.Stderr, "chaos: restart %s: %v\n", m.Name, err)
-			}
-		}
-		return
-	case moveEtcdLeader:
-		c, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		leader, err := r.etcd.Leader(c)
-		if err != nil {
-			note("%v", err)
-			break
-		}
-		for i := range 3 {
-			to := r.etcd.Members[(f.Node+i)%3]
-			if to != leader && to.Running() {
-				if err := r.etcd.MoveLeader(c, to); err != nil {
-					note("from %s to %s: %v", leader.Name, to.Name, err)
-				} else {
-					note("from %s to %s", leader.Name, to.Name)
-				}
-				break
-			}
-		}
-	case scale, scaleBurst:
-		r.record(rec)
-		r.scaleMu.Lock()
-		defer r.scaleMu.Unlock()
-		for i, np := range f.NP {
-			if i > 0 {
-				time.Sleep(f.Gap)
-			}
-			r.scale(np)
-		}
-		return
-	case stopTrainer:
-		// The trainer alone: its sidecar, guard and fence watchdog run on,
-		// and the hang watch must end it. Continued at the fault's end if
-		// it is still there (it should not be).
-		n := r.nodes[f.Node]
-		pid := r.trainerPid(n)
-		if pid == 0 {
-			note("no trainer running")
-			break
-		}
-		st, _ := guard.ReadProc(pid)
-		_ = syscall.Kill(pid, syscall.SIGSTOP)
-		rec.Pid = pid
-		note("stopped trainer pid %d", pid)
-		r.record(rec)
-		time.Sleep(f.For)
-		if now, ok := guard.ReadProc(pid); ok && now.Start == st.Start {
-			_ = syscall.Kill(pid, syscall.SIGCONT)
-		}
-		return
-	case deadlockTrainer:
-		// The order names the trainer running now, so that a trainer of a
-		// later generation never obeys it: a trainer that sleeps before
-		// its first step is watched only by the startup budget (minutes).
-		n := r.nodes[f.Node]
-		pid := r.trainerPid(n)
-		if pid == 0 {
-			note("no trainer running")
-			break
-		}
-		file := filepath.Join(r.deadlock, n.id)
-		_ = os.WriteFile(file, []byte(strconv.Itoa(pid)+"\n"), 0o600)
-		rec.Pid = pid
-		note("trainer pid %d to sleep forever at its next step", pid)
-		r.record(rec)
-		time.Sleep(f.For)
-		_ = os.Remove(file)
-		return
-	case slowRank:
-		file := filepath.Join(r.straggle, r.nodes[f.Node].id)
-		step := r.cfg.Beat * time.Duration(f.Factor)
-		_ = os.WriteFile(file, []byte(strconv.FormatFloat(step.Seconds(), 'f', 3, 64)+"\n"), 0o600)
-		note("n%d's trainers step every %s", f.Node, step)
-		r.record(rec)
-		time.Sleep(f.For)
-		_ = os.Remove(file)
-		return
-	case slowStop:
-		file := filepath.Join(r.slow, r.nodes[f.Node].id)
-		delay := r.cfg.StopTimeout + 2*time.Second
-		_ = os.WriteFile(file, []byte(strconv.FormatFloat(delay.Seconds(), 'f', 3, 64)), 0o600)
-		time.Sleep(200 * time.Millisecond)
-		note("stop of n%d takes %s; %s", f.Node, delay, r.killTrainer(r.nodes[f.Peer]))
-		r.record(rec)
-		time.Sleep(f.For)
-		_ = os.Remove(file)
-		return
-	}
-	r.record(rec)
-}
-
 // writeInjections leaves the faults as they were carried out, with their
 // wall-clock times, next to the processes' logs.
 func (r *run) writeInjections() {
@@ -571,29 +395,6 @@ func (r *run) writeEvents(events []membership.Event) {
 	_ = os.WriteFile(filepath.Join(r.dir, "events.txt"), []byte(text.String()), 0o600)
 }
 
-func (r *run) record(rec injection) {
-	r.mu.Lock()
-	r.injections = append(r.injections, rec)
-	r.mu.Unlock()
-}
-
-// scale sets the target, retrying as a user would until it is accepted.
-func (r *run) scale(np int) {
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		cmd := exec.Command(r.cfg.Binary, "scale", "--etcd-endpoints", strings.Join(r.etcd.Endpoints(), ","), "--job", job,
-			"--np", strconv.Itoa(np), "--create", "--dial-timeout", "2s")
-		if cmd.Run() == nil {
-			r.mu.Lock()
-			r.target = np
-			r.mu.Unlock()
-			return
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	fmt.Fprintf(os.Stderr, "chaos: scale to %d never went through\n", np)
-}
-
 // warmArgs are the sidecar's flags of the warm path: the worker's own
 // module preloaded, so that every generation after the first starts in a
 // warm interpreter; memory checkpoints are on by default.
@@ -610,59 +411,4 @@ func (cfg config) command() []string {
 		return []string{"python3", cfg.Worker}
 	}
 	return []string{cfg.Worker}
-}
-
-// killTrainer sends SIGKILL to the training process below a node's sidecar.
-func (r *run) killTrainer(n *node) string {
-	if n.sidecar.pid() == 0 {
-		return "no sidecar running"
-	}
-	if pid := r.trainerPid(n); pid != 0 {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-		return fmt.Sprintf("killed trainer pid %d", pid)
-	}
-	return "no trainer running"
-}
-
-// trainerPid is the training process below a node's sidecar, 0 if none.
-func (r *run) trainerPid(n *node) int {
-	root := n.sidecar.pid()
-	if root == 0 {
-		return 0
-	}
-	for _, pid := range guard.Descendants(root) {
-		if parent, _ := guard.ParentOf(pid); isWorker(pid) && !isWorker(parent) {
-			return pid
-		}
-	}
-	// A trainer in a warm interpreter has the interpreter's command line:
-	// the pid it logged when it started is the one.
-	if pid := r.loggedTrainer(n.id); pid != 0 && guard.IsDescendant(pid, root) {
-		return pid
-	}
-	return 0
-}
-
-// loggedTrainer is the pid of the last trainer the node's log line says
-// started, 0 if none.
-func (r *run) loggedTrainer(nodeID string) int {
-	data, err := os.ReadFile(r.log)
-	if err != nil {
-		return 0
-	}
-	pid := 0
-	for _, l := range bytes.Split(data, []byte("\n")) {
-		f := strings.Fields(string(l))
-		if len(f) == 9 && f[0] == "start" && f[8] == nodeID {
-			pid, _ = strconv.Atoi(f[4])
-		}
-	}
-	return pid
-}
-
-// isWorker reports whether pid runs worker.sh (the trainer, or a subshell
-// of it).
-func isWorker(pid int) bool {
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return err == nil && bytes.Contains(cmdline, []byte("worker.sh"))
 }
