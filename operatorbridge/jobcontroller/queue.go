@@ -67,53 +67,19 @@ func (t *term) admit(ctx context.Context, k *servedKind, u *unstructured.Unstruc
 	queue := u.GetLabels()[admission.QueueLabel]
 	synced := t.workloads != nil && t.workloadsSynced()
 	var set jobWorkloads
+	var err error
 	labelGone := false
 	if queue == "" {
-		if !synced {
-			delete(t.queued, keyOf(u))
-			return nil, nil
-		}
-		var err error
-		if set, err = t.workloadsOf(ctx, u); err != nil {
+		var stays bool
+		if set, stays, err = t.unlabelled(ctx, u, synced); !stays || err != nil {
 			return nil, err
 		}
-		switch {
-		case set.current != nil && holdsAdmission(set.current):
-			// Kueue's integrations refuse this change while the job
-			// holds its admission: the job stays Kueue's.
-			queue, labelGone = string(set.current.Spec.QueueName), true
-		case set.current != nil || set.growth != nil:
-			// Waiting, it leaves the queue.
-			for _, wl := range []*kueue.Workload{set.current, set.growth} {
-				if wl != nil {
-					if err := t.deleteWorkload(ctx, wl); err != nil {
-						return nil, err
-					}
-				}
-			}
-			t.Recorder.Eventf(u, corev1.EventTypeNormal, "LeftQueue", "label %s removed: Workload %s deleted; the job is no longer Kueue's", admission.QueueLabel, set.current.Name)
-			delete(t.queued, keyOf(u))
-			return nil, nil
-		default:
-			delete(t.queued, keyOf(u))
-			return nil, nil
-		}
+		queue, labelGone = string(set.current.Spec.QueueName), true
 	}
-	j.Spec.Queue = queue
-	before := t.queued[keyOf(u)]
-	v := &queueView{suspended: suspendField(k, u)}
-	t.queued[keyOf(u)] = v
-	// Unsuspended by hand: the job was held suspended, and its field
-	// says otherwise now (a new job's says nothing yet).
-	byHand := before != nil && before.suspended && !before.admitted && !v.suspended
-	hold := func(reason, message string) (*queueView, error) {
-		j.Spec.Suspend = true
-		v.reason, v.message = reason, message
-		return v, t.keepSuspendField(ctx, k, u, v, true, message)
-	}
+	q := newQueuedJob(t, k, u, j, queue)
 	if t.workloads == nil {
-		v.problem = "the job is labelled " + admission.QueueLabel + "=" + queue + " and Kueue's integration is off (`coordinator serve --kueue`): it stays suspended"
-		return hold("KueueOff", v.problem)
+		q.v.problem = "the job is labelled " + admission.QueueLabel + "=" + queue + " and Kueue's integration is off (`coordinator serve --kueue`): it stays suspended"
+		return q.hold(ctx, "KueueOff", q.v.problem)
 	}
 	if !synced {
 		// Nothing is decided on a view not read yet: a leader's new term
@@ -121,136 +87,239 @@ func (t *term) admit(ctx context.Context, k *servedKind, u *unstructured.Unstruc
 		return nil, errWorkloadsNotListed
 	}
 	if set.current == nil && set.deleted == nil && set.finished == nil {
-		var err error
 		if set, err = t.workloadsOf(ctx, u); err != nil {
 			return nil, err
 		}
 	}
-	rec := t.recordsOf(j.ID)
-	ended := rec.Spec != nil && rec.Spec.Owner == j.Spec.Owner && rec.Status != nil && rec.Status.Phase.Done()
-	req, reason, err := t.workloadRequest(ctx, u, j, queue)
-	if err != nil {
+	q.rec = t.recordsOf(j.ID)
+	q.ended = q.rec.Spec != nil && q.rec.Spec.Owner == j.Spec.Owner && q.rec.Status != nil && q.rec.Status.Phase.Done()
+	var reason string
+	if q.req, reason, err = t.workloadRequest(ctx, u, j, queue); err != nil {
 		return nil, err
 	}
-	if set.deleted != nil {
-		// Deleted by a user while admitted: the job stops, and the
-		// quota goes with the Workload once nothing of the job runs.
-		if set.growth != nil {
-			if err := t.withdraw(ctx, u, set.growth, "the admission it would have grown was deleted"); err != nil {
-				return v, err
-			}
-		}
-		if !v.suspended {
-			t.Recorder.Eventf(u, corev1.EventTypeNormal, "Stopped", "Workload %s deleted: stopping the job gracefully; a new Workload asks for its admission once it stopped", set.deleted.Name)
-		}
-		if t.stoppedAndGone(u, j, rec) && !ended {
-			if err := t.dropFinalizer(ctx, set.deleted.Namespace, set.deleted.Name); err != nil {
-				return v, err
-			}
-		}
-		return hold("WorkloadDeleted", fmt.Sprintf("Workload %s was deleted: the job stops, then asks to be admitted again", set.deleted.Name))
-	}
-	if reason != "" && set.current == nil {
-		v.problem = reason
-		return hold("Inadmissible", reason)
+	switch {
+	case set.deleted != nil:
+		return q.workloadDeleted(ctx, set.deleted, set.growth)
+	case reason != "" && set.current == nil:
+		q.v.problem = reason
+		return q.hold(ctx, "Inadmissible", reason)
 	}
 	if labelGone {
-		v.problem = fmt.Sprintf("the label %s was removed while the job holds its admission in LocalQueue %s: it stays Kueue's; to take it out, deactivate its Workload first",
+		q.v.problem = fmt.Sprintf("the label %s was removed while the job holds its admission in LocalQueue %s: it stays Kueue's; to take it out, deactivate its Workload first",
 			admission.QueueLabel, queue)
 	}
-	current, growth, finished := set.current, set.growth, set.finished
-	res := t.cfg.Dynamic.Resource(admission.Workloads).Namespace(u.GetNamespace())
-	if current == nil {
-		switch {
-		case ended && finished != nil:
-			// Finished as the job ended: it holds nothing now.
-			return v, t.dropFinalizer(ctx, finished.Namespace, finished.Name)
-		case ended:
-			return v, nil
-		case finished != nil:
-			st := admission.Read(finished)
-			return hold(st.Reason, fmt.Sprintf("Workload %s is finished (%s: %s): the job does not run", finished.Name, st.Reason, st.Message))
-		}
-		wl := req.Workload()
-		if err := t.createWorkload(ctx, wl); err != nil {
-			v.problem = err.Error()
-			_, _ = hold("WorkloadNotCreated", v.problem)
-			return v, err
-		}
-		t.Recorder.Eventf(u, corev1.EventTypeNormal, "CreatedWorkload", "Workload %s in LocalQueue %s", wl.Name, queue)
-		return hold(admission.ReasonPending, "waiting for Kueue to admit Workload "+wl.Name)
+	if set.current == nil {
+		return q.noWorkload(ctx, set.finished)
 	}
-	v.workload = current.Name
-	st := admission.Read(current)
-	if ended {
-		if growth != nil {
-			if err := t.withdraw(ctx, u, growth, "the job ended"); err != nil {
-				return v, err
+	return q.byWorkload(ctx, set.current, set.growth)
+}
+
+// unlabelled decides on a job without the queue label. One that holds
+// its admission stays Kueue's (stays): Kueue's integrations refuse the
+// change then. One that waits leaves the queue, its Workloads deleted;
+// one that leaves, or has none, is forgotten.
+func (t *term) unlabelled(ctx context.Context, u *unstructured.Unstructured, synced bool) (set jobWorkloads, stays bool, err error) {
+	if !synced {
+		delete(t.queued, keyOf(u))
+		return set, false, nil
+	}
+	if set, err = t.workloadsOf(ctx, u); err != nil {
+		return set, false, err
+	}
+	switch {
+	case set.current != nil && holdsAdmission(set.current):
+		return set, true, nil
+	case set.current != nil || set.growth != nil:
+		// Waiting, it leaves the queue.
+		for _, wl := range []*kueue.Workload{set.current, set.growth} {
+			if wl != nil {
+				if err := t.deleteWorkload(ctx, wl); err != nil {
+					return set, false, err
+				}
 			}
 		}
-		return v, t.finishWorkload(ctx, current, st, rec.Status)
+		t.Recorder.Eventf(u, corev1.EventTypeNormal, "LeftQueue", "label %s removed: Workload %s deleted; the job is no longer Kueue's", admission.QueueLabel, set.current.Name)
+	}
+	delete(t.queued, keyOf(u))
+	return set, false, nil
+}
+
+// queuedJob is one reconcile's decision on a job of a Kueue queue: the job
+// as it may run now, and the view of it that its status shows.
+type queuedJob struct {
+	t     *term
+	k     *servedKind
+	u     *unstructured.Unstructured
+	j     *Job
+	v     *queueView
+	queue string
+	// byHand: the job was held suspended, and its field says otherwise
+	// now (a new job's says nothing yet).
+	byHand bool
+	req    admission.Request
+	rec    membership.JobRecords
+	ended  bool // the job ran and is done
+}
+
+// newQueuedJob starts the decision on a job of queue, and keeps its view.
+func newQueuedJob(t *term, k *servedKind, u *unstructured.Unstructured, j *Job, queue string) *queuedJob {
+	j.Spec.Queue = queue
+	before := t.queued[keyOf(u)]
+	v := &queueView{suspended: suspendField(k, u)}
+	t.queued[keyOf(u)] = v
+	return &queuedJob{t: t, k: k, u: u, j: j, v: v, queue: queue,
+		byHand: before != nil && before.suspended && !before.admitted && !v.suspended}
+}
+
+// hold keeps the job suspended, saying why.
+func (q *queuedJob) hold(ctx context.Context, reason, message string) (*queueView, error) {
+	q.j.Spec.Suspend = true
+	q.v.reason, q.v.message = reason, message
+	return q.v, q.t.keepSuspendField(ctx, q.k, q.u, q.v, true, message)
+}
+
+// workloadDeleted stops a job whose Workload a user deleted while it was
+// admitted; the quota goes with the Workload once nothing of the job
+// runs, and a new Workload asks for its admission after.
+func (q *queuedJob) workloadDeleted(ctx context.Context, deleted, growth *kueue.Workload) (*queueView, error) {
+	t := q.t
+	if growth != nil {
+		if err := t.withdraw(ctx, q.u, growth, "the admission it would have grown was deleted"); err != nil {
+			return q.v, err
+		}
+	}
+	if !q.v.suspended {
+		t.Recorder.Eventf(q.u, corev1.EventTypeNormal, "Stopped", "Workload %s deleted: stopping the job gracefully; a new Workload asks for its admission once it stopped", deleted.Name)
+	}
+	if t.stoppedAndGone(q.u, q.j, q.rec) && !q.ended {
+		if err := t.dropFinalizer(ctx, deleted.Namespace, deleted.Name); err != nil {
+			return q.v, err
+		}
+	}
+	return q.hold(ctx, "WorkloadDeleted", fmt.Sprintf("Workload %s was deleted: the job stops, then asks to be admitted again", deleted.Name))
+}
+
+// noWorkload decides on a job that has no Workload holding or waiting for
+// its admission: one that ended lets go of its finished Workload; one
+// whose Workload finished without it does not run; any other asks for
+// admission with a new Workload.
+func (q *queuedJob) noWorkload(ctx context.Context, finished *kueue.Workload) (*queueView, error) {
+	switch {
+	case q.ended && finished != nil:
+		// Finished as the job ended: it holds nothing now.
+		return q.v, q.t.dropFinalizer(ctx, finished.Namespace, finished.Name)
+	case q.ended:
+		return q.v, nil
+	case finished != nil:
+		st := admission.Read(finished)
+		return q.hold(ctx, st.Reason, fmt.Sprintf("Workload %s is finished (%s: %s): the job does not run", finished.Name, st.Reason, st.Message))
+	}
+	wl := q.req.Workload()
+	if err := q.t.createWorkload(ctx, wl); err != nil {
+		q.v.problem = err.Error()
+		_, _ = q.hold(ctx, "WorkloadNotCreated", q.v.problem)
+		return q.v, err
+	}
+	q.t.Recorder.Eventf(q.u, corev1.EventTypeNormal, "CreatedWorkload", "Workload %s in LocalQueue %s", wl.Name, q.queue)
+	return q.hold(ctx, admission.ReasonPending, "waiting for Kueue to admit Workload "+wl.Name)
+}
+
+// byWorkload decides on a job by its current Workload's state: finished
+// with the job, stopped when evicted, held while pending, run when
+// admitted. A request to grow an admission that is gone is withdrawn.
+func (q *queuedJob) byWorkload(ctx context.Context, current, growth *kueue.Workload) (*queueView, error) {
+	q.v.workload = current.Name
+	st := admission.Read(current)
+	if q.ended {
+		if growth != nil {
+			if err := q.t.withdraw(ctx, q.u, growth, "the job ended"); err != nil {
+				return q.v, err
+			}
+		}
+		return q.v, q.t.finishWorkload(ctx, current, st, q.rec.Status)
 	}
 	if growth != nil && st.Phase != admission.Admitted {
-		// It asked to grow an admission that is gone.
-		if err := t.withdraw(ctx, u, growth, "the admission it would have grown is gone"); err != nil {
-			return v, err
+		if err := q.t.withdraw(ctx, q.u, growth, "the admission it would have grown is gone"); err != nil {
+			return q.v, err
 		}
 	}
 	switch st.Phase {
 	case admission.Evicted:
-		v.evicted = true
-		j.Spec.Suspend = true
-		if !v.suspended {
-			t.Recorder.Eventf(u, corev1.EventTypeNormal, "Stopped", "Workload %s evicted (%s): %s; stopping the job gracefully", current.Name, st.Reason, st.Message)
-		}
-		if err := t.keepSuspendField(ctx, k, u, v, true, ""); err != nil {
-			return v, err
-		}
-		v.reason, v.message = st.Reason, "evicted: "+st.Message+"; the job stops and gives its quota back"
-		if !t.stoppedAndGone(u, j, rec) {
-			return v, nil
-		}
-		return v, t.releaseWorkload(ctx, u, current, st)
+		return q.evicted(ctx, current, st)
 	case admission.Pending:
-		if !req.Matches(current) && current.Status.Admission == nil {
-			// Not holding quota: its pod sets may change.
-			raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(req.Update(current))
-			if err != nil {
-				return nil, err
-			}
-			if _, err := res.Update(ctx, &unstructured.Unstructured{Object: raw}, metav1.UpdateOptions{}); err != nil {
-				return nil, fmt.Errorf("update Workload %s: %w", current.Name, err)
-			}
-		}
-		msg := st.Message
-		if missing := t.missingQueue(ctx, u.GetNamespace(), queue); missing != "" {
-			msg, v.problem = missing, missing
-		}
-		if p := unhonouredMinCount(req, current); p != "" {
-			v.problem = strings.TrimPrefix(v.problem+"; "+p, "; ")
-		}
-		if byHand {
-			t.Recorder.Eventf(u, corev1.EventTypeWarning, "Stopped", "not admitted by its ClusterQueue (Workload %s: %s): suspended again; Kueue keeps the suspend of a queued job", current.Name, msg)
-		}
-		return hold(st.Reason, msg)
+		return q.pending(ctx, current, st)
 	}
-	// Admitted.
-	if err := t.runAdmitted(ctx, u, j, st); err != nil {
+	return q.admitted(ctx, current, growth, st)
+}
+
+// evicted stops a job whose Workload Kueue evicted, and gives the quota
+// back once every trainer stopped and the pods are gone.
+func (q *queuedJob) evicted(ctx context.Context, current *kueue.Workload, st admission.State) (*queueView, error) {
+	t, v := q.t, q.v
+	v.evicted = true
+	q.j.Spec.Suspend = true
+	if !v.suspended {
+		t.Recorder.Eventf(q.u, corev1.EventTypeNormal, "Stopped", "Workload %s evicted (%s): %s; stopping the job gracefully", current.Name, st.Reason, st.Message)
+	}
+	if err := t.keepSuspendField(ctx, q.k, q.u, v, true, ""); err != nil {
+		return v, err
+	}
+	v.reason, v.message = st.Reason, "evicted: "+st.Message+"; the job stops and gives its quota back"
+	if !t.stoppedAndGone(q.u, q.j, q.rec) {
+		return v, nil
+	}
+	return v, t.releaseWorkload(ctx, q.u, current, st)
+}
+
+// pending holds a job whose Workload waits for admission, the Workload
+// following the job's pod sets while it holds no quota, and says what
+// keeps it waiting.
+func (q *queuedJob) pending(ctx context.Context, current *kueue.Workload, st admission.State) (*queueView, error) {
+	t, v := q.t, q.v
+	if !q.req.Matches(current) && current.Status.Admission == nil {
+		// Not holding quota: its pod sets may change.
+		raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(q.req.Update(current))
+		if err != nil {
+			return nil, err
+		}
+		res := t.cfg.Dynamic.Resource(admission.Workloads).Namespace(q.u.GetNamespace())
+		if _, err := res.Update(ctx, &unstructured.Unstructured{Object: raw}, metav1.UpdateOptions{}); err != nil {
+			return nil, fmt.Errorf("update Workload %s: %w", current.Name, err)
+		}
+	}
+	msg := st.Message
+	if missing := t.missingQueue(ctx, q.u.GetNamespace(), q.queue); missing != "" {
+		msg, v.problem = missing, missing
+	}
+	if p := unhonouredMinCount(q.req, current); p != "" {
+		v.problem = strings.TrimPrefix(v.problem+"; "+p, "; ")
+	}
+	if q.byHand {
+		t.Recorder.Eventf(q.u, corev1.EventTypeWarning, "Stopped", "not admitted by its ClusterQueue (Workload %s: %s): suspended again; Kueue keeps the suspend of a queued job", current.Name, msg)
+	}
+	return q.hold(ctx, st.Reason, msg)
+}
+
+// admitted runs a job at its admitted counts on the admitted flavors, and
+// grows or shrinks its Workload to what the job asks for now.
+func (q *queuedJob) admitted(ctx context.Context, current, growth *kueue.Workload, st admission.State) (*queueView, error) {
+	t, v := q.t, q.v
+	if err := t.runAdmitted(ctx, q.u, q.j, st); err != nil {
 		v.problem = err.Error()
-		return hold("AdmittedOnFlavorsNotUsable", v.problem)
+		return q.hold(ctx, "AdmittedOnFlavorsNotUsable", v.problem)
 	}
-	if p := unhonouredMinCount(req, current); p != "" && admission.Replaces(current) == "" {
+	if p := unhonouredMinCount(q.req, current); p != "" && admission.Replaces(current) == "" {
 		v.problem = p
 	}
 	v.admitted, v.reason = true, "Admitted"
-	v.message = fmt.Sprintf("admitted by ClusterQueue %s: %s", st.ClusterQueue, english.Count(j.Spec.Workers().Max, "worker"))
+	v.message = fmt.Sprintf("admitted by ClusterQueue %s: %s", st.ClusterQueue, english.Count(q.j.Spec.Workers().Max, "worker"))
 	if v.suspended {
-		t.Recorder.Eventf(u, corev1.EventTypeNormal, "Started", "Workload %s %s", current.Name, v.message)
+		t.Recorder.Eventf(q.u, corev1.EventTypeNormal, "Started", "Workload %s %s", current.Name, v.message)
 	}
-	if err := t.keepSuspendField(ctx, k, u, v, false, ""); err != nil {
+	if err := t.keepSuspendField(ctx, q.k, q.u, v, false, ""); err != nil {
 		return v, err
 	}
-	return v, t.grow(ctx, u, req, current, growth, st, v)
+	return v, t.grow(ctx, q.u, q.req, current, growth, st, v)
 }
 
 // workloadRequest is the Workload the job asks for, or why it cannot ask.
