@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -200,6 +201,24 @@ func (j *coordinatorJob) killNode(i int) (time.Time, int, error) {
 	return at, j.np, killAll(pids)
 }
 
+// killGuard kills the guard of the node whose trainer holds rank i % np,
+// alone: the trainer (its child, warm or cold) and the node's warm
+// interpreters die with it (Pdeathsig), and the sidecar sweeps what they
+// left and starts another guard.
+func (j *coordinatorJob) killGuard(i int) (time.Time, int, error) {
+	pid, err := j.victim(i)
+	if err != nil {
+		return time.Time{}, 0, err
+	}
+	guard := parentOf(pid)
+	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", guard))
+	if args := strings.Split(string(cmdline), "\x00"); len(args) < 2 || args[1] != "guard" {
+		return time.Time{}, 0, fmt.Errorf("trainer %d's parent %d is not a guard", pid, guard)
+	}
+	at := time.Now()
+	return at, j.np, syscall.Kill(guard, syscall.SIGKILL)
+}
+
 // scale runs `coordinator scale --np np` against run's etcd; the fault's
 // time is the command's start.
 func (j *coordinatorJob) scale(np int) (time.Time, int, error) {
@@ -235,6 +254,8 @@ func measureCoordinator(cfg *config, np int, m mode, stateMB int, scenarios []st
 			r.outcomes, err = j.measure(j.killRank)
 		case "kill-node":
 			r.outcomes, err = j.measure(j.killNode)
+		case "kill-guard":
+			r.outcomes, err = j.measure(j.killGuard)
 		case "scale-up":
 			err = j.measureScale(r, &res.rows[i+1])
 			i++

@@ -2,7 +2,8 @@
 // PyTorch DDP trainer (trainer.py: gloo on the CPU, a 334k-parameter MLP
 // with Adam, 20 ms steps) on `coordinator run` with 2 and 4 ranks, and under
 // torchrun in the same run. The faults are a killed rank, a killed node (its
-// sidecar, guard and trainers at once; torchrun's agent and its worker),
+// sidecar, guard and trainers at once; torchrun's agent and its worker), a
+// killed guard (alone; its trainer dies with it: `coordinator run` only),
 // and `coordinator scale` up and down by one. Every figure comes from the
 // trainers' own step logs, so it ends where a user's wait ends: every rank
 // of the next generation has taken a training step.

@@ -19,6 +19,10 @@ type outcome struct {
 	// fault, the longest from a process's start (before it imports torch)
 	// to its first step; -1 when no new process was started.
 	Start time.Duration
+	// New counts the new generation's processes started after the fault,
+	// and Warm those of them that started with torch imported already
+	// (in a warm interpreter).
+	New, Warm int
 	// Recovered is when the last rank took its first step.
 	Recovered time.Time
 }
@@ -33,6 +37,7 @@ func recovery(procs []*proc, fault time.Time, world int) (o outcome, ok bool) {
 		at      time.Time
 		n       int
 		started time.Time
+		warm    bool
 	}
 	firsts := map[int]first{} // by rank
 	var lastOld time.Time
@@ -66,7 +71,7 @@ func recovery(procs []*proc, fault time.Time, world int) (o outcome, ok bool) {
 				if p.started.After(fault) {
 					started = p.started
 				}
-				firsts[s.rank] = first{at: s.at, n: s.n, started: started}
+				firsts[s.rank] = first{at: s.at, n: s.n, started: started, warm: p.warm}
 			}
 		}
 	}
@@ -84,6 +89,10 @@ func recovery(procs []*proc, fault time.Time, world int) (o outcome, ok bool) {
 		}
 		if !f.started.IsZero() {
 			o.Start = max(o.Start, f.at.Sub(f.started))
+			o.New++
+			if f.warm {
+				o.Warm++
+			}
 		}
 	}
 	o.Recovery = o.Recovered.Sub(fault)

@@ -30,10 +30,14 @@ func TestParseLine(t *testing.T) {
 		line    string
 		want    step
 		start   time.Time
+		warm    bool
 		isStart bool
 		wantErr bool
 	}{
 		{name: "start", line: "start 1700000000.250000", start: at(250), isStart: true},
+		{name: "start warm", line: "start 1700000000.250000 warm", start: at(250), warm: true, isStart: true},
+		{name: "start cold", line: "start 1700000000.250000 cold", start: at(250), isStart: true},
+		{name: "start, neither warm nor cold", line: "start 1700000000.250000 hot", wantErr: true},
 		{name: "step", line: "step 1700000001.000000 3 1 4 120", want: step{at: at(1000), gen: "3", rank: 1, world: 4, n: 120}},
 		{name: "extra spaces", line: " step  1700000001.000000 3 1 4 120 ", want: step{at: at(1000), gen: "3", rank: 1, world: 4, n: 120}},
 		{name: "bad rank", line: "step 1700000001.0 3 x 4 120", wantErr: true},
@@ -43,14 +47,15 @@ func TestParseLine(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, start, isStart, err := parseLine(tt.line)
+			s, st, isStart, err := parseLine(tt.line)
 			if tt.wantErr {
 				require.Error(t, err)
 				return
 			}
 			require.NoError(t, err)
 			assert.Equal(t, tt.isStart, isStart)
-			assert.True(t, tt.start.Equal(start), "start %v, want %v", start, tt.start)
+			assert.True(t, tt.start.Equal(st.at), "start %v, want %v", st.at, tt.start)
+			assert.Equal(t, tt.warm, st.warm, "warm")
 			assert.WithinDuration(t, tt.want.at, s.at, time.Microsecond)
 			s.at = tt.want.at
 			assert.Equal(t, tt.want, s)
@@ -101,11 +106,11 @@ func TestRecovery(t *testing.T) {
 				{pid: 1, started: at(-900), steps: steps("1", 0, 2, 0, 0, 50)},
 				{pid: 2, started: at(-900), steps: steps("1", 1, 2, 0, 0, 50)},
 				{pid: 3, started: at(1100), steps: steps("2", 0, 2, 25, 2000, 10)},
-				{pid: 4, started: at(1150), steps: steps("2", 1, 2, 25, 2010, 10)},
+				{pid: 4, started: at(1150), warm: true, steps: steps("2", 1, 2, 25, 2010, 10)},
 			},
 			fault: at(990), world: 2, ok: true,
 			want: outcome{Recovery: 1020 * time.Millisecond, Pause: 1030 * time.Millisecond, Lost: 25,
-				Start: 900 * time.Millisecond, Recovered: at(2010)},
+				Start: 900 * time.Millisecond, New: 2, Warm: 1, Recovered: at(2010)},
 		},
 		{
 			name: "not every rank back yet",
@@ -127,7 +132,7 @@ func TestRecovery(t *testing.T) {
 			},
 			fault: at(500), world: 3, ok: true,
 			want: outcome{Recovery: 1020 * time.Millisecond, Pause: 340 * time.Millisecond, Lost: 1,
-				Start: 220 * time.Millisecond, Recovered: at(1520)},
+				Start: 220 * time.Millisecond, New: 2, Recovered: at(1520)},
 		},
 		{
 			name: "a survivor in place, no new process",
@@ -152,7 +157,7 @@ func TestRecovery(t *testing.T) {
 				{pid: 2, started: at(200), steps: steps("1", 1, 2, 0, 1000, 5)},
 			},
 			world: 2, ok: true,
-			want: outcome{Recovery: at(1000).Sub(time.Time{}), Lost: 0, Start: 900 * time.Millisecond, Recovered: at(1000)},
+			want: outcome{Recovery: at(1000).Sub(time.Time{}), Lost: 0, Start: 900 * time.Millisecond, New: 2, Recovered: at(1000)},
 		},
 	}
 	for _, tt := range tests {

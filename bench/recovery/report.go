@@ -56,6 +56,7 @@ type report struct {
 var scenarioNames = map[string]string{
 	"kill-rank":  "kill one rank",
 	"kill-node":  "kill a node",
+	"kill-guard": "kill a guard",
 	"scale-up":   "scale up by one",
 	"scale-down": "scale down by one",
 }
@@ -97,9 +98,12 @@ func (r *report) write(w io.Writer) {
 	fmt.Fprintf(w, "  PAUSE           the old generation's last step, on any rank → the same end point\n")
 	fmt.Fprintf(w, "  STEPS LOST      highest step done before, + 1, − the step the new generation resumed from\n")
 	fmt.Fprintf(w, "  NEW TRAINER     of that: a new process's start (before import torch) → its first step, the slowest rank\n")
+	fmt.Fprintf(w, "  WARM            of the new processes of every run, those that started with torch imported (a warm interpreter)\n")
 	fmt.Fprintf(w, "kill a node: its sidecar, guard and trainers (torchrun: an agent that does not serve the store, and its\n")
 	fmt.Fprintf(w, "worker) SIGKILLed at once; run starts the sidecar again, the harness starts another agent. With a spare,\n")
 	fmt.Fprintf(w, "the next generation may take the spare while the killed node's sidecar starts again (and becomes the spare).\n")
+	fmt.Fprintf(w, "kill a guard: the guard of the node whose trainer holds the rank, SIGKILLed alone; its trainer and warm\n")
+	fmt.Fprintf(w, "interpreter die with it, its sidecar sweeps what they left and starts another guard.\n")
 
 	var sizes []int
 	for _, res := range r.results {
@@ -110,8 +114,8 @@ func (r *report) write(w io.Writer) {
 	for _, np := range sizes {
 		fmt.Fprintf(w, "\nnp %d\n", np)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "SCENARIO\tMODE\tSTATE\tRUNS\tTRAINING AGAIN\tPAUSE\tSTEPS LOST\tNEW TRAINER")
-		for _, scenario := range []string{"kill-rank", "kill-node", "scale-up", "scale-down"} {
+		fmt.Fprintln(tw, "SCENARIO\tMODE\tSTATE\tRUNS\tTRAINING AGAIN\tPAUSE\tSTEPS LOST\tNEW TRAINER\tWARM")
+		for _, scenario := range []string{"kill-rank", "kill-node", "kill-guard", "scale-up", "scale-down"} {
 			for _, res := range r.results {
 				if res.np != np {
 					continue
@@ -137,13 +141,15 @@ func (row row) figures() string {
 	}
 	var again, pause, start []time.Duration
 	var lost []int
+	news, warm := 0, 0
 	for _, o := range row.outcomes {
 		again, pause, lost = append(again, o.Recovery), append(pause, o.Pause), append(lost, o.Lost)
 		if o.Start >= 0 {
 			start = append(start, o.Start)
 		}
+		news, warm = news+o.New, warm+o.Warm
 	}
-	s := fmt.Sprintf("%s\t%s\t%s\t%s", spread(again), spread(pause), spreadInts(lost), spread(start))
+	s := fmt.Sprintf("%s\t%s\t%s\t%s\t%d of %d", spread(again), spread(pause), spreadInts(lost), spread(start), warm, news)
 	if row.note != "" {
 		s += "\t" + row.note
 	}

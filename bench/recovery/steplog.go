@@ -22,35 +22,44 @@ type step struct {
 }
 
 // proc is one trainer process's log: when it started (zero if its start
-// line is not read yet) and its steps in order.
+// line is not read yet), whether torch was imported already then (a warm
+// interpreter), and its steps in order.
 type proc struct {
 	pid     int
 	started time.Time
+	warm    bool
 	steps   []step
 }
 
-// parseLine reads one line of a trainer's log. The line "start <unix
-// time>" sets isStart; any other kind of line is an error.
-func parseLine(line string) (s step, start time.Time, isStart bool, err error) {
+// start is a trainer's line "start <unix time> [warm|cold]": when it
+// started, and whether torch was imported already (warm).
+type start struct {
+	at   time.Time
+	warm bool
+}
+
+// parseLine reads one line of a trainer's log. A start line sets isStart;
+// any other kind of line is an error.
+func parseLine(line string) (s step, st start, isStart bool, err error) {
 	f := strings.Fields(line)
 	switch {
-	case len(f) == 2 && f[0] == "start":
+	case (len(f) == 2 || len(f) == 3 && (f[2] == "warm" || f[2] == "cold")) && f[0] == "start":
 		at, err := parseUnix(f[1])
-		return step{}, at, true, err
+		return step{}, start{at: at, warm: len(f) == 3 && f[2] == "warm"}, true, err
 	case len(f) == 6 && f[0] == "step":
 		if s.at, err = parseUnix(f[1]); err != nil {
-			return step{}, time.Time{}, false, err
+			return step{}, start{}, false, err
 		}
 		s.gen = f[2]
 		ints := []*int{&s.rank, &s.world, &s.n}
 		for i, p := range ints {
 			if *p, err = strconv.Atoi(f[3+i]); err != nil {
-				return step{}, time.Time{}, false, fmt.Errorf("step line %q: %w", line, err)
+				return step{}, start{}, false, fmt.Errorf("step line %q: %w", line, err)
 			}
 		}
-		return s, time.Time{}, false, nil
+		return s, start{}, false, nil
 	}
-	return step{}, time.Time{}, false, fmt.Errorf("not a step log line: %q", line)
+	return step{}, start{}, false, fmt.Errorf("not a step log line: %q", line)
 }
 
 // parseUnix reads seconds since the epoch with a decimal fraction, exactly
@@ -114,12 +123,12 @@ func (l *logs) poll() error {
 			l.procs[pid] = p
 		}
 		for _, line := range strings.Split(string(data[:end]), "\n") {
-			s, start, isStart, err := parseLine(line)
+			s, st, isStart, err := parseLine(line)
 			switch {
 			case err != nil:
 				return fmt.Errorf("%s: %w", name, err)
 			case isStart:
-				p.started = start
+				p.started, p.warm = st.at, st.warm
 			default:
 				p.steps = append(p.steps, s)
 			}

@@ -8,7 +8,9 @@ machine with 2 ranks.
 
 Every process appends to its own log, $BENCH_LOG_DIR/<pid>.log:
 
-    start <unix time>                              first, before torch is imported
+    start <unix time> warm|cold                    first, before torch is imported:
+                                                   warm when it already is (a warm
+                                                   interpreter of --preload torch)
     step <unix time> <generation> <rank> <world> <step>   after each step
 
 A step's line is written when the step is done and before its checkpoint is
@@ -37,11 +39,12 @@ Faults and pauses for the hang suite (-suite hang):
                   save or evaluation the hang timeout must let pass.
 """
 import os
+import sys
 import time
 
 _started = time.time()
 _log = open(os.path.join(os.environ["BENCH_LOG_DIR"], f"{os.getpid()}.log"), "a", buffering=1)
-_log.write(f"start {_started:.6f}\n")
+_log.write(f"start {_started:.6f} {'warm' if 'torch' in sys.modules else 'cold'}\n")
 
 import argparse  # noqa: E402
 
