@@ -92,20 +92,24 @@ func (s *server) isIdleWarm(pid int) bool {
 }
 
 // armWarm schedules the start of the missing warm interpreters, unless the
-// node is fenced or nothing is missing. Before the node's first lease they
-// start at once: the sidecar waits for them before it registers, so that
-// the node's first generation starts warm while the job trains on without
-// it; later, after warmDelay.
+// node is fenced or nothing is missing. Before the guard's first start
+// they start at once, in this turn, so that a start the sidecar sent
+// after them finds them: no trainer of this guard's is restarting to
+// compete with their imports for the CPU. That is the node's first
+// generation, whose warm interpreters the sidecar waits for before it
+// registers, so that it starts warm while the job trains on without it;
+// or the next generation of a node whose guard died, whose new guard warms
+// while the job stops and restarts. Later, after warmDelay.
 func (s *server) armWarm() {
 	if s.warm.armed || !s.mayWarm() || !s.warmMissing() {
 		return
 	}
-	s.warm.armed = true
-	delay := warmDelay
-	if s.lease == 0 {
-		delay = 0
+	if s.cur == nil {
+		s.fillWarm()
+		return
 	}
-	s.warm.timer.Reset(delay)
+	s.warm.armed = true
+	s.warm.timer.Reset(warmDelay)
 }
 
 // mayWarm reports whether warm interpreters may run: not once the node is

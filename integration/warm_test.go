@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/elastictraining/coordinator/guard"
 )
 
 // warmMark is the module the warm test preloads: it notes who imported it,
@@ -128,4 +131,80 @@ func TestPreloadedGenerationRunsWarm(t *testing.T) {
 	for rank := range 2 {
 		assert.Contains(t, out, "[rank "+strconv.Itoa(rank)+"] warmtest gen=1 rank="+strconv.Itoa(rank)+" pid=")
 	}
+}
+
+// guardScript records, in a file per generation and rank, its pid and
+// whether it started warm; it waits to be killed in generations 1 and 2.
+const guardScript = `import os, time
+import mark
+gen, rank = os.environ["ELASTIC_GENERATION"], os.environ["RANK"]
+with open(os.path.join(os.environ["WARM_DIR"], "gen-%s-rank-%s" % (gen, rank)), "w") as f:
+    f.write("%d %s" % (os.getpid(), "warm" if mark.WARM else "cold"))
+if gen in ("1", "2"):
+    time.sleep(600)
+`
+
+// A guard killed alone takes its trainer and its warm interpreter with it;
+// the sidecar sweeps what they left and starts a new guard at once, which
+// warms while the job stops and restarts. So the next generation starts
+// warm on every node, the killed guard's included, and so does the one
+// after it.
+func TestAKilledGuardsNodeStartsWarmAgain(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("python3"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "mark.py"), []byte(warmMark), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "g.py"), []byte(guardScript), 0o644))
+	r := startRunIn(t, dir, []string{"--np", "2", "--job", "warmguard", "--preload", "mark"}, []string{"python3", "g.py"}, "WARM_DIR="+dir)
+
+	// started waits for generation gen's ranks and returns their pids,
+	// asserting that each started warm.
+	started := func(gen int) []int {
+		t.Helper()
+		pids := make([]int, 2)
+		for rank := range 2 {
+			name := filepath.Join(dir, fmt.Sprintf("gen-%d-rank-%d", gen, rank))
+			var how string
+			require.Eventually(t, func() bool {
+				data, err := os.ReadFile(name)
+				_, err2 := fmt.Sscanf(string(data), "%d %s", &pids[rank], &how)
+				return err == nil && err2 == nil
+			}, time.Minute, 10*time.Millisecond, "generation %d rank %d did not start:\n%s", gen, rank, r.out)
+			assert.Equal(t, "warm", how, "generation %d rank %d started in a warm interpreter", gen, rank)
+		}
+		return pids
+	}
+	imports := func() string {
+		data, _ := os.ReadFile(filepath.Join(dir, "imports"))
+		return string(data)
+	}
+	warmImports := func() int { return strings.Count(imports(), " warm\n") }
+
+	first := started(1)
+	// The interpreters generation 1 used are replaced: the idle ones die
+	// with the guard as well.
+	require.Eventually(t, func() bool { return warmImports() >= 4 }, time.Minute, 20*time.Millisecond,
+		"the used warm interpreters were not replaced:\n%s", r.out)
+	guardPid, ok := guard.ParentOf(first[0])
+	require.True(t, ok, "rank 0's trainer is gone")
+	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(guardPid) + "/cmdline")
+	require.NoError(t, err)
+	require.Equal(t, "guard", strings.Split(string(cmdline), "\x00")[1], "rank 0's parent is its guard")
+	require.NoError(t, syscall.Kill(guardPid, syscall.SIGKILL))
+
+	second := started(2)
+	assert.NotEqual(t, first[0], second[0], "rank 0 runs in a new process")
+	// Both nodes replace the interpreters generation 2 used: 4 before, 1
+	// of the new guard, 2 more now.
+	require.Eventually(t, func() bool { return warmImports() >= 7 }, time.Minute, 20*time.Millisecond,
+		"the used warm interpreters were not replaced:\n%s\nimports:\n%s", r.out, imports())
+	require.NoError(t, syscall.Kill(second[1], syscall.SIGKILL))
+	started(3)
+	assert.Equal(t, 0, r.wait(), "generation 3 exits 0")
+	assert.NotContains(t, imports(), "cold", "no trainer imported the module itself")
 }

@@ -48,6 +48,10 @@ type guardProc struct {
 
 	ready chan struct{}
 	dead  chan struct{} // closed once the guard exited and its socket is drained
+
+	// ended is set once the launcher killed the guard or closed its
+	// socket: it did not die by itself.
+	ended atomic.Bool
 }
 
 // closeOurEnd closes the write end of a pipe once the guard has it; a file
@@ -258,13 +262,17 @@ func (g *guardProc) awaitClear(seq int64, stop <-chan struct{}) error {
 // kill ends the guard at once; its processes die with it (Pdeathsig) and
 // what they leave is swept by the caller.
 func (g *guardProc) kill() {
+	g.ended.Store(true)
 	if g.cmd.Process != nil {
 		_ = g.cmd.Process.Kill()
 	}
 }
 
 // close closes the socket: the guard kills every process and exits.
-func (g *guardProc) close() { _ = g.conn.Close() }
+func (g *guardProc) close() {
+	g.ended.Store(true)
+	_ = g.conn.Close()
+}
 
 func (g *guardProc) cgroupPath() string {
 	g.mu.Lock()

@@ -143,6 +143,10 @@ type Launcher struct {
 	// settles or starts over.
 	warmChanged chan struct{}
 
+	// replaced is set when a guard that died was replaced (replaceGuard),
+	// and cleared by the next start.
+	replaced bool
+
 	// sweeping is held while a dead guard's leftovers are swept: no new
 	// guard starts (and so no generation) before they are gone, and the
 	// sweep never takes a guard that is starting for one of them.
@@ -213,6 +217,7 @@ func (l *Launcher) Start(p Procs, lease int64) (<-chan Exit, error) {
 		return nil, err
 	}
 	l.mu.Lock()
+	l.replaced = false
 	g, err := l.guardLocked()
 	if err != nil {
 		l.mu.Unlock()
@@ -489,7 +494,7 @@ func (l *Launcher) stop(ctx context.Context, c guard.Command) error {
 		return nil
 	}
 	if errors.Is(err, errGuardDied) {
-		l.guardDied(g)
+		l.guardDied(g, false)
 		return nil
 	}
 	if kerr := l.Kill(context.WithoutCancel(ctx)); kerr != nil {
@@ -541,7 +546,7 @@ func (l *Launcher) Kill(ctx context.Context) error {
 		g.kill()
 		l.killKnown(g)
 		<-g.dead
-		l.guardDied(g)
+		l.guardDied(g, false)
 		needle := []byte(guard.EnvGuardID + "=" + g.marker + "\x00")
 		if len(marked(needle)) > 0 || populated(g.cgroupPath()) {
 			return fmt.Errorf("%w: some of guard %s's processes outlived their sweep", ErrLeftRunning, g.marker)
@@ -593,7 +598,7 @@ func (l *Launcher) Close() {
 		g.kill()
 		<-g.dead
 	}
-	l.guardDied(g)
+	l.guardDied(g, false)
 }
 
 // Pids returns the process ids of the running processes, for tests and
@@ -664,14 +669,16 @@ func (l *Launcher) guardLocked() (*guardProc, error) {
 	l.guard = g
 	go func() {
 		<-g.dead
-		l.guardDied(g)
+		l.guardDied(g, true)
 	}()
 	return g, nil
 }
 
 // guardDied forgets a guard that exited, ends the processes it ran, and
-// sweeps whatever of their trees it left behind.
-func (l *Launcher) guardDied(g *guardProc) {
+// sweeps whatever of their trees it left behind. With replace, a guard
+// that died by itself is replaced once the sweep is done, before its
+// processes' end is told (replaceGuard).
+func (l *Launcher) guardDied(g *guardProc, replace bool) {
 	l.mu.Lock()
 	if l.guard == g {
 		l.guard = nil
@@ -681,6 +688,9 @@ func (l *Launcher) guardDied(g *guardProc) {
 	l.sweeping.Lock()
 	Sweep(g.marker, g.cgroupPath())
 	l.sweeping.Unlock()
+	if replace {
+		l.replaceGuard(g)
+	}
 	if grp == nil {
 		return
 	}

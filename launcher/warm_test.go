@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/elastictraining/coordinator/guard"
 	"github.com/elastictraining/coordinator/internal/testkit/proctest"
 	"github.com/elastictraining/coordinator/launcher"
 )
@@ -158,14 +159,19 @@ func (j *warmJob) printed(t *testing.T, rank int, gen int64) map[string]string {
 
 // A preloaded interpreter becomes the user's script with the generation's
 // environment, its own argv, cwd and __name__, having imported the module
-// once, before the generation.
+// once, before the generation. A guard that has started nothing warms at
+// once: the first generation runs in interpreters warmed with it.
 func TestAWarmInterpreterBecomesTheScript(t *testing.T) {
 	for _, mode := range cgroupModes {
 		t.Run("cgroup "+mode, func(t *testing.T) {
 			j := newWarmJob(t, mode)
-			assert.Equal(t, 0, wait(t, j.run(t, 3)).Code, "the first generation runs cold")
-			warm := j.warmReady(t, 2)
-			assert.Len(t, j.imports()["cold"], 2)
+			assert.Equal(t, 0, wait(t, j.run(t, 3)).Code)
+			first := j.warmReady(t, 2)
+			for rank := range 2 {
+				pid, _ := strconv.Atoi(j.printed(t, rank, 3)["pid"])
+				assert.Contains(t, first, pid, "rank %d of the first generation ran in a warm interpreter", rank)
+			}
+			warm := j.warmReady(t, 4)
 			for _, pid := range warm {
 				// An idle warm interpreter says what it is, not its
 				// bootstrap's source, and not the user's command.
@@ -187,8 +193,8 @@ func TestAWarmInterpreterBecomesTheScript(t *testing.T) {
 				// cold start.
 				assert.Equal(t, "python3_-u_train.py_a1", f["cmdline"])
 			}
-			assert.Len(t, j.imports()["cold"], 2, "a warm generation imports nothing again")
-			assert.Len(t, j.imports()["warm"], 2, "each warm interpreter imported the module once")
+			assert.Empty(t, j.imports()["cold"], "a warm generation imports nothing again")
+			assert.Len(t, j.imports()["warm"], 4, "each warm interpreter imported the module once")
 		})
 	}
 }
@@ -243,11 +249,11 @@ func TestPrewarmOfAPreloadThatFailsReturnsAtOnce(t *testing.T) {
 func TestAWarmInterpretersExitIsTheScripts(t *testing.T) {
 	j := newWarmJob(t, "auto")
 	wait(t, j.run(t, 3))
-	j.warmReady(t, 2)
+	j.warmReady(t, 4)
 	e := wait(t, j.run(t, 4, "MODE=exit"))
 	assert.Equal(t, launcher.Exit{Code: 7, Message: "rank 1: exited with code 7"}, e)
 
-	j.warmReady(t, 4)
+	j.warmReady(t, 6)
 	e = wait(t, j.run(t, 5, "MODE=raise"))
 	assert.Equal(t, 1, e.Code)
 	out := j.out.String()
@@ -255,7 +261,7 @@ func TestAWarmInterpretersExitIsTheScripts(t *testing.T) {
 	assert.Contains(t, out, `[rank 1]   File "`+filepath.Join(j.dir, "train.py")+`", line 10, in <module>`)
 	assert.Contains(t, out, "[rank 1] ValueError: boom")
 	assert.NotContains(t, out, "_warm", "the bootstrap's frames are not shown")
-	assert.Len(t, j.imports()["cold"], 2)
+	assert.Empty(t, j.imports()["cold"])
 }
 
 // A stop of a generation keeps the idle warm interpreters; after a rank is
@@ -263,9 +269,9 @@ func TestAWarmInterpretersExitIsTheScripts(t *testing.T) {
 func TestAfterARankIsKilledTheNextGenerationRunsWarm(t *testing.T) {
 	j := newWarmJob(t, "auto")
 	wait(t, j.run(t, 3))
-	j.warmReady(t, 2)
+	j.warmReady(t, 4)
 	exits := j.run(t, 4, "MODE=wait")
-	replacements := j.warmReady(t, 4)
+	replacements := j.warmReady(t, 6)
 	victim := readPid(t, filepath.Join(j.dir, "running-1"))
 	require.NoError(t, syscall.Kill(victim, syscall.SIGKILL))
 	assert.Equal(t, 137, wait(t, exits).Code)
@@ -283,12 +289,49 @@ func TestAfterARankIsKilledTheNextGenerationRunsWarm(t *testing.T) {
 	}
 }
 
+// A guard that dies by itself (SIGKILL from outside) takes its trainers and
+// warm interpreters with it. The launcher sweeps what they left, starts a
+// new guard, which warms the node's interpreters at once, and only then
+// tells the processes' end: the next start runs in those interpreters,
+// and nothing imports the preload cold.
+func TestAGuardThatDiesIsReplacedWithItsWarmInterpreters(t *testing.T) {
+	for _, mode := range cgroupModes {
+		t.Run("cgroup "+mode, func(t *testing.T) {
+			j := newWarmJob(t, mode)
+			wait(t, j.run(t, 3))
+			j.warmReady(t, 4)
+			exits := j.run(t, 4, "MODE=wait")
+			victim := readPid(t, filepath.Join(j.dir, "running-0"))
+			dead, ok := guard.ParentOf(victim)
+			require.True(t, ok)
+			before := len(j.imports()["warm"])
+			require.NoError(t, syscall.Kill(dead, syscall.SIGKILL))
+			assert.Equal(t, launcher.Exit{Code: 137, Message: "the process guard died"}, wait(t, exits))
+			// Without a start: the new guard warms as soon as it runs.
+			replacements := j.warmReady(t, before+2)
+			for _, pid := range replacements {
+				parent, _ := guard.ParentOf(pid)
+				assert.NotEqual(t, dead, parent, "warm interpreter %d is the new guard's", pid)
+			}
+
+			assert.Equal(t, 0, wait(t, j.run(t, 5)).Code)
+			for rank := range 2 {
+				f := j.printed(t, rank, 5)
+				pid, _ := strconv.Atoi(f["pid"])
+				assert.Contains(t, replacements, pid, "rank %d ran in the new guard's warm interpreter", rank)
+				assert.Equal(t, f["pid"], f["preloaded_by"])
+			}
+			assert.Empty(t, j.imports()["cold"])
+		})
+	}
+}
+
 // A warm interpreter that was stopped, and one stopped and continued, are
 // killed and never run a generation.
 func TestAFrozenWarmInterpreterIsNeverUsed(t *testing.T) {
 	j := newWarmJob(t, "auto")
 	wait(t, j.run(t, 3))
-	warm := j.warmReady(t, 2)
+	warm := j.warmReady(t, 4)
 	require.NoError(t, syscall.Kill(warm[0], syscall.SIGSTOP))
 	require.NoError(t, syscall.Kill(warm[1], syscall.SIGSTOP))
 	// Continued once it stopped: a stop still pending is discarded by
@@ -313,7 +356,7 @@ func TestAFenceKillsTheWarmInterpreters(t *testing.T) {
 	t.Run("kill", func(t *testing.T) {
 		j := newWarmJob(t, "auto")
 		wait(t, j.run(t, 3))
-		warm := j.warmReady(t, 2)
+		warm := j.warmReady(t, 4)
 		require.NoError(t, j.l.Kill(t.Context()))
 		for _, pid := range warm {
 			assert.False(t, proctest.Alive(pid), "warm interpreter %d is dead when Kill returns", pid)
@@ -322,13 +365,13 @@ func TestAFenceKillsTheWarmInterpreters(t *testing.T) {
 	t.Run("deadline", func(t *testing.T) {
 		j := newWarmJob(t, "auto")
 		wait(t, j.run(t, 3))
-		warm := j.warmReady(t, 2)
+		warm := j.warmReady(t, 4)
 		require.NoError(t, j.l.SetDeadline(lease, time.Now()))
 		for _, pid := range warm {
 			require.Eventually(t, func() bool { return !proctest.Alive(pid) }, 10*time.Second, 5*time.Millisecond)
 		}
 		require.NoError(t, j.l.SetDeadline(lease+1, time.Now().Add(time.Hour)))
-		again := j.warmReady(t, 4)
+		again := j.warmReady(t, 6)
 		assert.False(t, slices.Contains(warm, again[0]))
 	})
 }
