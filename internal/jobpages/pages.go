@@ -22,11 +22,12 @@ import (
 var files embed.FS
 
 var templates = template.Must(template.New("").Funcs(template.FuncMap{
-	"age":   printers.Age,
-	"np":    func(v *printers.NP) string { return v.String() },
-	"steps": printers.StepCells,
-	"when":  printers.Timestamp,
-	"lower": func(p membership.JobPhase) string { return strings.ToLower(string(p)) },
+	"age":      printers.Age,
+	"restarts": printers.RestartsCell,
+	"np":       func(v *printers.NP) string { return v.String() },
+	"steps":    printers.StepCells,
+	"when":     printers.Timestamp,
+	"lower":    func(p membership.JobPhase) string { return strings.ToLower(string(p)) },
 }).ParseFS(files, "templates/*.html"))
 
 // timeout bounds the reads of one page: a page that cannot be read says

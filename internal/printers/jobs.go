@@ -31,9 +31,11 @@ func headOf(job string, s membership.Status) Head {
 // the jobs.
 type Job struct {
 	Head
-	Nodes    int64      `json:"nodes"`
-	Restarts int        `json:"restarts"`
-	Created  *time.Time `json:"created"`
+	Nodes    int64 `json:"nodes"`
+	Restarts int   `json:"restarts"`
+	// HangRestarts are the restarts hung ranks cost, beside Restarts.
+	HangRestarts int        `json:"hangRestarts,omitempty"`
+	Created      *time.Time `json:"created"`
 	// Goodput is the share of the job's wall time that trained; nil
 	// when it keeps no account.
 	Goodput *float64 `json:"goodput"`
@@ -50,7 +52,7 @@ func (j Job) GoodputPercent() string {
 
 // NewJob is the job as the list of jobs shows it.
 func NewJob(j jobclient.JobSummary) Job {
-	v := Job{Head: headOf(j.ID, j.Status), Nodes: j.Nodes, Restarts: j.Status.Restarts, Message: StatusMessage(j.Status)}
+	v := Job{Head: headOf(j.ID, j.Status), Nodes: j.Nodes, Restarts: j.Status.Restarts, HangRestarts: j.Status.HangRestarts, Message: StatusMessage(j.Status)}
 	if g := NewGoodput(j.Status.Goodput, time.Now()); g != nil && g.WallSeconds > 0 {
 		v.Goodput = &g.Ratio
 	}
@@ -97,7 +99,8 @@ func WriteJobsTable(w io.Writer, jobs []jobclient.JobSummary, now time.Time) {
 		if g := NewGoodput(j.Status.Goodput, now); g != nil {
 			goodput = g.Percent()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\n", name, v.Phase, v.Generation, v.NP.String(), ready, v.Nodes, v.Restarts, goodput, Age(v.Created, now))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", name, v.Phase, v.Generation, v.NP.String(), ready, v.Nodes,
+			RestartsCell(v.Restarts, v.HangRestarts), goodput, Age(v.Created, now))
 	}
 	tw.Flush()
 }

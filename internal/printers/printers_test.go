@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/elastictraining/coordinator/internal/printers"
+	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -73,4 +74,12 @@ func TestNodesAreSortedByRoleAndRank(t *testing.T) {
 		ids = append(ids, n.Node)
 	}
 	assert.Equal(t, []string{"j-0", "j-1", "j-8", "j-9", "j-2", "j-10", "ps-0", "sched"}, ids)
+}
+
+// The list of jobs counts the restarts hung ranks cost, as status does.
+func TestJobsCountHangRestarts(t *testing.T) {
+	var b strings.Builder
+	printers.WriteJobsTable(&b, []jobclient.JobSummary{{ID: "j", Nodes: 2, Status: membership.Status{Phase: membership.JobRunning, Generation: 4, Restarts: 1, HangRestarts: 3}}}, time.Now())
+	assert.Regexp(t, `(?m)^j\s+Running\s+4\s+\S+\s+\S+\s+2\s+4 \(3 hung\)\s`, b.String())
+	assert.Equal(t, "2", printers.RestartsCell(2, 0))
 }

@@ -222,7 +222,7 @@ func digitsPrefix(s string) string {
 var statusColumns = []struct {
 	title string
 	width int
-}{{"JOB", 0}, {"PHASE", 10}, {"GENERATION", 10}, {"NP", 9}, {"NODES", 6}, {"READY", 6}, {"WORLD SIZE", 10}, {"RESTARTS", 8}, {"LAST RESTART", 12}, {"MESSAGE", 0}}
+}{{"JOB", 0}, {"PHASE", 10}, {"GENERATION", 10}, {"NP", 9}, {"NODES", 6}, {"READY", 6}, {"WORLD SIZE", 10}, {"RESTARTS", 12}, {"LAST RESTART", 12}, {"MESSAGE", 0}}
 
 // StatusHeader are the titles of the status table's columns.
 func StatusHeader() []string {
@@ -245,7 +245,54 @@ func StatusCells(v Status) []string {
 		job = v.Name
 	}
 	return []string{job, string(v.Phase), strconv.FormatInt(v.Generation, 10), v.NP.String(), strconv.Itoa(v.Members), strconv.Itoa(v.Ready),
-		strconv.Itoa(v.WorldSize), strconv.Itoa(v.Restarts), took, OrDash(v.Message)}
+		strconv.Itoa(v.WorldSize), RestartsCell(v.Restarts, v.HangRestarts), took, OrDash(v.Message)}
+}
+
+// Line is the slowest rank as `status` and the job's page say it: "rank
+// 1 on node w-1, 21ms a step (median of its recent steps), at step 1234;
+// hang timeout 5s".
+func (s Slowest) Line() string {
+	line := fmt.Sprintf("rank %d on node %s, %s a step (median of its recent steps), %s", s.Rank, s.Node,
+		membership.Duration(time.Duration(s.StepTime*float64(time.Second))), membership.StepText("at", s.Step, s.StepCounted))
+	if s.HangTimeout > 0 {
+		line += fmt.Sprintf("; hang timeout %s", membership.Duration(time.Duration(s.HangTimeout*float64(time.Second))))
+	}
+	return line
+}
+
+// SparesLine says the job's spares as `status` and the job's page say
+// them: "1 of 1 registered and warm, holding no rank".
+func (v Status) SparesLine() string {
+	ready := 0
+	for _, n := range v.Nodes {
+		if n.Rank == nil && n.Role == membership.RoleWorker && n.State != membership.NodeLeaving {
+			ready++
+		}
+	}
+	return fmt.Sprintf("%d of %d registered and warm, holding no rank", ready, v.Spares)
+}
+
+// RestartsCell is a job's restarts as tables show them: those failures
+// cost and those hung ranks cost, together, and how many hung: "3", "5 (2
+// hung)".
+func RestartsCell(restarts, hang int) string {
+	if hang == 0 {
+		return strconv.Itoa(restarts)
+	}
+	return fmt.Sprintf("%d (%d hung)", restarts+hang, hang)
+}
+
+// RankCell is a node's rank as tables and pages show it: its rank, or, for
+// a node that holds none, "spare" (a worker of a job that keeps spares) or
+// "standby".
+func (v Status) RankCell(n Node) string {
+	switch {
+	case n.Rank != nil:
+		return strconv.Itoa(*n.Rank)
+	case v.Spares > 0 && n.Role == membership.RoleWorker:
+		return "spare"
+	}
+	return "standby"
 }
 
 // PaddedRow renders a row of the status table (StatusHeader or
@@ -298,12 +345,7 @@ func WriteStatusTable(w io.Writer, v Status) {
 		fmt.Fprintln(w)
 	}
 	if s := v.Slowest; s != nil {
-		fmt.Fprintf(w, "\nSlowest rank: rank %d on node %s, %s a step (median of its recent steps), %s", s.Rank, s.Node,
-			membership.Duration(time.Duration(s.StepTime*float64(time.Second))), membership.StepText("at", s.Step, s.StepCounted))
-		if s.HangTimeout > 0 {
-			fmt.Fprintf(w, "; hang timeout %s", membership.Duration(time.Duration(s.HangTimeout*float64(time.Second))))
-		}
-		fmt.Fprintln(w)
+		fmt.Fprintf(w, "\nSlowest rank: %s\n", s.Line())
 	}
 	if v.HangRestarts > 0 {
 		fmt.Fprintf(w, "\nHang restarts: %d\n", v.HangRestarts)
@@ -312,13 +354,7 @@ func WriteStatusTable(w io.Writer, v Status) {
 		fmt.Fprintf(w, "\nGoodput: %s\n", g.Line())
 	}
 	if v.Spares > 0 {
-		ready := 0
-		for _, n := range v.Nodes {
-			if n.Rank == nil && n.Role == membership.RoleWorker && n.State != membership.NodeLeaving {
-				ready++
-			}
-		}
-		fmt.Fprintf(w, "\nSpares: %d of %d registered and warm, holding no rank\n", ready, v.Spares)
+		fmt.Fprintf(w, "\nSpares: %s\n", v.SparesLine())
 	}
 	if len(v.Nodes) == 0 {
 		return
@@ -326,13 +362,7 @@ func WriteStatusTable(w io.Writer, v Status) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(tw, "NODE\tROLE\tRANK\tHOST\tSTATE\tGENERATION\tEXIT CODE\tPIDS")
 	for _, n := range v.Nodes {
-		rank := "standby"
-		if v.Spares > 0 && n.Role == membership.RoleWorker {
-			rank = "spare"
-		}
-		if n.Rank != nil {
-			rank = strconv.Itoa(*n.Rank)
-		}
+		rank := v.RankCell(n)
 		pids := make([]string, len(n.PIDs))
 		for i, pid := range n.PIDs {
 			pids[i] = strconv.Itoa(pid)
