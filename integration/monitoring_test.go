@@ -19,6 +19,7 @@ import (
 
 	"github.com/elastictraining/coordinator/internal/testkit/etcdtest"
 	"github.com/elastictraining/coordinator/internal/testkit/kubetest"
+	"github.com/elastictraining/coordinator/membership"
 )
 
 // promtool is Prometheus's own checker, built by `make test` (the
@@ -170,4 +171,61 @@ func TestMetricsPassPromtoolAndTheDashboardAndAlertsUseThem(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)expr: (.*(?:\n {10,}.*)*)`).FindAllStringSubmatch(string(alerts), -1) {
 		known(t, "alert rule", m[1])
 	}
+}
+
+// monitoredMetrics are the metrics deploy/monitoring's dashboard and alert
+// rules name, but for those of the Kubernetes side (the bridge's and the
+// autoscaler's, which serve exports with --kubernetes only).
+func monitoredMetrics(t *testing.T) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, file := range []string{"deploy/monitoring/grafana-dashboard.json", "deploy/monitoring/alerts.yaml"} {
+		data, err := os.ReadFile(filepath.Join(repoRoot, file))
+		require.NoError(t, err)
+		for _, name := range regexp.MustCompile(`elastic_\w+`).FindAllString(string(data), -1) {
+			name = regexp.MustCompile(`_(bucket|count|sum)$`).ReplaceAllString(name, "")
+			if !strings.HasPrefix(name, "elastic_bridge_") && !strings.HasPrefix(name, "elastic_autoscaler_") {
+				seen[name] = true
+			}
+		}
+	}
+	var out []string
+	for name := range seen {
+		out = append(out, name)
+	}
+	return out
+}
+
+// A job on one machine is monitored as one on a cluster: `run
+// --listen-metrics` serves the job's series (the coordinator's) and its
+// nodes' (each sidecar's, read at the scrape) on one address, which pass
+// `promtool check metrics`, and every metric the dashboard and the alert
+// rules name (but the Kubernetes side's) is there, as is the job's page.
+func TestRunServesTheJobsAndItsNodesMetrics(t *testing.T) {
+	t.Parallel()
+	addr := "127.0.0.1:" + freePort(t)
+	stepping := `step=0; while :; do step=$((step + 1)); "$ELASTIC_COORDINATOR" beat --step "$step"; sleep 0.1; done`
+	r := startRun(t, []string{"--np", "2", "--job", "mon", "--listen-metrics", addr}, []string{"sh", "-c", stepping})
+	r.status("mon", "Running", func(s membership.Status) bool { return s.Phase == membership.JobRunning })
+	stepTime := regexp.MustCompile(`(?m)^elastic_rank_step_seconds\{job="mon",node="mon-1",rank="1"\} (\S+)$`)
+	var text string
+	require.Eventually(t, func() bool {
+		text = scrape(t, addr)
+		return strings.Contains(text, `elastic_job_phase{job="mon",phase="Running"} 1`) &&
+			strings.Contains(text, `elastic_job_goodput_ratio{job="mon"}`) &&
+			strings.Contains(text, `elastic_sidecar_lease_renewals_total{job="mon",node="mon-0"}`) &&
+			strings.Contains(text, `elastic_sidecar_lease_renewals_total{job="mon",node="mon-1"}`) &&
+			stepTime.MatchString(text)
+	}, 60*time.Second, 100*time.Millisecond, "the job runs and steps, and run's metrics say it of the job and both nodes")
+	out := promtool(t, text, "check", "metrics")
+	assert.NotContains(t, out, "elastic_", "promtool finds nothing to say of run's metrics:\n%s", out)
+	for _, name := range monitoredMetrics(t) {
+		assert.Contains(t, text, "# TYPE "+name+" ", "%s, which the dashboard or an alert names, is served", name)
+	}
+	assert.Contains(t, r.out.String(), "coordinator run: metrics of the job and its nodes on http://"+addr+"/metrics")
+
+	resp, err := http.Get("http://" + addr + "/jobs/mon")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "the job's page")
 }

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/elastictraining/coordinator/coordinator"
@@ -62,6 +64,11 @@ type Config struct {
 	// KillNow, once closed, kills the nodes still stopping after ctx
 	// ended, without waiting out their grace period (a second Ctrl-C).
 	KillNow <-chan struct{}
+	// Metrics, if set, is where the job's metrics are served: the
+	// coordinator's series of the job and each local sidecar's (which
+	// then serves its own on a port of its own), with the job's pages.
+	// Run closes it.
+	Metrics net.Listener
 }
 
 // Run runs the job until it ends and returns the job's exit code: 0 when it
@@ -70,6 +77,9 @@ type Config struct {
 func Run(ctx context.Context, cfg Config) (int, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Metrics != nil {
+		defer cfg.Metrics.Close() // closed already once served
 	}
 	dataDir := cfg.DataDir
 	if dataDir == "" {
@@ -120,7 +130,19 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		fmt.Fprintf(cfg.Out, "coordinator run: %s\n", cfg.LogNote)
 	}
 
-	coord, err := coordinator.New(coordinator.Config{Client: cli, Keys: keys, SessionTTL: 2 * time.Second, Logger: cfg.Logger})
+	var (
+		reg      prometheus.Registerer
+		sidecars *sidecarMetrics
+	)
+	if cfg.Metrics != nil {
+		r := prometheus.NewRegistry()
+		reg, sidecars = r, newSidecarMetrics()
+		m := serveMetrics(cfg.Metrics, r, sidecars, cli, keys, cfg.Logger)
+		defer m.stop()
+		fmt.Fprintf(cfg.Out, "coordinator run: metrics of the job and its nodes on http://%s/metrics, its page on http://%s/jobs/%s\n",
+			cfg.Metrics.Addr(), cfg.Metrics.Addr(), cfg.Job)
+	}
+	coord, err := coordinator.New(coordinator.Config{Client: cli, Keys: keys, SessionTTL: 2 * time.Second, Logger: cfg.Logger, Registerer: reg})
 	if err != nil {
 		return 1, err
 	}
@@ -135,7 +157,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		<-coordDone
 	}()
 
-	r := &runner{cfg: cfg, cli: cli, keys: keys, client: client, endpoint: srv.ClientURL(), stateDir: filepath.Join(dataDir, "sidecars"),
+	r := &runner{cfg: cfg, cli: cli, keys: keys, client: client, endpoint: srv.ClientURL(), stateDir: filepath.Join(dataDir, "sidecars"), metrics: sidecars,
 		nodes: map[int]*node{}, pending: map[int]*node{}, ports: map[int]bool{}, exited: make(chan *node, 16), restarts: make(chan *node), done: make(chan struct{})}
 	defer close(r.done)
 	return r.run(ctx)
@@ -151,6 +173,8 @@ type runner struct {
 	// stateDir is the sidecars' state directory, the run's own: a sidecar
 	// started again after a crash takes its node back from there.
 	stateDir string
+	// metrics, if set, reads each sidecar's metrics for run's own.
+	metrics *sidecarMetrics
 
 	// Owned by run's goroutine.
 	nodes   map[int]*node // running sidecars, by index

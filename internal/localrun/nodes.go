@@ -24,6 +24,9 @@ type node struct {
 	id         string
 	masterPort int
 	port       int // first endpoint port
+	// metricsPort is where its sidecar serves its metrics, when run
+	// serves the job's; 0 for none.
+	metricsPort int
 	cmd        *exec.Cmd
 	stopping   bool // asked to leave: it is not started again
 	crashes    int
@@ -150,16 +153,23 @@ func (r *runner) start(index int, old *node) (*node, error) {
 		nproc = r.cfg.NProc
 	}
 	if old != nil {
-		n.masterPort, n.port, n.crashes = old.masterPort, old.port, old.crashes
+		n.masterPort, n.port, n.metricsPort, n.crashes = old.masterPort, old.port, old.metricsPort, old.crashes
 	} else {
-		base, err := freePorts(nproc+1, r.ports)
+		count := nproc + 1
+		if r.metrics != nil {
+			count++ // the sidecar's metrics, after its endpoints
+		}
+		base, err := freePorts(count, r.ports)
 		if err != nil {
 			return nil, err
 		}
-		for p := base; p <= base+nproc; p++ {
+		for p := base; p < base+count; p++ {
 			r.ports[p] = true
 		}
 		n.masterPort, n.port = base, base+1
+		if r.metrics != nil {
+			n.metricsPort = base + nproc + 1
+		}
 	}
 	args := []string{"sidecar",
 		"--etcd-endpoints", r.endpoint, "--job", r.cfg.Job, "--node-id", n.id, "--host", "127.0.0.1",
@@ -167,6 +177,11 @@ func (r *runner) start(index int, old *node) (*node, error) {
 		"--nproc-per-node", strconv.Itoa(nproc), "--ttl", r.cfg.TTL.String(), "--grace-period", r.cfg.Grace.String(),
 		"--log-level", r.cfg.SidecarLogLevel, "--state-dir", r.stateDir, "--role", string(role),
 		"--quiet-result", // run says how the job ended, once
+	}
+	if n.metricsPort != 0 {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(n.metricsPort))
+		args = append(args, "--listen-metrics", addr)
+		r.metrics.set(n.id, addr)
 	}
 	env := r.cfg.Env
 	if devices := r.devicesOf(n, nproc); len(devices) > 0 {
@@ -221,6 +236,9 @@ func (r *runner) nodeExited(n *node) {
 	}
 	delete(r.nodes, n.index)
 	if n.stopping {
+		if r.metrics != nil {
+			r.metrics.set(n.id, "")
+		}
 		return
 	}
 	if st, err := r.client.Status(context.Background(), r.cfg.Job); err == nil && st.Phase.Done() {
