@@ -15,8 +15,8 @@ import (
 const DefaultMaxHangRestarts = 10
 
 // Hang is a node's report that one of its ranks made no progress for
-// longer than its hang timeout, or was stopped (SIGSTOP) for more than a
-// second; in a stop plan, the report the leader took as the cause.
+// longer than its hang timeout, or was stopped (SIGSTOP) for more than
+// half a second; in a stop plan, the report the leader took as the cause.
 type Hang struct {
 	// Node is the reporting node; empty in its own record.
 	Node string `json:"node,omitempty"`
@@ -31,7 +31,7 @@ type Hang struct {
 	Step    int64 `json:"step"`
 	Counted bool  `json:"counted,omitempty"`
 	// Quiet is how long it had made no progress when found; Timeout is
-	// the hang timeout that fired (a second for a stopped process).
+	// the hang timeout that fired (half a second for a stopped process).
 	Quiet   Duration `json:"quiet"`
 	Timeout Duration `json:"timeout"`
 	// Stopped says it was found stopped, not traced by a debugger.
