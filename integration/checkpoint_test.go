@@ -18,7 +18,11 @@ import (
 )
 
 // checkpointTrainer saves to the sidecar's memory with elastic.py, and
-// logs what it loads and what the store answers to CKPT_DIR/log.
+// logs what it loads and what the store answers to CKPT_DIR/log. Rank 0
+// of generation 1 saves once more after its stop came, in its grace
+// period: a rank quiet for a second when a stop comes is taken for
+// blocked and killed without one, so it waits for the stop inside a
+// declared quiet phase.
 const checkpointTrainer = `
 import os, signal, sys, time
 import torch, elastic
@@ -45,8 +49,13 @@ if gen == 1:
         elastic.save({"w": w, "step": step})
     elastic.flush()
     open(os.path.join(d, "saved1"), "w").close()
-    while not stop:
-        time.sleep(0.01)
+    # It waits for the stop, as a rank waits in a long phase: declared, so
+    # that however long the stop takes to come (a loaded machine), it is
+    # not taken for a rank blocked in a collective and killed at once,
+    # but given its grace period.
+    with elastic.quiet(120):
+        while not stop:
+            time.sleep(0.01)
     # Generation 1 is over: whatever this process saves is refused.
     try:
         elastic.save({"w": w, "step": 100})
