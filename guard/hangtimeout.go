@@ -34,6 +34,15 @@ const (
 	recentIntervals = 64
 )
 
+// MinHangTimeout is the least hang or start-up timeout the watch honours,
+// and so the least a job may be given (0, off, aside). A quiet rank is
+// judged at samples watchInterval apart, so a limit is kept up to one
+// sample late; and a rank whose process was stopped, which is quiet too,
+// is given stoppedLimit before it counts as hung, slack for the instant a
+// whole tree is continued process by process: a shorter quiet limit would
+// call that rank hung first, and restart the generation for nothing.
+const MinHangTimeout = time.Duration(stoppedLimit)
+
 // learning is what the guard learned of the job's steps, over every
 // generation it ran: a guard outlives its generations, so a restart keeps
 // what the job showed before it.

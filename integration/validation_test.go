@@ -60,6 +60,9 @@ func TestABadJobIsRefusedNamingTheField(t *testing.T) {
 			"spec.worker.template.metadata.labels.tier: Invalid value: \"integer\""},
 		{"above the autoscaler's bound", strings.Replace(elasticJobYAML("bad12", 4, ""), "replicas: 4", "replicas: 4\n    maxReplicas: 3", 1),
 			"spec.worker.replicas: Invalid value: 4: must not exceed spec.worker.maxReplicas (3)"},
+		{"a hang timeout shorter than the watch honours", elasticJobYAML("bad13", 2, "hangTimeout: 1ms"),
+			`spec.hangTimeout: Invalid value: "1ms": want 500ms or more, the least the hang watch honours; 0 (off) or auto`},
+		{"a start-up timeout too", elasticJobYAML("bad14", 2, "startupTimeout: 100ms"), `spec.startupTimeout: Invalid value: "100ms": want 500ms or more`},
 	} {
 		err := e.createJob(tc.manifest)
 		require.Error(t, err, tc.name)

@@ -120,8 +120,9 @@ type HangWatch struct {
 
 // ParseHangTimeout reads a hang or start-up timeout as users write it:
 // "auto" (or "") for nil, the learned default; "0" for off; else a
-// duration, not negative.
-func ParseHangTimeout(value string) (*Duration, error) {
+// duration of at least least: the shortest the hang watch honours,
+// which is the guard's to say (guard.MinHangTimeout), not the schema's.
+func ParseHangTimeout(value string, least time.Duration) (*Duration, error) {
 	v := strings.TrimSpace(value)
 	switch v {
 	case "auto", "":
@@ -131,11 +132,13 @@ func ParseHangTimeout(value string) (*Duration, error) {
 		return &d, nil
 	}
 	d, err := time.ParseDuration(v)
-	if err != nil {
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("%q: want a duration such as 30s or 2m, 0 (off) or auto", value)
-	}
-	if d < 0 {
+	case d < 0:
 		return nil, fmt.Errorf("%s: must not be negative (0 turns it off)", value)
+	case d > 0 && d < least:
+		return nil, fmt.Errorf("%s: want %s or more, the least the hang watch honours; 0 (off) or auto", value, least)
 	}
 	md := Duration(d)
 	return &md, nil

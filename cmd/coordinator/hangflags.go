@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/spf13/pflag"
 
+	"github.com/elastictraining/coordinator/guard"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -14,11 +15,12 @@ type hangFlags struct {
 }
 
 func (h *hangFlags) register(fs *pflag.FlagSet) {
+	least := guard.MinHangTimeout.String()
 	fs.StringVar(&h.timeout, "hang-timeout", "auto",
-		"restart the generation when a rank makes no progress this long (optimizer steps, elastic.beat(), elastic.save()); "+
+		"restart the generation when a rank makes no progress this long (optimizer steps, elastic.beat(), elastic.save()), at least "+least+"; "+
 			"auto: learned from the job's step intervals, at least 5s; 0: no hang watching")
 	fs.StringVar(&h.startup, "startup-timeout", "auto",
-		"how long a restarted generation's first step may take before its ranks count as hung; auto: at least 2m, learned; 0: no limit")
+		"how long a restarted generation's first step may take before its ranks count as hung, at least "+least+"; auto: at least 2m, learned; 0: no limit")
 	fs.IntVar(&h.maxRestarts, "max-hang-restarts", membership.DefaultMaxHangRestarts, "restarts the job may spend on hung ranks, besides --max-restarts")
 }
 
@@ -41,9 +43,9 @@ func (h *hangFlags) apply(s *membership.Spec) error {
 }
 
 // hangDuration reads a timeout flag: nil for auto, a duration otherwise
-// ("0" alone turns it off).
+// ("0" alone turns it off), none shorter than the hang watch honours.
 func hangDuration(flag, value string) (*membership.Duration, error) {
-	d, err := membership.ParseHangTimeout(value)
+	d, err := membership.ParseHangTimeout(value, guard.MinHangTimeout)
 	if err != nil {
 		return nil, usagef("%s %v", flag, err)
 	}

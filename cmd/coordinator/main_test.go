@@ -51,6 +51,8 @@ func TestBadInputIsOneLineAndExitCode2(t *testing.T) {
 		{[]string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "j", "--tee", "rank0", "--", "true"}, "--tee rank0 needs --log-dir"},
 		{[]string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--job", "j", "--log-dir", "x", "--tee", "some", "--", "true"}, `--tee "some": want all, rank0 or none`},
 		{[]string{"run", "--np", "2", "--log-max-mb", "0", "--", "true"}, "--log-max-mb 0: want 1 or more"},
+		{[]string{"run", "--np", "2", "--hang-timeout", "1ms", "--", "true"}, "--hang-timeout 1ms: want 500ms or more, the least the hang watch honours; 0 (off) or auto"},
+		{[]string{"sidecar", "--job", "j", "--startup-timeout", "100ms", "--", "true"}, "--startup-timeout 100ms: want 500ms or more"},
 		{[]string{"run", "--np", "2", "--framework", "tf", "--", "true"}, `--framework: framework "tf": want auto, pytorch, paddle or mindspore`},
 		{[]string{"run", "--np", "2", "--devices", "0,0", "--", "true"}, `--devices "0,0": want auto, none, a count, or distinct device indices as 0,1,2`},
 		{[]string{"run", "--np", "2", "--schedulers", "2", "--", "true"}, "--schedulers 2: want 0 or 1"},

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	jobv1 "github.com/elastictraining/coordinator/api/v1"
+	"github.com/elastictraining/coordinator/guard"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -82,6 +83,20 @@ func splitLines(s string) []string {
 // hangTimeoutPattern is a Go duration, 0 or auto.
 const hangTimeoutPattern = `^(auto|0|([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+)$`
 
+// hangTimeout is the schema of a hang or start-up timeout: auto, 0 (off),
+// or a duration no shorter than the hang watch honours, as the job
+// controller parses it (membership.ParseHangTimeout).
+func hangTimeout(description string) apiextensionsv1.JSONSchemaProps {
+	least := guard.MinHangTimeout.String()
+	return apiextensionsv1.JSONSchemaProps{Type: "string", MaxLength: ptr(int64(32)), Pattern: hangTimeoutPattern,
+		Description: description + "; a duration is at least " + least,
+		XValidations: apiextensionsv1.ValidationRules{{
+			Rule:              fmt.Sprintf("self == 'auto' || duration(self) == duration('0s') || duration(self) >= duration('%s')", least),
+			Message:           "want " + least + " or more, the least the hang watch honours; 0 (off) or auto",
+			MessageExpression: fmt.Sprintf(`"\"%%s\": want %s or more, the least the hang watch honours; 0 (off) or auto".format([self])`, least),
+		}}}
+}
+
 // ElasticJob is the CRD of api/v1.
 func ElasticJob() *apiextensionsv1.CustomResourceDefinition {
 	spec := object(map[string]apiextensionsv1.JSONSchemaProps{
@@ -92,10 +107,9 @@ func ElasticJob() *apiextensionsv1.CustomResourceDefinition {
 		"faultTolerance": intEnum("0: a failure ends the job; 1: restart; 2: restart and replace the failing node", 0, 1, 2),
 		"maxRestarts": {Type: "integer", Minimum: ptr(0.0), Maximum: ptr(1e6),
 			Description: "restarts that failures may spend; membership changes spend none"},
-		"hangTimeout": {Type: "string", MaxLength: ptr(int64(32)), Pattern: hangTimeoutPattern,
-			Description: "restart the generation when a rank makes no progress this long: a duration (30s), 0 (no hang watching) or auto (learned from the job's step intervals, at least 5s)"},
-		"startupTimeout": {Type: "string", MaxLength: ptr(int64(32)), Pattern: hangTimeoutPattern,
-			Description: "how long a restarted generation's first step may take: a duration, 0 (no limit) or auto (at least 2m, learned)"},
+		"hangTimeout": hangTimeout("restart the generation when a rank makes no progress this long: a duration (30s), 0 (no hang watching) " +
+			"or auto (learned from the job's step intervals, at least 5s)"),
+		"startupTimeout": hangTimeout("how long a restarted generation's first step may take: a duration, 0 (no limit) or auto (at least 2m, learned)"),
 		"maxHangRestarts": {Type: "integer", Minimum: ptr(0.0), Maximum: ptr(1e6),
 			Description: "restarts that hung ranks may spend, besides maxRestarts"},
 		"successPolicy":  stringEnum("when the job has succeeded: every worker exited 0, or rank 0 did", "AllWorkers", "Rank0"),

@@ -107,10 +107,10 @@ func fromElasticJob(u *unstructured.Unstructured) (Job, error) {
 	spec.FaultTolerance = deref(s.FaultTolerance, membership.FaultToleranceRestart)
 	spec.MaxRestarts = deref(s.MaxRestarts, membership.DefaultMaxRestarts)
 	var err error
-	if spec.HangTimeout, err = membership.ParseHangTimeout(s.HangTimeout); err != nil {
+	if spec.HangTimeout, err = membership.ParseHangTimeout(s.HangTimeout, guard.MinHangTimeout); err != nil {
 		return Job{}, fmt.Errorf("spec.hangTimeout %w", err)
 	}
-	if spec.StartupTimeout, err = membership.ParseHangTimeout(s.StartupTimeout); err != nil {
+	if spec.StartupTimeout, err = membership.ParseHangTimeout(s.StartupTimeout, guard.MinHangTimeout); err != nil {
 		return Job{}, fmt.Errorf("spec.startupTimeout %w", err)
 	}
 	spec.MaxHangRestarts = deref(s.MaxHangRestarts, membership.DefaultMaxHangRestarts)
@@ -233,7 +233,7 @@ func hangAnnotations(a map[string]string, spec *membership.Spec) error {
 		if !ok || *field != nil {
 			continue
 		}
-		d, err := membership.ParseHangTimeout(v)
+		d, err := membership.ParseHangTimeout(v, guard.MinHangTimeout)
 		if err != nil {
 			return fmt.Errorf("metadata.annotations[%s] %w", key, err)
 		}

@@ -432,6 +432,8 @@ spec:
 	assert.Equal(t, membership.DefaultMaxHangRestarts, j.Spec.MaxHangRestarts)
 	_, err = elastic("hangTimeout: -2s")
 	require.ErrorContains(t, err, "spec.hangTimeout -2s: must not be negative")
+	_, err = elastic("hangTimeout: 1ms")
+	require.ErrorContains(t, err, "spec.hangTimeout 1ms: want 500ms or more, the least the hang watch honours")
 
 	u := example(t, "paddlejob-resnet.yaml")
 	u.SetAnnotations(map[string]string{jobv1.AnnotationHangTimeout: "20s", jobv1.AnnotationMaxHangRestarts: "2"})
@@ -442,6 +444,9 @@ spec:
 	u.SetAnnotations(map[string]string{jobv1.AnnotationStartupTimeout: "soon"})
 	_, err = fromPaddleJob(u)
 	require.ErrorContains(t, err, `metadata.annotations[elastic.startup-timeout] "soon": want a duration`)
+	u.SetAnnotations(map[string]string{jobv1.AnnotationHangTimeout: "10ms"})
+	_, err = fromPaddleJob(u)
+	require.ErrorContains(t, err, `metadata.annotations[elastic.hang-timeout] 10ms: want 500ms or more`)
 }
 
 func TestSparesFromTheWorkerRoleAndAnnotations(t *testing.T) {
