@@ -122,7 +122,8 @@ training code resumes from its own checkpoint.`,
 	// --version, as `coordinator version` says it.
 	root.Version = versionLine()
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(flagError)
+	root.PersistentPreRunE = checkGivenFlags
 	root.SetGlobalNormalizationFunc(paddleSpelling)
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.AddCommand(subcommands(env)...)
