@@ -19,11 +19,9 @@ import (
 // nothing and succeeds, so that the script runs on its own too. It returns
 // the exit code.
 func BeatMain(args []string, getenv func(string) string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("beat", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	step := fs.Int64("step", 0, "the step the trainer is at")
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *step < 0 {
-		fmt.Fprintln(stderr, "coordinator beat: usage: beat [--step N] (N a step number, 0 or more)")
+	var a beatArgs
+	if err := a.parse(args); err != nil {
+		fmt.Fprintln(stderr, usageLine("beat", err, "usage: beat [--step N]"))
 		return 2
 	}
 	v := getenv(EnvProgressFD)
@@ -41,13 +39,37 @@ func BeatMain(args []string, getenv func(string) string, stderr io.Writer) int {
 	defer unix.Munmap(mem)
 	p := &progressPage{fd: -1, mem: mem}
 	now := MonoNow()
-	if *step > 0 {
-		p.word(offUserStep).Store(*step)
+	if a.step > 0 {
+		p.word(offUserStep).Store(a.step)
 	}
 	p.word(offLastActivity).Store(now)
 	p.word(offLastStep).Store(now)
 	p.word(offSteps).Add(1)
 	return 0
+}
+
+// beatArgs are beat's flags.
+type beatArgs struct{ step int64 }
+
+func (a *beatArgs) flags() *flag.FlagSet {
+	fs := newFlags("beat")
+	fs.Int64Var(&a.step, "step", 0, "the step the trainer is at")
+	return fs
+}
+
+// parse reads beat's command line, or says what is wrong with it.
+func (a *beatArgs) parse(args []string) error {
+	fs := a.flags()
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case a.step < 0:
+		return fmt.Errorf("--step %d: want a step number, 0 or more", a.step)
+	case fs.NArg() > 0:
+		return fmt.Errorf("%q: beat takes no arguments", fs.Arg(0))
+	}
+	return nil
 }
 
 // mapInheritedPage maps descriptor fd when it is a progress page: a memfd

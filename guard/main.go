@@ -20,13 +20,9 @@ const ControlFD = 3
 // descriptor N, which the guard hands to the fence watchdog of each
 // training process. It returns the exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("guard", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	marker := fs.String("marker", "", "marker set in the processes' environment")
-	cg := fs.String("cgroup", "auto", "auto: a cgroup v2 of its own where one is writable; off: none")
-	deadlineFD := fs.Int("deadline-fd", 0, "descriptor of the sidecar's deadline page; 0: none, no fence watchdogs")
-	if err := fs.Parse(args); err != nil || *marker == "" || (*cg != "auto" && *cg != "off") || *deadlineFD < 0 || *deadlineFD == ControlFD {
-		fmt.Fprintln(stderr, "coordinator guard: started by the sidecar only: guard --marker M [--cgroup auto|off] [--deadline-fd N]")
+	var a guardArgs
+	if err := a.parse(args); err != nil {
+		fmt.Fprintln(stderr, usageLine("guard", err, "started by the sidecar only: "+guardUsage))
 		return 2
 	}
 	// The training processes must not inherit the socket: the sidecar would
@@ -38,22 +34,55 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var deadline *os.File
-	if *deadlineFD > 0 {
+	if a.deadlineFD > 0 {
 		// Handed on to the watchdogs only, never to a training process.
-		syscall.CloseOnExec(*deadlineFD)
-		view, err := openDeadlineView(*deadlineFD)
+		syscall.CloseOnExec(a.deadlineFD)
+		view, err := openDeadlineView(a.deadlineFD)
 		if err != nil {
 			fmt.Fprintf(stderr, "coordinator guard: %v\n", err)
 			return 2
 		}
 		view.close()
-		deadline = os.NewFile(uintptr(*deadlineFD), "elastic-deadline")
+		deadline = os.NewFile(uintptr(a.deadlineFD), "elastic-deadline")
 	}
 	exe, err := os.Executable()
 	if err != nil {
 		exe = os.Args[0]
 	}
-	return Run(Config{Control: control, Stdout: stdout, Stderr: stderr, Cgroup: *cg == "auto", Executable: exe, Marker: *marker, Deadline: deadline})
+	return Run(Config{Control: control, Stdout: stdout, Stderr: stderr, Cgroup: a.cgroup == "auto", Executable: exe, Marker: a.marker, Deadline: deadline})
+}
+
+// guardUsage is the guard's command line.
+const guardUsage = "guard --marker M [--cgroup auto|off] [--deadline-fd N]"
+
+// guardArgs are the guard's flags.
+type guardArgs struct {
+	marker, cgroup string
+	deadlineFD     int
+}
+
+func (a *guardArgs) flags() *flag.FlagSet {
+	fs := newFlags("guard")
+	fs.StringVar(&a.marker, "marker", "", "marker set in the processes' environment")
+	fs.StringVar(&a.cgroup, "cgroup", "auto", "auto: a cgroup v2 of its own where one is writable; off: none")
+	fs.IntVar(&a.deadlineFD, "deadline-fd", 0, "descriptor of the sidecar's deadline page; 0: none, no fence watchdogs")
+	return fs
+}
+
+// parse reads the guard's command line, or says what is wrong with it.
+func (a *guardArgs) parse(args []string) error {
+	if err := parseFlags(a.flags(), args); err != nil {
+		return err
+	}
+	switch {
+	case a.cgroup != "auto" && a.cgroup != "off":
+		return fmt.Errorf("--cgroup %q: want auto or off", a.cgroup)
+	case a.deadlineFD < 0 || a.deadlineFD == ControlFD:
+		return fmt.Errorf("--deadline-fd %d: want a descriptor other than %d, or 0 for none", a.deadlineFD, ControlFD)
+	case a.marker == "":
+		return errors.New("--marker is required")
+	}
+	return nil
 }
 
 // CommitMain is `coordinator commit [--check] [SRC DST]`: a shell script's
@@ -62,13 +91,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 // renamed to DST (or, with --check, would be), 1 when refused, 2 for a
 // usage error.
 func CommitMain(args []string, getenv func(string) string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("commit", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	check := fs.Bool("check", false, "only ask whether this process may still commit")
+	var a commitArgs
+	fs := a.flags()
 	help := "usage: coordinator commit SRC DST | coordinator commit --check\n" +
 		"renames the checkpoint SRC to DST only while this training process's generation is current\n" +
 		"and its node holds its lease (ELASTIC_WATCHDOG_SOCKET, ELASTIC_FENCE_SOCKET, ELASTIC_GENERATION, set by the sidecar)"
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stderr, help)
 			return 0
@@ -77,7 +105,7 @@ func CommitMain(args []string, getenv func(string) string, stderr io.Writer) int
 		return 2
 	}
 	want := 2
-	if *check {
+	if a.check {
 		want = 0
 	}
 	if fs.NArg() != want {
@@ -98,7 +126,7 @@ func CommitMain(args []string, getenv func(string) string, stderr io.Writer) int
 		}
 	}
 	var err error
-	if *check {
+	if a.check {
 		err = fence.Check(gen)
 	} else {
 		err = fence.Commit(gen, fs.Arg(0), fs.Arg(1))
@@ -108,4 +136,13 @@ func CommitMain(args []string, getenv func(string) string, stderr io.Writer) int
 		return 1
 	}
 	return 0
+}
+
+// commitArgs are commit's flags.
+type commitArgs struct{ check bool }
+
+func (a *commitArgs) flags() *flag.FlagSet {
+	fs := newFlags("commit")
+	fs.BoolVar(&a.check, "check", false, "only ask whether this process may still commit")
+	return fs
 }

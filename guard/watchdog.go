@@ -164,16 +164,9 @@ func (r *run) awaitWatchdogs() bool {
 // answers the commits of P's tree, of generation G, on the socket at
 // descriptor C. It returns the exit code.
 func WatchMain(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("fence-watch", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	deadlineFD := fs.Int("deadline-fd", -1, "descriptor of the deadline page")
-	pid := fs.Int("pid", 0, "the training process")
-	lease := fs.Int64("lease", 0, "the lease it runs under")
-	pidfd := fs.Int("pidfd", -1, "descriptor of the training process's pidfd")
-	commitFD := fs.Int("commit-fd", -1, "descriptor of the socket to answer the training process's commits on")
-	gen := fs.Int64("generation", 0, "the generation of the training process")
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *deadlineFD < 0 || *pid <= 1 || *lease == 0 || (*commitFD >= 0 && *gen < 1) {
-		fmt.Fprintln(stderr, "coordinator fence-watch: started by the guard only: fence-watch --deadline-fd N --pid P --lease L [--pidfd M] [--commit-fd C --generation G]")
+	var a watchArgs
+	if err := a.parse(args); err != nil {
+		fmt.Fprintln(stderr, usageLine("fence-watch", err, "started by the guard only: "+watchUsage))
 		return 2
 	}
 	// Started from /proc/self/exe, its name would be "exe" in pstree and
@@ -182,22 +175,55 @@ func WatchMain(args []string, stderr io.Writer) int {
 	// A graceful stop sends SIGTERM to the trainer's process group, which
 	// the watchdog is in: it stays until the trainer is gone.
 	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
-	view, err := openDeadlineView(*deadlineFD)
+	view, err := openDeadlineView(a.deadlineFD)
 	if err != nil {
 		fmt.Fprintf(stderr, "coordinator fence-watch: %v\n", err)
 		return 2
 	}
-	_ = unix.Close(*deadlineFD) // the mapping stays
-	w := &watchdog{view: view, pid: *pid, lease: *lease, gen: *gen, pidfd: *pidfd, stderr: stderr}
-	if *commitFD >= 0 {
-		syscall.CloseOnExec(*commitFD)
+	_ = unix.Close(a.deadlineFD) // the mapping stays
+	w := &watchdog{view: view, pid: a.pid, lease: a.lease, gen: a.gen, pidfd: a.pidfd, stderr: stderr}
+	if a.commitFD >= 0 {
+		syscall.CloseOnExec(a.commitFD)
 		if runLeaf() != "" {
 			w.leaf = cgroupOf("self")
 		}
-		go w.serveCommits(&listener{fd: *commitFD})
+		go w.serveCommits(&listener{fd: a.commitFD})
 	}
 	w.run()
 	return 0
+}
+
+// watchUsage is the fence watchdog's command line.
+const watchUsage = "fence-watch --deadline-fd N --pid P --lease L [--pidfd M] [--commit-fd C --generation G]"
+
+// watchArgs are the fence watchdog's flags.
+type watchArgs struct {
+	deadlineFD, pid, pidfd, commitFD int
+	lease, gen                       int64
+}
+
+func (a *watchArgs) flags() *flag.FlagSet {
+	fs := newFlags("fence-watch")
+	fs.IntVar(&a.deadlineFD, "deadline-fd", -1, "descriptor of the deadline page")
+	fs.IntVar(&a.pid, "pid", 0, "the training process")
+	fs.Int64Var(&a.lease, "lease", 0, "the lease it runs under")
+	fs.IntVar(&a.pidfd, "pidfd", -1, "descriptor of the training process's pidfd")
+	fs.IntVar(&a.commitFD, "commit-fd", -1, "descriptor of the socket to answer the training process's commits on")
+	fs.Int64Var(&a.gen, "generation", 0, "the generation of the training process")
+	return fs
+}
+
+// parse reads the fence watchdog's command line, or says what is wrong
+// with it.
+func (a *watchArgs) parse(args []string) error {
+	fs := a.flags()
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 || a.deadlineFD < 0 || a.pid <= 1 || a.lease == 0 || (a.commitFD >= 0 && a.gen < 1) {
+		return errors.New("a flag is missing or out of range")
+	}
+	return nil
 }
 
 // watchdog watches one training process.

@@ -9,7 +9,7 @@ import (
 // newCommitCommand documents `commit`; it, `guard` and `fence-watch`
 // normally run from the fastpath package before cobra is reached.
 func newCommitCommand(env lookupEnv) *cobra.Command {
-	return &cobra.Command{
+	return withGuardFlags(&cobra.Command{
 		Use:   "commit SRC DST | commit --check",
 		Short: "Commit a checkpoint (rename SRC to DST) only while this training process's generation is current",
 		Long: `commit is for training code run by a sidecar. It renames the checkpoint SRC to DST
@@ -30,11 +30,11 @@ ELASTIC_FENCE_SOCKET) it renames.`,
 			}
 			return nil
 		},
-	}
+	})
 }
 
 func newGuardCommand() *cobra.Command {
-	return &cobra.Command{
+	return withGuardFlags(&cobra.Command{
 		Use:                "guard",
 		Short:              "The process guard of a sidecar's training processes (started by the sidecar)",
 		Hidden:             true,
@@ -45,13 +45,13 @@ func newGuardCommand() *cobra.Command {
 			}
 			return nil
 		},
-	}
+	})
 }
 
 // newFenceWatchCommand documents `fence-watch`, which the guard starts
 // beside each training process.
 func newFenceWatchCommand() *cobra.Command {
-	return &cobra.Command{
+	return withGuardFlags(&cobra.Command{
 		Use:                "fence-watch",
 		Short:              "The fence watchdog of one training process (started by the process guard)",
 		Hidden:             true,
@@ -62,13 +62,13 @@ func newFenceWatchCommand() *cobra.Command {
 			}
 			return nil
 		},
-	}
+	})
 }
 
 // newBeatCommand documents `beat`, which normally runs from the fastpath
 // package before cobra is reached.
 func newBeatCommand(env lookupEnv) *cobra.Command {
-	return &cobra.Command{
+	return withGuardFlags(&cobra.Command{
 		Use:   "beat [--step N]",
 		Short: "Tell the sidecar that this training process made progress (for a shell trainer's hang watch)",
 		Long: `beat is for training code run by a sidecar that neither steps a PyTorch optimizer
@@ -87,5 +87,12 @@ does nothing.`,
 			}
 			return nil
 		},
-	}
+	})
+}
+
+// withGuardFlags has the help of cmd, a command of the guard that parses
+// its own flags, show them.
+func withGuardFlags(cmd *cobra.Command) *cobra.Command {
+	cmd.Flags().AddGoFlagSet(guard.Flags(cmd.Name()))
+	return cmd
 }
