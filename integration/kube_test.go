@@ -352,7 +352,7 @@ func TestBridgeProblemsAreReportedAndTheJobGoesOn(t *testing.T) {
 		assert.NotEqual(t, 0, serve.wait(t), "a replica without its bridge must not look Ready")
 		lines := strings.Split(strings.TrimSpace(serve.out.String()), "\n")
 		last := lines[len(lines)-1]
-		assert.Equal(t, "coordinator serve: kubeconfig /nonexistent/kubeconfig: no such file or directory", last)
+		assert.Equal(t, `coordinator serve: --kubeconfig "/nonexistent/kubeconfig": no such file or directory (see 'coordinator serve --help')`, last)
 
 		// Outside a pod, without --kubeconfig and without ~/.kube/config:
 		// one line that says where it looked.

@@ -128,6 +128,9 @@ func TestBadInputThroughTheBinary(t *testing.T) {
 		{[]string{"run", "--np", "2", "--max-hang-restarts", "-1", "--", "true"}, 2, "--max-hang-restarts -1: must not be negative"},
 		{[]string{"run", "--np", "2", "--spares", "-1", "--", "true"}, 2, "--spares -1: must not be negative"},
 		{[]string{"run", "--np", "1:2", "--spares", "3", "--", "true"}, 2, "--spares 3: at most np's maximum, 2"},
+		{[]string{"run", "--np", "2", "--spares", "abc", "--", "true"}, 2, `--spares "abc": want a whole number such as 1`},
+		{[]string{"run", "--np", "2", "--hang-timeout", "1ms", "--", "true"}, 2, "--hang-timeout 1ms: want 500ms or more, the least the hang watch honours"},
+		{[]string{"status", "--job", "j", "--dial-timeout", "nonsense"}, 2, `--dial-timeout "nonsense": want a duration such as 30s or 2m`},
 		{[]string{"sidecar", "--job", "j", "--hang-timeout", "5", "--", "true"}, 2, `--hang-timeout "5": want a duration such as 30s or 2m, 0 (off) or auto`},
 		{[]string{"sidecar", "--etcd-endpoints", "http://127.0.0.1:1", "--dial-timeout", "300ms", "--job", "j", "--", "true"}, 1, "unreachable"},
 	} {

@@ -32,6 +32,15 @@ const (
 	SuccessRank0 SuccessPolicy = "Rank0"
 )
 
+// Validate reports a policy that is none of the above.
+func (p SuccessPolicy) Validate() error {
+	switch p {
+	case SuccessAllWorkers, SuccessRank0:
+		return nil
+	}
+	return fmt.Errorf("successPolicy %q: want %s or %s", string(p), SuccessAllWorkers, SuccessRank0)
+}
+
 // CleanPodPolicy says which pods the Kubernetes bridge deletes when a job ends.
 type CleanPodPolicy string
 
@@ -42,6 +51,15 @@ const (
 	CleanPodOnFailure    CleanPodPolicy = "OnFailure"
 	CleanPodOnCompletion CleanPodPolicy = "OnCompletion"
 )
+
+// Validate reports a policy that is none of the above.
+func (p CleanPodPolicy) Validate() error {
+	switch p {
+	case CleanPodAlways, CleanPodNever, CleanPodOnFailure, CleanPodOnCompletion:
+		return nil
+	}
+	return fmt.Errorf("cleanPodPolicy %q: want Always, Never, OnFailure or OnCompletion", string(p))
+}
 
 // DefaultMaxRestarts is the restart budget of a job whose spec sets none.
 const DefaultMaxRestarts = 3
@@ -166,17 +184,10 @@ func (s Spec) Validate() error {
 	case len(s.Name) > MaxJobNameLength:
 		return fmt.Errorf("name: longer than %d characters", MaxJobNameLength)
 	}
-	switch s.SuccessPolicy {
-	case SuccessAllWorkers, SuccessRank0:
-	default:
-		return fmt.Errorf("successPolicy %q: want %s or %s", s.SuccessPolicy, SuccessAllWorkers, SuccessRank0)
+	if err := s.SuccessPolicy.Validate(); err != nil {
+		return err
 	}
-	switch s.CleanPodPolicy {
-	case CleanPodAlways, CleanPodNever, CleanPodOnFailure, CleanPodOnCompletion:
-	default:
-		return fmt.Errorf("cleanPodPolicy %q: want Always, Never, OnFailure or OnCompletion", s.CleanPodPolicy)
-	}
-	return nil
+	return s.CleanPodPolicy.Validate()
 }
 
 // Workers is the range of workers the job runs with now: np, its maximum

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -63,6 +64,16 @@ keep ca.key out of the cluster, to issue more later.`,
 	fs.IntVar(&o.members, "etcd-members", 3, "etcd members (pods SERVICE-0 ... SERVICE-N-1)")
 	fs.DurationVar(&o.validity, "validity", 365*24*time.Hour, "how long the certificates are valid")
 	fs.StringSliceVar(&o.hosts, "etcd-host", nil, "more names or addresses etcd is reached at (repeatable)")
+	checkGiven(fs, "namespace", func() error { return checkKubeName("--namespace", o.namespace, dns1123Label) })
+	checkGiven(fs, "etcd-service", func() error { return checkKubeName("--etcd-service", o.service, dns1123Label) })
+	checkGiven(fs, "etcd-host", func() error {
+		for _, h := range o.hosts {
+			if err := checkHost("--etcd-host", strings.TrimPrefix(h, "*.")); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	return cmd
 }
 

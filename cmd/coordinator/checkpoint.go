@@ -46,6 +46,12 @@ func (o *checkpointOptions) register(fs *pflag.FlagSet, env lookupEnv, withPort 
 		"checkpoints a node keeps in memory for elastic.save, its own and its peers' replicas together; 0 keeps none"+envNote("ELASTIC_CHECKPOINT_COPIES"))
 	envString(fs, &o.memory, "checkpoint-memory", env, memckpt.FormatSize(memckpt.DefaultMemory),
 		"memory a node's checkpoints may take, as 512MiB or 2GiB; one checkpoint may take half", "ELASTIC_CHECKPOINT_MEMORY")
+	checkGiven(fs, "checkpoint-memory", func() error {
+		if _, err := memckpt.ParseSize(o.memory); err != nil {
+			return usagef("--checkpoint-memory: %v", err)
+		}
+		return nil
+	})
 	if withPort {
 		fs.IntVar(&o.port, "checkpoint-port", port, "TCP port where this node serves checkpoint replicas to its peers; 0 picks a free one"+envNote("ELASTIC_CHECKPOINT_PORT"))
 	}

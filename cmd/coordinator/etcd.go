@@ -4,11 +4,14 @@ package main
 
 import (
 	"fmt"
+	"net/url"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/elastictraining/coordinator/internal/embedetcd"
 )
@@ -95,5 +98,64 @@ and a member restarted on its data rejoins its cluster whatever
 	fs.StringVar(&cfg.KeyFile, "key-file", "", "server key for the client URL")
 	fs.StringVar(&cfg.TrustedCAFile, "trusted-ca-file", "", "CA that signs client certificates")
 	fs.BoolVar(&cfg.ClientCertAuth, "client-cert-auth", false, "require a client certificate signed by --trusted-ca-file")
+	checkEtcdValues(fs, &cfg)
 	return cmd
+}
+
+// checkEtcdValues has the values given to etcd's string flags checked
+// before it starts.
+func checkEtcdValues(fs *pflag.FlagSet, cfg *embedetcd.Config) {
+	for flag, url := range map[string]*string{"listen-client-urls": &cfg.ClientURL, "listen-peer-urls": &cfg.PeerURL} {
+		checkGiven(fs, flag, func() error { return checkEtcdURL("--"+flag, *url, true, "http", "https") })
+	}
+	for flag, url := range map[string]*string{"advertise-client-urls": &cfg.AdvertiseClientURL, "initial-advertise-peer-urls": &cfg.AdvertisePeerURL} {
+		checkGiven(fs, flag, func() error { return checkEtcdURL("--"+flag, *url, false, "http", "https") })
+	}
+	checkGiven(fs, "listen-metrics-urls", func() error { return checkEtcdURL("--listen-metrics-urls", cfg.MetricsURL, false, "http") })
+	for flag, file := range map[string]*string{"cert-file": &cfg.CertFile, "key-file": &cfg.KeyFile, "trusted-ca-file": &cfg.TrustedCAFile,
+		"peer-cert-file": &cfg.PeerCertFile, "peer-key-file": &cfg.PeerKeyFile, "peer-trusted-ca-file": &cfg.PeerTrustedCAFile} {
+		checkGiven(fs, flag, func() error { return checkFile("--"+flag, *file) })
+	}
+	checkGiven(fs, "initial-cluster", func() error { return checkInitialCluster(cfg.InitialCluster) })
+	checkGiven(fs, "initial-cluster-state", func() error {
+		return checkChoice("--initial-cluster-state", cfg.ClusterState, "new or existing", "new", "existing")
+	})
+	checkGiven(fs, "log-level", func() error {
+		return checkChoice("--log-level", cfg.LogLevel, "debug, info, warn or error", "debug", "info", "warn", "error")
+	})
+}
+
+// checkEtcdURL checks a URL of etcd's, given to flag: SCHEME://HOST:PORT,
+// of one of schemes, or HOST:PORT alone where bare (for http); "" is none.
+func checkEtcdURL(flag, value string, bare bool, schemes ...string) error {
+	if value == "" {
+		return nil
+	}
+	hostport := value
+	if bare && !strings.Contains(value, "://") {
+		value = "http://" + value
+	}
+	want := strings.Join(schemes, "://HOST:PORT or ") + "://HOST:PORT"
+	if bare {
+		want += ", or HOST:PORT"
+	}
+	u, err := url.Parse(value)
+	if err != nil || !slices.Contains(schemes, u.Scheme) || checkListenAddress(flag, u.Host) != nil || u.Host == "" {
+		return usagef("%s %q: want %s", flag, hostport, want)
+	}
+	return nil
+}
+
+// checkInitialCluster checks --initial-cluster: NAME=URL,...
+func checkInitialCluster(list string) error {
+	if list == "" {
+		return nil // this member alone
+	}
+	for _, member := range strings.Split(list, ",") {
+		name, peer, ok := strings.Cut(member, "=")
+		if !ok || name == "" || checkEtcdURL("--initial-cluster", peer, false, "http", "https") != nil {
+			return usagef("--initial-cluster %q: want NAME=URL,... such as e0=http://10.0.0.1:2380,e1=http://10.0.0.2:2380", list)
+		}
+	}
+	return nil
 }

@@ -81,8 +81,14 @@ runs.`,
 	fs := cmd.Flags()
 	etcd.register(fs, env)
 	job.register(fs, env, "", jobVariables...)
-	fs.StringVarP(&output, "output", "o", "table", "table or json")
+	registerOutput(fs, &output)
 	fs.StringVar(&plot, "plot", "", "also draw the timeline to this file, .png or .svg")
+	checkGiven(fs, "plot", func() error {
+		if _, err := timeline.FormatOf(plot); plot != "" && err != nil {
+			return usagef("--plot %v", err)
+		}
+		return nil
+	})
 	return cmd
 }
 

@@ -77,6 +77,11 @@ func (f *etcdFlags) register(fs *pflag.FlagSet, env lookupEnv) {
 	}
 	fs.DurationVar(&f.dialTimeout, "dial-timeout", dial, "how long to wait for etcd before giving up"+envNote("ELASTIC_DIAL_TIMEOUT"))
 	f.password = fromEnv(env, "", "ELASTIC_ETCD_PASSWORD")
+	checkGiven(fs, "etcd-endpoints", func() error { return checkEndpoints("--etcd-endpoints", f.endpoints) })
+	checkGiven(fs, "prefix", func() error { _, err := f.keys(); return err })
+	checkGiven(fs, "cacert", func() error { return checkFile("--cacert", f.cacert) })
+	checkGiven(fs, "cert", func() error { return checkFile("--cert", f.cert) })
+	checkGiven(fs, "key", func() error { return checkFile("--key", f.key) })
 }
 
 // keys validates the prefix.
@@ -113,19 +118,12 @@ func (f *etcdFlags) client(ctx context.Context, wait etcdprobe.Wait) (*clientv3.
 	if err != nil {
 		return nil, keys, err
 	}
-	var endpoints []string
-	for _, e := range strings.Split(f.endpoints, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			endpoints = append(endpoints, e)
-		}
-	}
+	endpoints := splitEndpoints(f.endpoints)
 	if len(endpoints) == 0 {
 		return nil, keys, usagef("--etcd-endpoints is required (or ELASTIC_ETCD_ENDPOINTS, PADDLE_ELASTIC_SERVER)")
 	}
-	for _, e := range endpoints {
-		if err := etcdprobe.Validate(e); err != nil {
-			return nil, keys, usagef("%s: %v", f.endpointsOrigin, err)
-		}
+	if err := checkEndpoints(f.endpointsOrigin, f.endpoints); err != nil {
+		return nil, keys, err
 	}
 	if f.user != "" && f.password == "" {
 		return nil, keys, usagef("--user %s needs its password in ELASTIC_ETCD_PASSWORD", f.user)
@@ -269,6 +267,7 @@ const jobUsage = "job name: a DNS-1123 label, or any name PaddlePaddle takes (st
 
 func (j *jobOption) register(fs *pflag.FlagSet, env lookupEnv, def string, names ...string) {
 	j.origin = envString(fs, &j.name, "job", env, def, jobUsage, names...)
+	checkGiven(fs, "job", func() error { _, err := j.id(); return err })
 }
 
 // id validates the name and returns the id the job is stored under.
@@ -312,11 +311,10 @@ func parseNP(np string, from origin) (membership.NP, error) {
 
 // newLogger logs to w at the level named by level.
 func newLogger(w io.Writer, name, level string) (hclog.Logger, error) {
-	l := hclog.LevelFromString(level)
-	if l == hclog.NoLevel {
-		return nil, usagef("--log-level %q: want trace, debug, info, warn or error", level)
+	if err := checkLogLevel(level); err != nil {
+		return nil, err
 	}
-	return hclog.New(&hclog.LoggerOptions{Name: name, Level: l, Output: w}), nil
+	return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.LevelFromString(level), Output: w}), nil
 }
 
 // preloadUsage is the help of --preload, on sidecar and run.

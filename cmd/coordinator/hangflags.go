@@ -22,6 +22,8 @@ func (h *hangFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&h.startup, "startup-timeout", "auto",
 		"how long a restarted generation's first step may take before its ranks count as hung, at least "+least+"; auto: at least 2m, learned; 0: no limit")
 	fs.IntVar(&h.maxRestarts, "max-hang-restarts", membership.DefaultMaxHangRestarts, "restarts the job may spend on hung ranks, besides --max-restarts")
+	checkGiven(fs, "hang-timeout", func() error { _, err := hangDuration("--hang-timeout", h.timeout); return err })
+	checkGiven(fs, "startup-timeout", func() error { _, err := hangDuration("--startup-timeout", h.startup); return err })
 }
 
 // apply sets the spec's hang fields, or says in one line which flag is

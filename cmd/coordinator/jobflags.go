@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/spf13/pflag"
+
 	"github.com/elastictraining/coordinator/internal/etcdprobe"
 	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
@@ -35,6 +37,12 @@ func notFound(err error, name, id string, keys membership.Keys, hint string) err
 
 // listJobsHint points at the jobs that do exist.
 const listJobsHint = "or list the jobs with `coordinator jobs`"
+
+// registerOutput registers -o, table or json.
+func registerOutput(fs *pflag.FlagSet, output *string) {
+	fs.StringVarP(output, "output", "o", "table", "table or json")
+	checkGiven(fs, "output", func() error { return checkOutput(*output) })
+}
 
 // checkOutput refuses an -o that is neither table nor json.
 func checkOutput(output string) error {

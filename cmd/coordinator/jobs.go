@@ -53,7 +53,7 @@ spec was first stored).`,
 		},
 	}
 	etcd.register(cmd.Flags(), env)
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	registerOutput(cmd.Flags(), &output)
 	return cmd
 }
 

@@ -10,12 +10,14 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -98,6 +100,46 @@ func (o *kubeOptions) register(fs *pflag.FlagSet, env lookupEnv) {
 	fs.BoolVar(&o.deletionCost, "autoscale-deletion-cost", false,
 		"with --autoscale, set the deletion cost of other workloads' ReplicaSet pods so that their scale-downs free room for whole workers, not holes too small for one (needs patch on pods: deploy/autoscaler-deletion-cost)")
 	o.pod = fromEnv(env, "", "POD_NAME")
+	o.checkGivenValues(fs)
+}
+
+// checkGivenValues has the values given to the bridge's string flags
+// checked before serve starts, --kubernetes or not.
+func (o *kubeOptions) checkGivenValues(fs *pflag.FlagSet) {
+	checkGiven(fs, "kubeconfig", func() error { return checkFile("--kubeconfig", o.kubeconfig) })
+	checkGiven(fs, "namespace", func() error { return checkKubeName("--namespace", o.namespace, dns1123Label) })
+	checkGiven(fs, "sidecar-etcd-secret", func() error { return checkKubeName("--sidecar-etcd-secret", o.sidecarSecret, dns1123Subdomain) })
+	checkGiven(fs, "sidecar-etcd-endpoints", func() error { return checkEndpoints("--sidecar-etcd-endpoints", o.sidecarEndpoints) })
+	checkGiven(fs, "sidecar-image", func() error {
+		if _, err := name.ParseReference(o.sidecarImage); o.sidecarImage != "" && err != nil {
+			return usagef("--sidecar-image %q: want an image reference such as registry.example.com/%s:v1", o.sidecarImage, imageName)
+		}
+		return nil
+	})
+	for _, flag := range []string{"workload-resource", "registry-mirror", "job-kinds"} {
+		checkGiven(fs, flag, func() error { _, err := o.parse(); return err })
+	}
+}
+
+// kubeName is a kind of Kubernetes object name: how it is checked, and
+// what it is.
+type kubeName struct {
+	valid func(string) []string
+	what  string
+}
+
+var (
+	dns1123Label     = kubeName{validation.IsDNS1123Label, "a DNS-1123 label (lowercase letters, digits and '-', 63 at most)"}
+	dns1123Subdomain = kubeName{validation.IsDNS1123Subdomain, "a DNS-1123 subdomain (lowercase letters, digits, '-' and '.')"}
+)
+
+// checkKubeName checks a Kubernetes object's name given to flag; "" is
+// none.
+func checkKubeName(flag, value string, kind kubeName) error {
+	if value != "" && len(kind.valid(value)) > 0 {
+		return usagef("%s %q: want %s", flag, value, kind.what)
+	}
+	return nil
 }
 
 // kubeClients are the clients of the Kubernetes side.

@@ -27,15 +27,25 @@ func (o *logOptions) register(fs *pflag.FlagSet, tee string) {
 	}
 	fs.StringVar(&o.tee, "tee", tee, teeHelp)
 	fs.IntVar(&o.maxMB, "log-max-mb", launcher.DefaultLogMaxBytes>>20, "with --log-dir, rotate a rank's file to NAME.1 past this many MiB")
+	checkGiven(fs, "tee", o.checkTee)
+}
+
+// checkTee checks --tee, which may be left to the number of processes.
+func (o *logOptions) checkTee() error {
+	if o.tee == "" {
+		return nil
+	}
+	if _, err := launcher.ParseTee(o.tee); err != nil {
+		return usagef("--tee %v", err)
+	}
+	return nil
 }
 
 // parse checks the flags and returns the logs they ask for, nil without
 // --log-dir.
 func (o *logOptions) parse() (*launcher.Logs, error) {
-	if o.tee != "" {
-		if _, err := launcher.ParseTee(o.tee); err != nil {
-			return nil, usagef("--tee %v", err)
-		}
+	if err := o.checkTee(); err != nil {
+		return nil, err
 	}
 	if o.maxMB < 1 {
 		return nil, usagef("--log-max-mb %d: want 1 or more", o.maxMB)

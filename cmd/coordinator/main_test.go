@@ -99,7 +99,7 @@ func TestBadInputIsOneLineAndExitCode2(t *testing.T) {
 		{[]string{"etcd"}, "--data-dir is required"},
 		{[]string{"etcd", "--data-dir", "/nonexistent", "--initial-cluster-state", "joined"}, `--initial-cluster-state "joined": want new or existing`},
 		{[]string{"etcd", "--data-dir", "/nonexistent", "--name", "e3", "--initial-cluster", "e0=http://a:2380,e1=http://b:2380"}, "does not name this member (--name e3)"},
-		{[]string{"etcd", "--data-dir", "/nonexistent", "--peer-cert-file", "p.crt"}, "--peer-cert-file and --peer-key-file go together"},
+		{[]string{"etcd", "--data-dir", "/nonexistent", "--peer-cert-file", "testdata/public-root.pem"}, "--peer-cert-file and --peer-key-file go together"},
 		{[]string{"frobnicate"}, "unknown command"},
 		{[]string{"jobs", "--etcd-endpoints", "notahost:::"}, `--etcd-endpoints: "notahost:::" is not HOST:PORT or a URL such as http://HOST:2379`},
 		{[]string{"jobs", "--etcd-endpoints", "http://127.0.0.1"}, `"http://127.0.0.1" has no port`},

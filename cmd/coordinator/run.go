@@ -121,6 +121,19 @@ func (o *runOptions) register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.preload, "preload", "", preloadUsage)
 	o.logs.register(fs, "")
 	o.checkpoint.register(fs, env, false)
+	o.checkGivenValues(fs)
+}
+
+// checkGivenValues has the values given to run's own string flags checked
+// before it runs.
+func (o *runOptions) checkGivenValues(fs *pflag.FlagSet) {
+	checkGiven(fs, "np", func() error { _, err := parseNP(o.np, o.npOrigin); return err })
+	checkGiven(fs, "framework", func() error { _, err := parseFramework(o.framework, o.frameworkFrom); return err })
+	checkGiven(fs, "devices", func() error { _, err := nodeDevices(o.devices, o.devicesFrom, o.env, filepath.Glob); return err })
+	checkGiven(fs, "listen-client-urls", func() error { return checkEtcdURL("--listen-client-urls", o.listen, true, "http", "https") })
+	checkGiven(fs, "success-policy", func() error { return checkSuccessPolicy(o.successPolicy) })
+	checkGiven(fs, "log-level", func() error { return checkLogLevel(o.logLevel) })
+	checkGiven(fs, "preload", func() error { _, err := parsePreload(o.preload, origin{flag: "preload"}); return err })
 }
 
 // runPlan is the job that run's flags and training command describe.
@@ -178,9 +191,9 @@ func (o *runOptions) plan(fs *pflag.FlagSet, dash int, args []string) (runPlan, 
 
 // frameworkAndDevices reads --framework and --devices.
 func (o *runOptions) frameworkAndDevices() (trainerenv.Framework, []string, error) {
-	fw, err := trainerenv.ParseFramework(o.framework)
+	fw, err := parseFramework(o.framework, o.frameworkFrom)
 	if err != nil {
-		return fw, nil, usageError{fmt.Errorf("%s: %w", o.frameworkFrom, err)}
+		return fw, nil, err
 	}
 	nodeDevs, err := nodeDevices(o.devices, o.devicesFrom, o.env, filepath.Glob)
 	if err != nil {

@@ -92,6 +92,7 @@ PaddlePaddle's spelling works too: --elastic_server for --etcd-endpoints and
 	etcd.register(fs, env)
 	job.register(fs, env, "", jobVariables...)
 	fs.StringVar(&np, "np", "", "new target: N, or MIN:MAX for any size in the range")
+	checkGiven(fs, "np", func() error { _, err := parseNP(np, origin{flag: "np"}); return err })
 	fs.BoolVar(&create, "create", false, "create the job if it does not exist")
 	fs.BoolVar(&wait, "wait", false, "show the job's progress and return once it runs at the new size")
 	fs.DurationVar(&timeout, "timeout", 10*time.Minute, "with --wait, how long to wait")

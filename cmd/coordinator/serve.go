@@ -101,6 +101,8 @@ requeued when Kueue evicts it (deploy/kueue).`,
 	fs.BoolVar(&o.enableAuth, "etcd-enable-auth", false,
 		"turn etcd's auth on if it is off, with a user root reached by client certificate: connect with one whose CN is root (coordinator certs makes it)")
 	o.kube.register(fs, env)
+	checkGiven(fs, "listen-metrics", func() error { return checkListenAddress("--listen-metrics", o.listen) })
+	checkGiven(fs, "log-level", func() error { return checkLogLevel(o.logLevel) })
 	return cmd
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/elastictraining/coordinator/guard"
 	"github.com/elastictraining/coordinator/launcher"
@@ -177,7 +178,59 @@ it; --tee says whose output still reaches the terminal.`,
 	o.preloadOrigin = envString(fs, &o.preload, "preload", env, "", preloadUsage, "ELASTIC_PRELOAD")
 	o.frameworkFrom = envString(fs, &o.framework, "framework", env, "auto", frameworkUsage, "ELASTIC_FRAMEWORK")
 	o.devicesFrom = envString(fs, &o.devices, "devices", env, "auto", devicesUsage, "ELASTIC_DEVICES")
+	o.checkGivenValues(fs)
 	return cmd
+}
+
+// checkGivenValues has the values given to the sidecar's own string flags
+// checked before it runs.
+func (o *sidecarOptions) checkGivenValues(fs *pflag.FlagSet) {
+	checkGiven(fs, "np", func() error {
+		if o.np == "" {
+			return nil // no spec
+		}
+		_, err := parseNP(o.np, o.npOrigin)
+		return err
+	})
+	checkGiven(fs, "role", func() error { _, err := o.parseRole(); return err })
+	checkGiven(fs, "node-id", func() error {
+		if o.nodeID == "" {
+			return nil // the host name
+		}
+		return checkNodeID(o.nodeID)
+	})
+	checkGiven(fs, "host", func() error { return checkHost("--host", o.host) })
+	checkGiven(fs, "cgroup", func() error { return checkChoice("--cgroup", o.cgroup, "auto or off", "auto", "off") })
+	checkGiven(fs, "success-policy", func() error { return checkSuccessPolicy(o.successPolicy) })
+	checkGiven(fs, "clean-pod-policy", func() error {
+		if err := membership.CleanPodPolicy(o.cleanPodPolicy).Validate(); err != nil {
+			return usageError{specFlagError(err, origin{})}
+		}
+		return nil
+	})
+	checkGiven(fs, "intranet", func() error { return checkChoice("--intranet", o.intranet, "PodIP or Service", "PodIP", "Service") })
+	checkGiven(fs, "log-level", func() error { return checkLogLevel(o.logLevel) })
+	checkGiven(fs, "listen-metrics", func() error { return checkListenAddress("--listen-metrics", o.listenMetrics) })
+	checkGiven(fs, "preload", func() error { _, err := parsePreload(o.preload, o.preloadOrigin); return err })
+	checkGiven(fs, "framework", func() error { _, err := parseFramework(o.framework, o.frameworkFrom); return err })
+	checkGiven(fs, "devices", func() error { _, err := nodeDevices(o.devices, o.devicesFrom, o.env, filepath.Glob); return err })
+}
+
+// parseRole reads --role.
+func (o *sidecarOptions) parseRole() (membership.Role, error) {
+	role, err := membership.ParseRole(o.role)
+	if err != nil {
+		return role, usageError{fmt.Errorf("%s: %w", o.roleOrigin, err)}
+	}
+	return role, nil
+}
+
+// checkNodeID checks a node's id.
+func checkNodeID(id string) error {
+	if err := membership.ValidateNodeID(id); err != nil {
+		return usageError{fmt.Errorf("--node-id: %w", err)}
+	}
+	return nil
 }
 
 // frameworkUsage is the help of --framework, for run and sidecar.
@@ -226,9 +279,9 @@ func envSeconds(env lookupEnv, name string) (time.Duration, error) {
 
 // node is the record this sidecar registers.
 func (o *sidecarOptions) node() (membership.Node, error) {
-	role, err := membership.ParseRole(o.role)
+	role, err := o.parseRole()
 	if err != nil {
-		return membership.Node{}, usageError{fmt.Errorf("%s: %w", o.roleOrigin, err)}
+		return membership.Node{}, err
 	}
 	if o.nproc < 1 || o.nproc > membership.MaxNProc {
 		return membership.Node{}, usagef("--nproc-per-node %d: want 1..%d", o.nproc, membership.MaxNProc)
@@ -241,8 +294,8 @@ func (o *sidecarOptions) node() (membership.Node, error) {
 			return membership.Node{}, fmt.Errorf("host name for --node-id: %w", err)
 		}
 	}
-	if err := membership.ValidateNodeID(o.nodeID); err != nil {
-		return membership.Node{}, usageError{fmt.Errorf("--node-id: %w", err)}
+	if err := checkNodeID(o.nodeID); err != nil {
+		return membership.Node{}, err
 	}
 	switch o.intranet {
 	case "PodIP":
@@ -514,9 +567,9 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 // framework's launcher; its --nproc_per_node is the node's when the
 // sidecar's is not given.
 func (o *sidecarOptions) processOptions(command []string) error {
-	fw, err := trainerenv.ParseFramework(o.framework)
+	fw, err := parseFramework(o.framework, o.frameworkFrom)
 	if err != nil {
-		return usageError{fmt.Errorf("%s: %w", o.frameworkFrom, err)}
+		return err
 	}
 	devices, err := nodeDevices(o.devices, o.devicesFrom, o.env, filepath.Glob)
 	if err != nil {

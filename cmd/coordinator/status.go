@@ -61,7 +61,7 @@ durations in seconds, np as {"min":N,"max":M} and the nodes.`,
 	etcd.register(fs, env)
 	job.register(fs, env, "", jobVariables...)
 	fs.BoolVarP(&watch, "watch", "w", false, "print every change of the status until the job ends; exit with the job's result")
-	fs.StringVarP(&output, "output", "o", "table", "table or json")
+	registerOutput(fs, &output)
 	return cmd
 }
 
