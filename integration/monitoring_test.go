@@ -213,8 +213,8 @@ func TestRunServesTheJobsAndItsNodesMetrics(t *testing.T) {
 		text = scrape(t, addr)
 		return strings.Contains(text, `elastic_job_phase{job="mon",phase="Running"} 1`) &&
 			strings.Contains(text, `elastic_job_goodput_ratio{job="mon"}`) &&
-			strings.Contains(text, `elastic_sidecar_lease_renewals_total{job="mon",node="mon-0"}`) &&
-			strings.Contains(text, `elastic_sidecar_lease_renewals_total{job="mon",node="mon-1"}`) &&
+			strings.Contains(text, `elastic_sidecar_lease_renewals_total{job="mon",node="mon-0",`) &&
+			strings.Contains(text, `elastic_sidecar_lease_renewals_total{job="mon",node="mon-1",`) &&
 			stepTime.MatchString(text)
 	}, 60*time.Second, 100*time.Millisecond, "the job runs and steps, and run's metrics say it of the job and both nodes")
 	out := promtool(t, text, "check", "metrics")

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,6 +39,7 @@ type runOptions struct {
 	env                                lookupEnv
 	job                                jobOption
 	np, listen, dataDir, logLevel      string
+	listenMetrics                      string
 	preload                            string
 	successPolicy                      string
 	nproc, faultTolerance, maxRestarts int
@@ -79,6 +81,11 @@ code when it fails, 127 or 126 at once when the command cannot be started, and
 signal kills them at once); 141 when the reader of its output has gone
 (run ... | head), also once every node has stopped.
 
+With --listen-metrics, run serves what serve and the sidecars export of the
+job (the coordinator's elastic_job_* series, each node's elastic_sidecar_*
+and elastic_rank_*) on /metrics at that address, and the job's page on
+/jobs/JOB: deploy/monitoring's dashboard and alerts work against it.
+
 Without --data-dir, etcd's data goes to a directory in $TMPDIR that run
 removes when it ends; a run killed with SIGKILL cannot, and the next run
 removes what such runs left.`,
@@ -106,6 +113,7 @@ func (o *runOptions) register(fs *pflag.FlagSet) {
 	o.devicesFrom = envString(fs, &o.devices, "devices", env, "auto", devicesUsage+"; run shares them out among its nodes' processes as one node", "ELASTIC_DEVICES")
 	fs.StringVar(&o.listen, "listen-client-urls", "", "URL the embedded etcd serves on; a free localhost port if empty")
 	fs.StringVar(&o.dataDir, "data-dir", "", "keep etcd's data here; a temporary directory if empty")
+	fs.StringVar(&o.listenMetrics, "listen-metrics", "", "serve the job's Prometheus metrics and its nodes', and the job's page, on this address (host:port); none if empty")
 	o.faultTolerance, o.faultToleranceErr = envInt(env, membership.FaultToleranceRestart, "PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL")
 	fs.IntVar(&o.faultTolerance, "fault-tolerance-level", o.faultTolerance,
 		"0: a failure ends the job; 1: restart; 2: restart and replace the failing node"+envNote("PADDLE_ELASTIC_FAULT_TOLERANC_LEVEL"))
@@ -131,6 +139,7 @@ func (o *runOptions) checkGivenValues(fs *pflag.FlagSet) {
 	checkGiven(fs, "framework", func() error { _, err := parseFramework(o.framework, o.frameworkFrom); return err })
 	checkGiven(fs, "devices", func() error { _, err := nodeDevices(o.devices, o.devicesFrom, o.env, filepath.Glob); return err })
 	checkGiven(fs, "listen-client-urls", func() error { return checkEtcdURL("--listen-client-urls", o.listen, true, "http", "https") })
+	checkGiven(fs, "listen-metrics", func() error { return checkListenAddress("--listen-metrics", o.listenMetrics) })
 	checkGiven(fs, "success-policy", func() error { return checkSuccessPolicy(o.successPolicy) })
 	checkGiven(fs, "log-level", func() error { return checkLogLevel(o.logLevel) })
 	checkGiven(fs, "preload", func() error { _, err := parsePreload(o.preload, origin{flag: "preload"}); return err })
@@ -309,7 +318,14 @@ func (o *runOptions) localConfig(plan runPlan, args []string, stderr io.Writer) 
 	if err != nil {
 		return localrun.Config{}, fmt.Errorf("find this program to start sidecars: %w", err)
 	}
+	var metrics net.Listener
+	if o.listenMetrics != "" {
+		if metrics, err = net.Listen("tcp", o.listenMetrics); err != nil {
+			return localrun.Config{}, usagef("--listen-metrics %s: %v", o.listenMetrics, err)
+		}
+	}
 	return localrun.Config{
+		Metrics: metrics,
 		Executable: sidecarBinary(exe), Job: plan.id, Spec: plan.spec, NProc: o.nproc, Command: args, Devices: plan.devices,
 		DataDir: o.dataDir, ClientURL: o.listen, TTL: o.ttl, Grace: o.grace, SidecarArgs: o.sidecarArgs(sidecarArgs, plan.framework, mods),
 		SidecarLogLevel: o.logLevel, Env: os.Environ(), Logger: logger, LogNote: note,
