@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A toy trainer for `coordinator run`: it "trains" by counting steps, saves
 # its step after each one in a checkpoint per rank, and resumes from that
-# checkpoint when it is restarted, as real training code does.
+# checkpoint when it is restarted, as real training code does. Each step is
+# reported to the node's hang watch (`coordinator beat`).
 #
 # A checkpoint ("STEP GENERATION") is written to a temporary file and
 # committed with `coordinator commit`, which renames it only while this
@@ -55,6 +56,8 @@ while [ "$step" -lt "$steps" ]; do
 	wait $!
 	step=$((step + 1))
 	save
+	# The step, for the hang watch's messages and `status`'s slowest rank.
+	[ -z "${ELASTIC_COORDINATOR:-}" ] || "$ELASTIC_COORDINATOR" beat --step "$step"
 	echo "step $step"
 	if [ -n "${TOY_FAIL_AT:-}" ] && [ "$RANK" = 0 ] && [ "$step" -eq "$TOY_FAIL_AT" ]; then
 		echo "rank $RANK: failing at step $step" >&2
