@@ -13,9 +13,20 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/elastictraining/coordinator/english"
 	"github.com/elastictraining/coordinator/internal/testkit/proctest"
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/memckpt"
 )
+
+// moduleDirs are the directories of the trainers' modules sidecars made in
+// tmp.
+func moduleDirs(t *testing.T, tmp string) []string {
+	t.Helper()
+	dirs, err := filepath.Glob(filepath.Join(tmp, memckpt.ModuleDirPrefix+"*"))
+	require.NoError(t, err)
+	return dirs
+}
 
 // runDataDirs are the data directories runs made in tmp.
 func runDataDirs(t *testing.T, tmp string) []string {
@@ -75,9 +86,9 @@ func TestRunWhoseReaderGoesStopsAndCleansUp(t *testing.T) {
 	assert.Empty(t, processesWithMarker(marker), "no process of the job is left")
 }
 
-// A run killed with SIGKILL cannot remove its etcd's data; the next run
-// does, and says so. A run that is alive keeps its own, whatever other
-// runs start beside it.
+// A run killed with SIGKILL cannot remove its etcd's data, nor its
+// sidecars their modules' directories; the next run does, and says so. A
+// run that is alive keeps its own, whatever other runs start beside it.
 func TestTheDataOfAKilledRunIsRemovedByTheNext(t *testing.T) {
 	t.Parallel()
 	tmp := t.TempDir()
@@ -86,28 +97,39 @@ func TestTheDataOfAKilledRunIsRemovedByTheNext(t *testing.T) {
 	}
 	killed := startRun(t, []string{"--np", "1", "--job", "killed"}, toy, "TMPDIR="+tmp, "TOY_STEPS=100000")
 	running(killed, "killed")
-	left := runDataDirs(t, tmp)
+	left, modules := runDataDirs(t, tmp), moduleDirs(t, tmp)
 	require.Len(t, left, 1)
+	require.NotEmpty(t, modules)
 	require.NoError(t, killed.cmd.Process.Kill())
 	killed.wait()
 	killed.assertNoLeftovers()
 	require.DirExists(t, left[0], "a run killed with SIGKILL leaves its data")
+	require.Equal(t, modules, moduleDirs(t, tmp), "and its sidecars their modules")
 
 	next := startRun(t, []string{"--np", "1", "--job", "next"}, toy, "TMPDIR="+tmp, "TOY_STEPS=100000")
 	running(next, "next")
 	assert.Contains(t, next.out.String(), "coordinator run: removed 1 data directory of runs that were killed (")
+	assert.Contains(t, next.out.String(), "coordinator run: removed "+english.Count(len(modules), "module directory")+" of sidecars that were killed from "+tmp+"\n")
 	assert.NoDirExists(t, left[0])
-	own := runDataDirs(t, tmp)
+	for _, dir := range modules {
+		assert.NoDirExists(t, dir)
+	}
+	own, ownModules := runDataDirs(t, tmp), moduleDirs(t, tmp)
 	require.Len(t, own, 1)
+	require.NotEmpty(t, ownModules)
 
 	beside := startRun(t, []string{"--np", "1", "--job", "beside"}, toy, "TMPDIR="+tmp, "TOY_STEPS=100000")
 	running(beside, "beside")
 	assert.NotContains(t, beside.out.String(), "removed")
 	assert.DirExists(t, own[0], "a live run's data is kept")
+	for _, dir := range ownModules {
+		assert.FileExists(t, filepath.Join(dir, "elastic.py"), "and its sidecars' modules")
+	}
 	assert.Len(t, runDataDirs(t, tmp), 2)
 	for _, r := range []*localRun{next, beside} {
 		require.NoError(t, r.cmd.Process.Signal(syscall.SIGTERM))
 		assert.Equal(t, 143, r.wait())
 	}
 	assert.Empty(t, runDataDirs(t, tmp), "runs that end remove their data")
+	assert.Empty(t, moduleDirs(t, tmp), "and their sidecars their modules")
 }

@@ -26,6 +26,10 @@ func TestMain(m *testing.M) {
 		// A sidecar that dies in the middle of a push.
 		halfPush()
 		return
+	case "module-dir":
+		// A sidecar's module directory, owned by a process of its own.
+		moduleDirOwner()
+		return
 	case "frozen-host":
 		// A node's sidecar in a process of its own, to be frozen.
 		frozenHost()

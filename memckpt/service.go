@@ -65,8 +65,8 @@ type Config struct {
 	Listen string
 	// Host is the address other nodes reach this one at.
 	Host string
-	// ModuleDir is where elastic.py is written; a new temporary directory
-	// if empty.
+	// ModuleDir is where elastic.py is written; if empty, a new temporary
+	// directory (NewModuleDir), after those of killed sidecars are swept.
 	ModuleDir string
 	// MaxUnauthenticated bounds the peer connections held before they
 	// have proven the job's secret; DefaultMaxUnauthenticated if 0. One
@@ -99,7 +99,7 @@ type Service struct {
 	socket string
 	peers  net.Listener
 	addr   string
-	tmpDir string // removed on Close, if New made it
+	tmpDir *ModuleDir // removed on Close, if New made it
 
 	// gate holds the peer connections not yet authenticated.
 	gate *gate
@@ -212,17 +212,16 @@ func (s *Service) open() error {
 	}
 	port := s.peers.Addr().(*net.TCPAddr).Port
 	s.addr = net.JoinHostPort(s.cfg.Host, strconv.Itoa(port))
-	dir := s.cfg.ModuleDir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "elastic-python-"); err != nil {
-			return err
-		}
-		s.tmpDir = dir
+	if s.cfg.ModuleDir != "" {
+		return WriteModule(s.cfg.ModuleDir)
 	}
-	if err := WriteModule(dir); err != nil {
+	if n := SweepModuleDirs(os.TempDir()); n > 0 {
+		s.logger.Info("removed the module directories of sidecars that were killed", "count", n, "dir", os.TempDir())
+	}
+	if s.tmpDir, err = NewModuleDir(""); err != nil {
 		return err
 	}
-	s.cfg.ModuleDir = dir
+	s.cfg.ModuleDir = s.tmpDir.Path()
 	return nil
 }
 
@@ -304,8 +303,8 @@ func (s *Service) Close() {
 		for _, l := range lines {
 			s.sayRefused(l)
 		}
-		if s.tmpDir != "" {
-			_ = os.RemoveAll(s.tmpDir)
+		if s.tmpDir != nil {
+			s.tmpDir.Close()
 		}
 	})
 }

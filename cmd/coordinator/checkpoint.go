@@ -28,7 +28,7 @@ type checkpointOptions struct {
 	copies int
 	// moduleDir is the modules' directory of a sidecar without a store,
 	// removed by close.
-	moduleDir    string
+	moduleDir    *memckpt.ModuleDir
 	memory       string
 	port         int
 	diskInterval time.Duration
@@ -104,15 +104,15 @@ func (o *checkpointOptions) args() []string {
 func (o *checkpointOptions) start(ctx context.Context, cli *clientv3.Client, keys membership.Keys, job string, node *membership.Node,
 	logger hclog.Logger) (*memckpt.Service, trainerenv.Checkpoint, error) {
 	if o.copies == 0 {
-		dir, err := os.MkdirTemp("", "elastic-module-")
-		if err == nil {
-			err = memckpt.WriteModule(dir)
+		if n := memckpt.SweepModuleDirs(os.TempDir()); n > 0 {
+			logger.Info("removed the module directories of sidecars that were killed", "count", n, "dir", os.TempDir())
 		}
+		dir, err := memckpt.NewModuleDir("")
 		if err != nil {
 			return nil, trainerenv.Checkpoint{}, fmt.Errorf("write the trainers' Python modules: %w", err)
 		}
 		o.moduleDir = dir
-		return nil, trainerenv.Checkpoint{PythonPath: memckpt.PythonPathWith(dir, os.Getenv("PYTHONPATH"))}, nil
+		return nil, trainerenv.Checkpoint{PythonPath: memckpt.PythonPathWith(dir.Path(), os.Getenv("PYTHONPATH"))}, nil
 	}
 	memory, _ := o.validate()
 	listen := ":" + strconv.Itoa(o.port)
@@ -175,7 +175,7 @@ func (w watchedWorkload) StopStacks(ctx context.Context) error {
 
 // close removes what start left without a store.
 func (o *checkpointOptions) close() {
-	if o.moduleDir != "" {
-		_ = os.RemoveAll(o.moduleDir)
+	if o.moduleDir != nil {
+		o.moduleDir.Close()
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/elastictraining/coordinator/internal/etcdclient"
 	"github.com/elastictraining/coordinator/jobclient"
 	"github.com/elastictraining/coordinator/membership"
+	"github.com/elastictraining/coordinator/memckpt"
 	"github.com/elastictraining/coordinator/presence"
 )
 
@@ -80,6 +81,12 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	}
 	if cfg.Metrics != nil {
 		defer cfg.Metrics.Close() // closed already once served
+	}
+	// What killed sidecars left of the trainers' modules: each sidecar
+	// sweeps it as it starts; run does first, to say so.
+	if n := memckpt.SweepModuleDirs(os.TempDir()); n > 0 {
+		fmt.Fprintf(cfg.Out, "coordinator run: removed %s of sidecars that were killed from %s\n",
+			english.Count(n, "module directory"), os.TempDir())
 	}
 	dataDir := cfg.DataDir
 	if dataDir == "" {
