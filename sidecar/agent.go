@@ -602,7 +602,8 @@ func (a *Agent) ackFailure(ctx context.Context, gen int64, code int, msg string,
 	})
 }
 
-// write changes the node record with set, retrying transient errors.
+// write changes the node record with set, retrying transient errors, until
+// ctx is done.
 func (a *Agent) write(ctx context.Context, state membership.NodeState, gen int64, set func(*membership.Node)) bool {
 	retry := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(20*time.Millisecond),
@@ -617,11 +618,15 @@ func (a *Agent) write(ctx context.Context, state membership.NodeState, gen int64
 		}
 		return err
 	}, backoff.WithContext(retry, ctx))
-	if err != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		// The sidecar itself is stopping: the node leaves next, and its
+		// record goes with it. No fault; said as the stop's other lines are.
+		a.logger.Info("ack not written: the sidecar is stopping", "state", state, "generation", gen)
+	case err != nil:
 		a.logger.Warn("ack not written", "state", state, "generation", gen, "error", err)
-		return false
 	}
-	return true
+	return err == nil
 }
 
 // stepMarks are the step marks of the generation the node started last,

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -222,6 +223,51 @@ func TestLeaseLostWhileLeaving(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("leaving deadlocked with the lost lease")
 	}
+}
+
+// A sidecar told to stop (a Ctrl-C, `run ... | head` ending) while it
+// stops a generation cannot ack the stop: its context is done, and the
+// node leaves next. That is said, not warned; the node leaves all the same.
+func TestAnAckCutShortByTheSidecarsOwnStopIsNoWarning(t *testing.T) {
+	srv := etcdtest.Start(t)
+	keys := membership.DefaultKeys()
+	logs := &proctest.Buffer{}
+	np := membership.DefaultSpec(membership.NP{Min: 1, Max: 1})
+	node := simnode.Start(t, simnode.Config{Client: srv.Client(t), Keys: keys, Job: "job", ID: "n0", TTL: 2 * time.Second, Spec: &np,
+		Logger: hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Info})})
+	require.Eventually(t, func() bool { return node.Registration() != nil }, 10*time.Second, time.Millisecond)
+	f := &fixture{t: t, srv: srv, keys: keys, node: node}
+	lease := int64(node.Registration().Lease())
+	f.putPlan(membership.Plan{Generation: 1, Phase: membership.PhaseRun, Members: []membership.Member{f.member(lease)}, WorldSize: 1, Master: "127.0.0.1:20000"})
+	f.record("acked running 1", func(n membership.Node) bool { return n.State == membership.NodeRunning })
+
+	release := node.Workload.Hang()
+	t.Cleanup(release)
+	f.putPlan(membership.Plan{Generation: 2, Phase: membership.PhaseStop, Members: []membership.Member{f.member(lease)}})
+	select {
+	case <-node.Workload.Stopping():
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the stop never began; log:\n%s", logs)
+	}
+	// The stop ends with the sidecar's context, before its ack; the
+	// leave's own stop waits for the processes.
+	left := make(chan struct{})
+	go func() {
+		node.Leave()
+		close(left)
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "ack not written") }, 20*time.Second, time.Millisecond,
+		"the ack was never given up; log:\n%s", logs)
+	release()
+	<-left
+	_, err := node.Result()
+	require.ErrorIs(t, err, sidecar.ErrLeft)
+
+	assert.Regexp(t, `\[INFO\]  sidecar: ack not written: the sidecar is stopping: .*state=stopped generation=2\n`, logs.String())
+	assert.NotContains(t, logs.String(), "[WARN]")
+	resp, err := srv.Client(t).Get(t.Context(), keys.Node("job", "n0"))
+	require.NoError(t, err)
+	assert.Empty(t, resp.Kvs, "the node left")
 }
 
 func TestNamesFindsTheNodeAsAWord(t *testing.T) {

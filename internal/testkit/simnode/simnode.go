@@ -24,8 +24,10 @@ type Workload struct {
 	starts  []sidecar.Assignment
 	changed chan struct{}
 	stuck   chan struct{} // while set, Stop hangs until it is closed
-	lease   int64         // the lease of the last deadline; 0 after a kill
-	marks   *membership.StepMarks
+	// stopping is closed when a Stop begins to hang on stuck.
+	stopping chan struct{}
+	lease    int64 // the lease of the last deadline; 0 after a kill
+	marks    *membership.StepMarks
 }
 
 var (
@@ -75,6 +77,13 @@ func (w *Workload) Start(_ context.Context, a sidecar.Assignment) (<-chan sideca
 func (w *Workload) Stop(ctx context.Context, _ time.Duration) error {
 	w.mu.Lock()
 	stuck := w.stuck
+	if stuck != nil {
+		select {
+		case <-w.stopping:
+		default:
+			close(w.stopping)
+		}
+	}
 	w.mu.Unlock()
 	if stuck != nil {
 		select {
@@ -120,7 +129,7 @@ func (w *Workload) Hang() (release func()) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	stuck := make(chan struct{})
-	w.stuck = stuck
+	w.stuck, w.stopping = stuck, make(chan struct{})
 	return func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -129,6 +138,14 @@ func (w *Workload) Hang() (release func()) {
 			w.stuck = nil
 		}
 	}
+}
+
+// Stopping returns a channel closed once a Stop hangs on the last Hang;
+// nil (never ready) before any Hang.
+func (w *Workload) Stopping() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stopping
 }
 
 // Exit makes the running workload exit with code, as a child process
