@@ -23,7 +23,12 @@ in its memory (it outlives this process), pushes it to another node's sidecar
 made while an earlier one is still on its way replaces any that waits: the
 newest wins. The error of a save (FencedError: this process's generation is
 over; TooLargeError: the state does not fit the node's checkpoint memory) is
-raised by the next save() or by flush().
+raised by the next save() or by flush(). A FencedError that nothing catches
+in a process of a generation is that generation's end, which its sidecar
+is stopping: it ends the process (exit code 1, as any uncaught exception)
+with one line, not a traceback:
+
+    [elastic] rank 0: generation 3 is over (this node runs none): the save of step 1234 was not stored; this process is stopping
 
 A save with a `path` does not wait long on a sidecar that does not answer
 (frozen, or its socket gone): when the sidecar takes more than a second to
@@ -84,6 +89,7 @@ import select
 import signal
 import socket
 import struct
+import sys
 import threading
 import time
 import zlib
@@ -120,7 +126,14 @@ class CheckpointError(RuntimeError):
 
 
 class FencedError(CheckpointError):
-    """This process's generation is over, or its node was fenced out: it can store nothing."""
+    """This process's generation is over, or its node was fenced out: it can store nothing.
+
+    what says what did not happen: "the save of step 1234 was not stored"
+    (the step its state named), "a was not renamed over b"; None when
+    unknown.
+    """
+
+    what = None
 
 
 class TooLargeError(CheckpointError):
@@ -255,6 +268,7 @@ class _Snapshot:
     def __init__(self, prefix, buf, total, seq, path, skeleton=None):
         self._prefix, self.buf, self.total, self.seq, self.path = prefix, buf, total, seq, path
         self.skeleton = skeleton
+        self.step = None  # the step the state named, for messages
 
     @property
     def prefix(self):
@@ -538,7 +552,11 @@ def fenced_replace(src, dst):
     be killed never writes over the next generation's files. Outside a
     sidecar (no ELASTIC_FENCE_SOCKET) it is os.replace.
     """
-    _fenced_rename(_env_int("ELASTIC_GENERATION"), src, dst)
+    try:
+        _fenced_rename(_env_int("ELASTIC_GENERATION"), src, dst)
+    except FencedError as e:
+        e.what = "%s was not renamed over %s" % (src, dst)
+        raise
 
 
 def _fenced_rename(generation, src, dst):
@@ -719,6 +737,7 @@ class _Saver:
                     self.free.append(buf)
             raise
         self.seq += 1
+        snap.step = _state_step(state)
         with self.cond:
             self.pending = snap
             if self.thread is None:
@@ -737,6 +756,8 @@ class _Saver:
                 self.send(snap)
             except CheckpointError as e:
                 err = e
+                if isinstance(e, FencedError):
+                    e.what = "the save %swas not stored" % ("" if snap.step is None else "of step %d " % snap.step)
             except Exception as e:  # an I/O error: say so at the next call
                 err = CheckpointError("save failed: %s" % e)
             with self.cond:
@@ -1001,7 +1022,63 @@ def _flush_at_exit():
     if _saver is not None and _saver.thread is not None:
         try:
             _saver.flush()
+        except FencedError as e:
+            line = _generation_over(e)
+            if line is None:
+                print("elastic: the last save was not stored: %s" % e, file=sys.stderr)
+            elif not _said_over:
+                _say(line)
         except CheckpointError as e:
-            import sys
-
             print("elastic: the last save was not stored: %s" % e, file=sys.stderr)
+
+
+# The prefix of the sidecar's refusals (sidecar.ErrFenced).
+_FENCED_PREFIX = "sidecar: fenced: "
+# Whether the line of the generation's end was said: once is enough.
+_said_over = False
+
+
+def _generation_over(e):
+    """The line that says FencedError e ended this process of a generation; None in a process of none.
+
+    The refusal's reason, but for what the line says already.
+    """
+    saver = _saver
+    generation = saver.generation if saver is not None else _env_int("ELASTIC_GENERATION")
+    if generation < 1:
+        return None
+    rank = saver.rank if saver is not None else _first_int("ELASTIC_RANK", "RANK", "PADDLE_TRAINER_ID", "RANK_ID")
+    reason = str(e)
+    if reason.startswith(_FENCED_PREFIX):
+        reason = reason[len(_FENCED_PREFIX):]
+    over = "generation %d is over" % generation
+    if reason.startswith(over):
+        reason = reason[len(over):].lstrip("; ")
+    return "[elastic] rank %d: %s%s: %s; this process is stopping" % (
+        rank, over, " (%s)" % reason if reason else "", e.what or "nothing more is stored")
+
+
+def _say(line):
+    global _said_over
+    _said_over = True
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except Exception:
+        pass
+
+
+def _excepthook(kind, value, tb):
+    """A FencedError nothing caught in a generation's process: one line; anything else as before."""
+    line = _generation_over(value) if isinstance(value, FencedError) else None
+    if line is None:
+        _previous_excepthook(kind, value, tb)
+        return
+    if not _said_over:
+        _say(line)
+
+
+# Installed at import, in a cold interpreter as in a warm one (whose
+# bootstrap shows what the command raised through sys.excepthook too).
+_previous_excepthook = sys.excepthook
+sys.excepthook = _excepthook
