@@ -26,9 +26,11 @@ import (
 //	72 first_step_ns: CLOCK_MONOTONIC of the first event        trainer
 //	80 first_user_step: the first step the trainer named        trainer
 //	88 first_user_ns: CLOCK_MONOTONIC of the event naming it    trainer
+//	96 halt: non-zero once the generation's stop has the
+//	   process write its stack: it makes no more progress       guard
 //
-// The guard writes its words before the process runs its command, and
-// reads the others with atomic loads. Each process has a page of its own,
+// The guard writes magic and generation before the process runs its
+// command, halt at a stop (dump), and reads the others with atomic loads. Each process has a page of its own,
 // unmapped when it is reaped: a process of an old generation writes into a
 // page nobody reads.
 
@@ -60,6 +62,7 @@ const (
 	offFirstStep    = 72
 	offFirstUser    = 80
 	offFirstUserAt  = 88
+	offHalt         = 96
 )
 
 // progressPage is the guard's mapping of one process's page, and until the
@@ -95,6 +98,11 @@ func (p *progressPage) word(off int) *atomic.Int64 {
 
 // setGeneration writes the generation the process runs.
 func (p *progressPage) setGeneration(gen int64) { p.word(offGeneration).Store(gen) }
+
+// halt tells the process that its generation is stopping: the thread that
+// reaches its next progress event or sign of life waits there for the
+// kill.
+func (p *progressPage) halt() { p.word(offHalt).Store(1) }
 
 // closeFD closes the guard's descriptor once the process has its own; the
 // mapping stays.

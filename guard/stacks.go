@@ -12,6 +12,17 @@ import (
 // its pid in word 56 of its page. The guard sends that signal, continues
 // the process if it was stopped, and kills after dumpWait, on a timer of
 // the loop: the loop never sleeps.
+//
+// Meanwhile the ranks run: a stopped rank that is continued finishes what
+// its peers waited for in their collectives, and every rank would go on
+// training for the whole wait, a step or more of a generation that is over
+// (whose saves its sidecar refuses). So with the signal the guard halts
+// the page (word 96): the trainer's module parks the thread that reaches
+// its next progress event or sign of life (an optimizer step's end, a
+// backward's start, a save, a beat) until the kill. A rank parked at its
+// backward's start never joins that backward's collectives, so its peers
+// cannot finish that step either. Only that thread waits: the stack is
+// written whichever thread takes the signal, before the halt or after.
 
 // dumpWait is how long the processes get to write their stacks before they
 // are killed.
@@ -23,11 +34,15 @@ const maxSignal = 64
 // dump has the rank's process write its Python stack: the process named in
 // word 56 of its page, when it is the rank's process or runs below it and
 // is alive, is sent the signal named there, and continued if it was
-// stopped. It reports whether the signal was sent.
+// stopped; the page is halted after the signal, before the continuation.
+// It reports whether the signal was sent.
 func (rw *rankWatch) dump() bool {
 	if rw.p.page == nil {
 		return false
 	}
+	// However this ends; after the signal when one is sent, so that a
+	// rank that takes it at once shows where it was, not where it parked.
+	defer rw.p.page.halt()
 	pr := rw.p.page.load()
 	pid, sig := pr.DumpPid, pr.DumpSignal
 	if pid <= 1 || sig < 1 || sig > maxSignal {
@@ -57,6 +72,8 @@ func (rw *rankWatch) dump() bool {
 	if send(syscall.Signal(sig)) != nil {
 		return false
 	}
+	// Before it is continued: a stopped rank never steps again.
+	rw.p.page.halt()
 	if st.State == 'T' {
 		_ = send(syscall.SIGCONT) // it handles the signal once it runs
 	}

@@ -194,6 +194,34 @@ func TestAStoppedTrainerRestartsItsGeneration(t *testing.T) {
 	assert.Contains(t, out, "job stopped succeeded")
 }
 
+// A rank that stops itself (SIGSTOP) at the top of its step 4, its peer
+// waiting for it in that step's allreduce: the guard continues it to write
+// its stack and halts its page first, so it parks at its backward's start,
+// and neither rank takes step 4 in generation 1, cold or warm.
+func TestNoRankStepsOnceAStoppedRankIsFound(t *testing.T) {
+	t.Parallel()
+	for _, warm := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cold", true: "warm"}[warm], func(t *testing.T) {
+			t.Parallel()
+			var args []string
+			if warm {
+				args = []string{"--preload", "torch"}
+			}
+			h := startHangRun(t, "halted", args, "HANG_STOP_AFTER=3@1")
+			h.said(1, 1, `stops after step 3`)
+			for rank := range 2 {
+				h.said(2, rank, `step=1`)
+			}
+			h.finish()
+			require.Equal(t, 0, h.wait())
+			out := h.out.String()
+			for rank := range 2 {
+				assert.NotContains(t, out, "hangtest gen=1 rank="+strconv.Itoa(rank)+" step=4\n", "rank %d stepped on in generation 1", rank)
+			}
+		})
+	}
+}
+
 // A rank blocked for good (here in a select that nothing answers, standing
 // for a read from a filesystem gone away) stalls its peer in backward's
 // allreduce. With a hang timeout of 1s the job restarts its generation;

@@ -19,6 +19,7 @@ rank that hangs from one that works:
     72   first_step_ns    CLOCK_MONOTONIC of the first progress event
     80   first_user_step  the first step number the trainer named; 0 = none
     88   first_user_ns    CLOCK_MONOTONIC of the event that named it
+    96   halt             (the guard's) non-zero once the generation stops
 
 A progress event is an optimizer step of torch (every optimizer, the user's
 own subclasses too), elastic.beat() and elastic.save(). Its step is the one
@@ -48,7 +49,12 @@ life itself.
 
 The signal in the dump word (SIGRTMIN+6) makes faulthandler write every
 thread's Python stack to standard error, "most recent call first": the
-guard sends it to a rank it found hung before it kills it.
+guard sends it to a rank it found hung before it kills it. With it the
+guard halts the page: the thread that reaches the next progress event or
+sign of life waits there until the kill, so that no rank trains on in a
+generation that is over (a stopped rank that the guard continues to write
+its stack would otherwise finish what its peers waited for, and every rank
+step on until the kill).
 
 torch is never imported here: its hooks go in when the script imports it
 (a finder on sys.meta_path waits for torch.autograd and
@@ -69,7 +75,7 @@ SIZE = 4096
 
 # Byte offsets of the page's words.
 STEPS, LAST_STEP, LAST_ACTIVITY, USER_STEP, QUIET_UNTIL, DUMP, ATTACHED = 16, 24, 32, 40, 48, 56, 64
-FIRST_STEP, FIRST_USER_STEP, FIRST_USER_NS = 72, 80, 88
+FIRST_STEP, FIRST_USER_STEP, FIRST_USER_NS, HALT = 72, 80, 88, 96
 
 # The signal that writes the stacks: a real-time one, which nothing in a
 # training process uses and whose default action (terminate) is what an
@@ -236,6 +242,8 @@ def step(user_step=None, advances=True):
     page = _page
     if page is None:
         return
+    if _get(page, HALT):
+        _park()
     if user_step is not None:
         _named, _since_named = user_step, 0
     elif advances and _named is not None:
@@ -309,6 +317,8 @@ def _stepped(frame):
     page = _page
     if page is None:
         return
+    if _get(page, HALT):
+        _park()
     code = frame.f_code
     f = frame.f_back
     n = 0
@@ -318,6 +328,19 @@ def _stepped(frame):
         f = f.f_back
         n += 1
     step()
+
+
+def halt_point():
+    """Where the calling thread waits for the kill once the guard halted the page (elastic.save, before it stores)."""
+    page = _page
+    if page is not None and _get(page, HALT):
+        _park()
+
+
+def _park():
+    """The guard halted the page: the generation is over. The calling thread waits for the kill, which is a moment away."""
+    while True:
+        time.sleep(3600)
 
 
 def _event(page, t=None):
@@ -373,6 +396,8 @@ def _patch_autograd(mod):
     def backward(*args, **kwargs):
         page = _page
         if page is not None:
+            if _get(page, HALT):
+                _park()
             _put(page, LAST_ACTIVITY, _mono())
         return inner(*args, **kwargs)
 

@@ -907,6 +907,8 @@ def save(state, path=None):
     (FencedError: the generation is over, or the fence refused the file).
     A save is a progress event; state["step"], an int, names its step.
     """
+    if _progress is not None:
+        _progress.halt_point()
     _the_saver().save(state, path)
     if _progress is not None:
         _progress.step(_state_step(state), advances=False)
