@@ -1,0 +1,98 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/elastictraining/coordinator/guard"
+)
+
+// warmLocked tells guard g, once for each number of processes, to keep a
+// warm interpreter for each of them.
+func (l *Launcher) warmLocked(g *guardProc, path string, nproc int) error {
+	if len(l.cfg.Preload) == 0 || g.warmSlots == nproc {
+		return nil
+	}
+	cmd := guard.Command{Op: guard.OpWarm}
+	for local := range nproc {
+		cmd.Warm = append(cmd.Warm, guard.Warm{
+			Slot: local, Path: path, Argv: l.cfg.Command, Dir: l.cfg.Dir, Env: l.cfg.Env,
+			Prefix: fmt.Sprintf("[warm %d] ", local), Preload: l.cfg.Preload,
+		})
+	}
+	if _, err := g.send(cmd, nil); err != nil {
+		return err
+	}
+	g.warmSlots = nproc
+	return nil
+}
+
+// Prewarm has the guard start a warm interpreter for each of nproc
+// processes now, and waits until each has imported its preloads or failed
+// to, or until ctx ends. It returns how many are ready. A sidecar calls it
+// before it registers its node, so that the node's first generation starts
+// warm; without preloads it does nothing.
+func (l *Launcher) Prewarm(ctx context.Context, nproc int) (int, error) {
+	if len(l.cfg.Preload) == 0 || nproc < 1 {
+		return 0, nil
+	}
+	path, err := LookPath(l.cfg.Command[0])
+	if err != nil {
+		return 0, err
+	}
+	l.mu.Lock()
+	g, err := l.guardLocked()
+	if err == nil {
+		err = l.warmLocked(g, path, nproc)
+	}
+	l.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	for {
+		l.mu.Lock()
+		ready, settled := 0, 0
+		for slot := range nproc {
+			if ok, done := g.warmSettled[slot]; done {
+				settled++
+				if ok {
+					ready++
+				}
+			}
+		}
+		changed := l.warmChanged
+		l.mu.Unlock()
+		if settled == nproc {
+			return ready, nil
+		}
+		select {
+		case <-changed:
+		case <-g.dead:
+			return ready, errors.New("launcher: the process guard exited")
+		case <-ctx.Done():
+			return ready, ctx.Err()
+		}
+	}
+}
+
+// onWarm records what guard g reports of a warm interpreter.
+func (l *Launcher) onWarm(g *guardProc, rep guard.Report) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if g.warmSettled == nil {
+		g.warmSettled = map[int]bool{}
+	}
+	switch rep.Event {
+	case guard.EventWarm:
+		l.logger.Debug("warm interpreter started", "slot", rep.Rank, "pid", rep.Pid)
+		delete(g.warmSettled, rep.Rank)
+	case guard.EventWarmReady:
+		l.logger.Debug("warm interpreter ready", "slot", rep.Rank, "pid", rep.Pid)
+		g.warmSettled[rep.Rank] = true
+	case guard.EventWarmLost:
+		g.warmSettled[rep.Rank] = false
+	}
+	close(l.warmChanged)
+	l.warmChanged = make(chan struct{})
+}
