@@ -22,6 +22,10 @@ type nodeIndex struct {
 	version uint64
 	// roles counts the nodes of each role that are not leaving.
 	roles map[membership.Role]int
+	// cold counts the nodes whose next start would be cold
+	// (membership.Node.Cold): only while there is one does the run after
+	// a stop look for warm nodes to take their ranks.
+	cold int
 
 	progress progress
 }
@@ -45,6 +49,8 @@ func (ix *nodeIndex) put(n membership.LiveNode, now time.Time) {
 	old, had := ix.nodes[n.ID]
 	ix.nodes[n.ID] = n
 	ix.progress.change(n.ID, old, had, n, true, now)
+	ix.countCold(old, had, -1)
+	ix.countCold(n, true, 1)
 	if !had || !sameForTables(old, n) {
 		ix.version++
 		if had {
@@ -62,6 +68,7 @@ func (ix *nodeIndex) remove(id string) {
 	}
 	delete(ix.nodes, id)
 	ix.progress.change(id, old, true, membership.LiveNode{}, false, time.Time{})
+	ix.countCold(old, true, -1)
 	ix.countRole(old, -1)
 	ix.version++
 }
@@ -69,8 +76,15 @@ func (ix *nodeIndex) remove(id string) {
 func (ix *nodeIndex) reset() {
 	clear(ix.nodes)
 	clear(ix.roles)
+	ix.cold = 0
 	ix.version++
 	ix.progress.counted = false // recounted when asked, keeping lastAck
+}
+
+func (ix *nodeIndex) countCold(n membership.LiveNode, had bool, delta int) {
+	if had && n.Cold {
+		ix.cold += delta
+	}
 }
 
 func (ix *nodeIndex) countRole(n membership.LiveNode, delta int) {

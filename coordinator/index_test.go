@@ -15,7 +15,7 @@ import (
 
 // TestProgressCountedAsChangesArriveMatchesACount: the counters an ack
 // updates in O(1) always equal a count from scratch, whatever the order of
-// joins, acks, failures, leases lost and records gone.
+// joins, acks, failures, leases lost, warmth and records gone.
 func TestProgressCountedAsChangesArriveMatchesACount(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	states := []membership.NodeState{membership.NodeWaiting, membership.NodeStopped, membership.NodeRunning,
@@ -44,8 +44,16 @@ func TestProgressCountedAsChangesArriveMatchesACount(t *testing.T) {
 					lease += 100 // back under another lease
 				}
 				ix.put(membership.LiveNode{Node: membership.Node{ID: id, Role: membership.RoleWorker, Host: "h", Ports: []int{1}, NProc: 1,
-					State: states[rng.IntN(len(states))], Generation: int64(2 + rng.IntN(3))}, Lease: clientv3.LeaseID(lease), JoinRevision: int64(step)}, time.Now())
+					State: states[rng.IntN(len(states))], Generation: int64(2 + rng.IntN(3)), Cold: rng.IntN(3) == 0},
+					Lease: clientv3.LeaseID(lease), JoinRevision: int64(step)}, time.Now())
 			}
+			cold := 0
+			for _, n := range ix.nodes {
+				if n.Cold {
+					cold++
+				}
+			}
+			require.Equal(t, cold, ix.cold, "the cold nodes counted as they change")
 			got := ix.progress
 			want := progress{plan: plan, counted: true}
 			want.recount(ix.nodes)

@@ -48,6 +48,26 @@ func (s shortage) String() string {
 // member's rank goes to the spare that waited longest, and the returning
 // node becomes a spare.
 func assignRanks(spec membership.Spec, live []membership.LiveNode, prev []membership.Member, excluded map[string]bool) (table, *shortage) {
+	return placeRanks(spec, live, prev, excluded, false)
+}
+
+// assignWarmRanks is assignRanks for the generation that starts after a
+// stop, told which nodes' next start would be cold (membership.Node.Cold):
+// a cold member's rank goes to a warm standby node, and the member stands
+// by, so that the generation does not wait for its imports. Ranks move only
+// when that makes every rank start warm: when each cold member of the
+// table can be given a warm standby node of its role (not excluded), in
+// order of preference, lowest rank first. Otherwise the generation waits
+// for a cold start anyway, and the table is assignRanks'. A standby node
+// that is still cold takes a hole only after the warm ones. A first
+// generation is assignRanks': every node is new, and a StatefulSet's pods
+// are ranked by ordinal.
+func assignWarmRanks(spec membership.Spec, live []membership.LiveNode, prev []membership.Member, excluded map[string]bool) (table, *shortage) {
+	return placeRanks(spec, live, prev, excluded, true)
+}
+
+// placeRanks is assignRanks, or with warm assignWarmRanks.
+func placeRanks(spec membership.Spec, live []membership.LiveNode, prev []membership.Member, excluded map[string]bool, warm bool) (table, *shortage) {
 	byRole := map[membership.Role][]membership.LiveNode{}
 	for _, n := range live {
 		if n.State == membership.NodeLeaving {
@@ -83,7 +103,7 @@ func assignRanks(spec membership.Spec, live []membership.LiveNode, prev []member
 		ranked := rankRole(byRole[rc.role], rc.n, func(n membership.LiveNode) (int, bool) {
 			p, ok := prevPlace[string(rc.role)+"/"+n.ID]
 			return p.rank, ok && p.lease == int64(n.Lease)
-		}, len(prev) == 0, excluded)
+		}, len(prev) == 0, excluded, warm && len(prev) > 0)
 		global := 0
 		for rank, n := range ranked {
 			t.members = append(t.members, membership.Member{
@@ -135,8 +155,10 @@ func shortOf(spec membership.Spec, count func(membership.Role) int) *shortage {
 // table keeps the pods it keeps and a scale-down restarts once), else those
 // of the lowest old ranks. Kept survivors keep their rank while it fits;
 // the holes are filled lowest first by the other kept nodes in the same
-// order.
-func rankRole(candidates []membership.LiveNode, n int, prevRank func(membership.LiveNode) (int, bool), first bool, excluded map[string]bool) []membership.LiveNode {
+// order. With warm, the cold newcomers follow the warm ones, and the
+// cold nodes ranked give their places to warm nodes left standing by, if
+// there is one for each (warmSwap).
+func rankRole(candidates []membership.LiveNode, n int, prevRank func(membership.LiveNode) (int, bool), first bool, excluded map[string]bool, warm bool) []membership.LiveNode {
 	type withRank struct {
 		node membership.LiveNode
 		rank int
@@ -169,6 +191,9 @@ func rankRole(candidates []membership.LiveNode, n int, prevRank func(membership.
 	if first && allHaveOrdinals(newcomers, func(n membership.LiveNode) membership.LiveNode { return n }) {
 		sort.SliceStable(newcomers, func(i, j int) bool { return *newcomers[i].Ordinal < *newcomers[j].Ordinal })
 	}
+	if warm {
+		slices.SortStableFunc(newcomers, func(a, b membership.LiveNode) int { return boolOrder(a.Cold, b.Cold) })
+	}
 	if len(survivors) > n && allHaveOrdinals(survivors, func(w withRank) membership.LiveNode { return w.node }) {
 		sort.SliceStable(survivors, func(i, j int) bool { return *survivors[i].node.Ordinal < *survivors[j].node.Ordinal })
 		survivors = survivors[:n]
@@ -197,7 +222,50 @@ func rankRole(candidates []membership.LiveNode, n int, prevRank func(membership.
 			next++
 		}
 	}
+	if warm {
+		warmSwap(ranked, fill[next:], excluded)
+	}
 	return ranked
+}
+
+// warmSwap gives the place of each cold node of ranked to a warm node of
+// standby (the nodes left out, in order of preference) that is not
+// excluded, lowest rank first, if there is one for each; else it changes
+// nothing: a generation that waits for one cold start gains nothing from
+// moving the others.
+func warmSwap(ranked, standby []membership.LiveNode, excluded map[string]bool) {
+	var cold []int
+	for r, n := range ranked {
+		if n.Cold {
+			cold = append(cold, r)
+		}
+	}
+	if len(cold) == 0 {
+		return
+	}
+	var warm []membership.LiveNode
+	for _, n := range standby {
+		if !n.Cold && !excluded[n.ID] {
+			warm = append(warm, n)
+		}
+	}
+	if len(warm) < len(cold) {
+		return
+	}
+	for i, r := range cold {
+		ranked[r] = warm[i]
+	}
+}
+
+// boolOrder orders false before true.
+func boolOrder(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 func allHaveOrdinals[T any](s []T, node func(T) membership.LiveNode) bool {

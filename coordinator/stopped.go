@@ -245,6 +245,7 @@ func runNext(v view, d decision, c stopCharge, lim limits, now time.Time) decisi
 			fmt.Sprintf("settling: %d of at most %s; starting when the %s settle window ends", t.workers, english.Count(v.spec.Workers().Max, "worker"), lim.settle))
 		return d
 	}
+	t = warmPlaced(v, t, excludedSet)
 
 	next := membership.Plan{
 		Generation: 1, Phase: membership.PhaseRun, Members: t.members, WorldSize: t.worldSize, Master: t.master, Gloo: t.gloo,
@@ -264,6 +265,23 @@ func runNext(v view, d decision, c stopCharge, lim limits, now time.Time) decisi
 	d.events = append(d.events, membership.Event{Generation: next.Generation, Type: "GenerationStarting", Members: len(t.members), WorldSize: t.worldSize,
 		Message: fmt.Sprintf("run: %s, %s, world size %d, master %s (%s)", english.Count(len(t.members), "member"), english.Count(t.workers, "worker"), t.worldSize, t.master, next.Reason)})
 	return d
+}
+
+// warmPlaced is table t placed for warmth (assignWarmRanks) while a node
+// says its next start would be cold, so that a warm standby node takes a
+// cold member's rank; t itself otherwise, at no cost. It is computed only
+// here, for the run that is committed, never to decide whether to restart:
+// a change of warmth alone restarts nothing.
+func warmPlaced(v view, t table, excluded map[string]bool) table {
+	ix := v.index()
+	if ix.cold == 0 || v.plan == nil {
+		return t
+	}
+	w, short := assignWarmRanks(*v.spec, ix.joinOrder(), v.plan.Members, excluded)
+	if short != nil {
+		return t
+	}
+	return w
 }
 
 // evictedBy reports whether node has an eviction record written by by.

@@ -122,6 +122,18 @@ type Node struct {
 	// and copies asked for by a node that has none); empty if it serves
 	// none.
 	Checkpoint string `json:"checkpoint,omitempty"`
+	// Cold says that the node's next start would be cold where it could
+	// be warm: it runs with preloads, and not every one of its warm
+	// interpreters has imported them (its guard died and the new one's
+	// are importing, they were used and their replacements are not
+	// ready, a preload failed). The next generation after a stop gives a
+	// cold member's rank to a warm standby node when there is one for
+	// every cold member, rather than wait for an import. A sidecar writes
+	// it with its acks of a generation's end and of a stop, and on its
+	// own only while it runs nothing: so it costs no write per
+	// generation. Never set without preloads (nothing starts warm), nor
+	// by a sidecar that predates it, whose node counts as warm.
+	Cold bool `json:"cold,omitempty"`
 }
 
 // StepMarks are the times, on the node's wall clock, of the first and
