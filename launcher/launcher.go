@@ -274,6 +274,11 @@ func (l *Launcher) Start(p Procs, lease int64) (<-chan Exit, error) {
 	grp.pids, grp.remaining = rep.Pids, len(rep.Pids)
 	exit := grp.exit
 	grp.mu.Unlock()
+	l.mu.Lock()
+	if l.guard == g {
+		l.warmGoneLocked(g, len(p.Env))
+	}
+	l.mu.Unlock()
 	l.logger.Debug("started", "generation", p.Generation, "processes", len(rep.Pids), "warm", rep.Warm)
 	return exit, nil
 }
@@ -425,6 +430,9 @@ func (l *Launcher) stopping(fence bool) *guardProc {
 		l.lease, l.fenceAt = 0, time.Time{}
 		if l.page != nil {
 			l.page.Fence()
+		}
+		if l.guard != nil {
+			l.warmGoneLocked(l.guard, l.guard.warmSlots)
 		}
 	}
 	if grp := l.current; grp != nil {
@@ -593,6 +601,7 @@ func (l *Launcher) guardDied(g *guardProc, replace bool) {
 	l.mu.Lock()
 	if l.guard == g {
 		l.guard = nil
+		l.warmNoticeLocked() // its warm interpreters died with it
 	}
 	grp := l.current
 	l.mu.Unlock()

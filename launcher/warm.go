@@ -93,6 +93,54 @@ func (l *Launcher) onWarm(g *guardProc, rep guard.Report) {
 	case guard.EventWarmLost:
 		g.warmSettled[rep.Rank] = false
 	}
+	l.warmNoticeLocked()
+}
+
+// Cold reports whether the node's next start would start a process cold
+// that could start warm: with preloads, not every slot has a warm
+// interpreter that imported them. Its guard died, or was fenced, which
+// kills them; they are importing; they were used by the last start and
+// their replacements are not ready yet; or a preload failed. Without
+// preloads nothing ever starts warm, and it is false. changed is closed
+// when the answer may have changed.
+func (l *Launcher) Cold() (cold bool, changed <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.coldLocked(), l.warmChanged
+}
+
+func (l *Launcher) coldLocked() bool {
+	if len(l.cfg.Preload) == 0 {
+		return false
+	}
+	g := l.guard
+	if g == nil || g.warmSlots == 0 {
+		return true
+	}
+	for slot := range g.warmSlots {
+		if !g.warmSettled[slot] {
+			return true
+		}
+	}
+	return false
+}
+
+// warmGoneLocked records that guard g's warm interpreters of the first
+// nproc slots are gone (a start used them, a fence killed them): their
+// replacements report when they are ready. A slot whose preloads failed
+// stays so.
+func (l *Launcher) warmGoneLocked(g *guardProc, nproc int) {
+	for slot := range nproc {
+		if g.warmSettled[slot] {
+			delete(g.warmSettled, slot)
+		}
+	}
+	l.warmNoticeLocked()
+}
+
+// warmNoticeLocked tells whoever waits on warmChanged that the warm
+// interpreters changed.
+func (l *Launcher) warmNoticeLocked() {
 	close(l.warmChanged)
 	l.warmChanged = make(chan struct{})
 }

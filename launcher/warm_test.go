@@ -390,6 +390,8 @@ func TestPreloadIsIgnoredForAnotherProgram(t *testing.T) {
 	exits, err := l.Start(procs(1), lease)
 	require.NoError(t, err)
 	assert.Equal(t, 0, wait(t, exits).Code)
+	cold, _ := l.Cold()
+	assert.False(t, cold, "nothing starts warm, so nothing is cold either")
 
 	_, err = launcher.New(launcher.Config{Command: []string{"python3", "x.py"}, Guard: guardCommand("auto"), Preload: []string{"a-b"}})
 	require.ErrorContains(t, err, `preload "a-b": not a Python module name`)

@@ -300,8 +300,12 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 			a.logger.Info("the job's spec sets another np; it wins", "np", stored.NP.String(), "flag_np", a.cfg.Spec.NP.String())
 		}
 	}
+	// A node joins saying whether it is warm: one whose interpreters did
+	// not import in time does not take a rank before a warm spare.
+	place := a.cfg.Place
+	place.Node.Cold, _ = a.cold()
 	reg, err := presence.Register(ctx, presence.RegistrationConfig{
-		Place:  a.cfg.Place,
+		Place:  place,
 		Logger: a.cfg.Logger,
 		OnDeadline: func(lease clientv3.LeaseID, at time.Time) {
 			a.cfg.Workload.SetDeadline(int64(lease), at)
@@ -363,6 +367,7 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 	waitTimer := newWaitTimer(a.cfg.WaitTimeout)
 	defer waitTimer.stop()
 	observations := a.observations()
+	warmth := a.warmthChanged(ctx)
 	for {
 		waitTimer.set(!a.running)
 		select {
@@ -384,6 +389,8 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 			a.childExited(ctx, ex)
 		case o := <-observations:
 			a.observed(ctx, o)
+		case <-warmth:
+			warmth = a.warmthChanged(ctx)
 		case pu := <-plans:
 			if pu.Err != nil {
 				a.logger.Warn("plan unreadable; waiting for the coordinator", "error", pu.Err)
@@ -582,11 +589,14 @@ func (a *Agent) ack(ctx context.Context, state membership.NodeState, gen int64, 
 // ackMessage writes the node's state, retrying transient errors; it gives up
 // when the node is not registered (the fence and the new registration take
 // over) or ctx is done.
+// The ack says whether the node's next start would be cold: the leader
+// places the next generation by it.
 func (a *Agent) ackMessage(ctx context.Context, state membership.NodeState, gen int64, code int, msg string) bool {
 	marks := a.stepMarks()
+	cold, _ := a.cold()
 	return a.write(ctx, state, gen, func(n *membership.Node) {
 		n.State, n.Generation, n.ExitCode, n.Message, n.CannotStart, n.PIDs = state, gen, code, msg, false, nil
-		n.Hang, n.Progress, n.QuietUntil = nil, nil, time.Time{}
+		n.Hang, n.Progress, n.QuietUntil, n.Cold = nil, nil, time.Time{}, cold
 		if marks != nil {
 			n.Marks = marks
 		}
@@ -596,9 +606,10 @@ func (a *Agent) ackMessage(ctx context.Context, state membership.NodeState, gen 
 // ackFailure reports a workload that did not start; cannot says that no
 // restart can start it.
 func (a *Agent) ackFailure(ctx context.Context, gen int64, code int, msg string, cannot bool) bool {
+	cold, _ := a.cold()
 	return a.write(ctx, membership.NodeFailed, gen, func(n *membership.Node) {
 		n.State, n.Generation, n.ExitCode, n.Message, n.CannotStart, n.PIDs = membership.NodeFailed, gen, code, msg, cannot, nil
-		n.Hang, n.Progress, n.QuietUntil = nil, nil, time.Time{}
+		n.Hang, n.Progress, n.QuietUntil, n.Cold = nil, nil, time.Time{}, cold
 	})
 }
 

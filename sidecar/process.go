@@ -43,6 +43,7 @@ var (
 	_ Workload = (*Processes)(nil)
 	_ Watcher  = (*Processes)(nil)
 	_ Marker   = (*Processes)(nil)
+	_ Warmer   = (*Processes)(nil)
 )
 
 // Observations implements Watcher.
@@ -168,6 +169,9 @@ func (p *Processes) schedulerIP(ctx context.Context, plan membership.Plan) strin
 func (p *Processes) Stop(ctx context.Context, grace time.Duration) error {
 	return p.Launcher.Stop(ctx, grace)
 }
+
+// Cold implements Warmer.
+func (p *Processes) Cold() (bool, <-chan struct{}) { return p.Launcher.Cold() }
 
 // Pids implements Workload.
 func (p *Processes) Pids() []int { return p.Launcher.Pids() }

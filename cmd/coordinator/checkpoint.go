@@ -167,6 +167,14 @@ func (w watchedWorkload) StepMarks(gen int64) *membership.StepMarks {
 	return nil
 }
 
+// Cold implements sidecar.Warmer: the processes' warm interpreters.
+func (w watchedWorkload) Cold() (bool, <-chan struct{}) {
+	if c, ok := w.watcher.(sidecar.Warmer); ok {
+		return c.Cold()
+	}
+	return false, nil
+}
+
 func (w watchedWorkload) StopStacks(ctx context.Context) error {
 	err := w.watcher.StopStacks(ctx)
 	w.store.KickDisk()

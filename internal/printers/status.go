@@ -31,6 +31,9 @@ type Node struct {
 	// report of a rank that hung in its generation.
 	Progress *membership.RankProgress `json:"progress,omitempty"`
 	Hang     *membership.Hang         `json:"hang,omitempty"`
+	// Cold, on standby, says that the node's warm interpreters are not
+	// ready: it takes a rank only when no warm node can.
+	Cold bool `json:"cold,omitempty"`
 }
 
 // Slowest is the job's slowest rank, of those whose nodes report their
@@ -139,6 +142,10 @@ func LoadNodes(ctx context.Context, client *jobclient.Client, job string) ([]Nod
 		v := Node{Node: n.ID, Role: n.Role, Host: n.Host, State: n.State, Generation: n.Generation, ExitCode: n.ExitCode}
 		if r, ok := ranks[n.ID]; ok {
 			v.Rank = &r
+		} else {
+			// A member's is written only with its acks: while it
+			// runs, it says nothing.
+			v.Cold = n.Cold
 		}
 		if n.State == membership.NodeRunning {
 			v.PIDs, v.Progress, v.Hang = n.PIDs, n.Progress, n.Hang
@@ -263,13 +270,21 @@ func (s Slowest) Line() string {
 // SparesLine says the job's spares as `status` and the job's page say
 // them: "1 of 1 registered and warm, holding no rank".
 func (v Status) SparesLine() string {
-	ready := 0
+	ready, cold := 0, 0
 	for _, n := range v.Nodes {
-		if n.Rank == nil && n.Role == membership.RoleWorker && n.State != membership.NodeLeaving {
+		switch {
+		case n.Rank != nil || n.Role != membership.RoleWorker || n.State == membership.NodeLeaving:
+		case n.Cold:
+			cold++
+		default:
 			ready++
 		}
 	}
-	return fmt.Sprintf("%d of %d registered and warm, holding no rank", ready, v.Spares)
+	line := fmt.Sprintf("%d of %d registered and warm, holding no rank", ready, v.Spares)
+	if cold > 0 {
+		line += fmt.Sprintf("; %d more registered, cold", cold)
+	}
+	return line
 }
 
 // RestartsCell is a job's restarts as tables show them: those failures
@@ -284,15 +299,20 @@ func RestartsCell(restarts, hang int) string {
 
 // RankCell is a node's rank as tables and pages show it: its rank, or, for
 // a node that holds none, "spare" (a worker of a job that keeps spares) or
-// "standby".
+// "standby", and "(cold)" if its next start would be cold.
 func (v Status) RankCell(n Node) string {
 	switch {
 	case n.Rank != nil:
 		return strconv.Itoa(*n.Rank)
-	case v.Spares > 0 && n.Role == membership.RoleWorker:
-		return "spare"
 	}
-	return "standby"
+	rank := "standby"
+	if v.Spares > 0 && n.Role == membership.RoleWorker {
+		rank = "spare"
+	}
+	if n.Cold {
+		rank += " (cold)"
+	}
+	return rank
 }
 
 // PaddedRow renders a row of the status table (StatusHeader or

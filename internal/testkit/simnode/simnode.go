@@ -28,12 +28,44 @@ type Workload struct {
 	stopping chan struct{}
 	lease    int64 // the lease of the last deadline; 0 after a kill
 	marks    *membership.StepMarks
+	// cold is what Cold says, until SetCold changes it and closes
+	// warmth.
+	cold   bool
+	warmth chan struct{}
 }
 
 var (
 	_ sidecar.Workload = (*Workload)(nil)
 	_ sidecar.Marker   = (*Workload)(nil)
+	_ sidecar.Warmer   = (*Workload)(nil)
 )
+
+// SetCold says whether the node's next start would be cold, as a real
+// node's launcher does when its guard's warm interpreters die or are
+// ready again.
+func (w *Workload) SetCold(cold bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.cold = cold
+	w.warmthLocked()
+	close(w.warmth)
+	w.warmth = make(chan struct{})
+}
+
+// Cold implements sidecar.Warmer: warm (false) unless SetCold said
+// otherwise.
+func (w *Workload) Cold() (bool, <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.cold, w.warmthLocked()
+}
+
+func (w *Workload) warmthLocked() chan struct{} {
+	if w.warmth == nil {
+		w.warmth = make(chan struct{})
+	}
+	return w.warmth
+}
 
 // SetMarks makes m the step marks the workload's ranks left, as a real
 // node's guard reads them from its ranks' pages.
