@@ -325,7 +325,7 @@ func (o *runOptions) localConfig(plan runPlan, args []string, stderr io.Writer) 
 		}
 	}
 	return localrun.Config{
-		Metrics: metrics,
+		Metrics:    metrics,
 		Executable: sidecarBinary(exe), Job: plan.id, Spec: plan.spec, NProc: o.nproc, Command: args, Devices: plan.devices,
 		DataDir: o.dataDir, ClientURL: o.listen, TTL: o.ttl, Grace: o.grace, SidecarArgs: o.sidecarArgs(sidecarArgs, plan.framework, mods),
 		SidecarLogLevel: o.logLevel, Env: os.Environ(), Logger: logger, LogNote: note,

@@ -27,10 +27,10 @@ type node struct {
 	// metricsPort is where its sidecar serves its metrics, when run
 	// serves the job's; 0 for none.
 	metricsPort int
-	cmd        *exec.Cmd
-	stopping   bool // asked to leave: it is not started again
-	crashes    int
-	waitErr    error
+	cmd         *exec.Cmd
+	stopping    bool // asked to leave: it is not started again
+	crashes     int
+	waitErr     error
 }
 
 func (n *node) stop() {
