@@ -7,7 +7,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/elastictraining/coordinator/internal/flagwords"
+	"github.com/elastictraining/coordinator/english"
 )
 
 // The guard's commands (guard, fence-watch, commit, beat) parse their own
@@ -73,7 +73,7 @@ type wordedValue struct {
 
 func (v *wordedValue) Set(s string) error {
 	if err := v.Value.Set(s); err != nil {
-		*v.bad = flagwords.Bad(v.name, s, valueType(v.Value))
+		*v.bad = english.BadFlag(v.name, s, valueType(v.Value))
 		return *v.bad
 	}
 	return nil

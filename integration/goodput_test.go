@@ -85,7 +85,7 @@ func TestTheJobAccountsARestartAndTheStepsTrainedAgain(t *testing.T) {
 	assert.InDelta(t, st.Goodput.WallSeconds, st.Goodput.LastHour.WallSeconds, 0.01, "a job younger than an hour")
 	code, stdout, stderr = cli(t, nil, "status", "--etcd-endpoints", r.endpoint, "--job", "goodput")
 	require.Equal(t, 0, code, stderr)
-	assert.Regexp(t, `(?m)^Goodput: \d+\.\d% of \S+ \(lost restarting \S+, .*redone \S+\); now training$`, stdout)
+	assert.Regexp(t, `(?m)^Goodput: \d+\.\d% of \S+ \(lost starting \S+, restarting \S+, .*redone \S+\); now training$`, stdout)
 	code, stdout, stderr = cli(t, nil, "jobs", "--etcd-endpoints", r.endpoint)
 	require.Equal(t, 0, code, stderr)
 	assert.Regexp(t, `(?m)^goodput\s+Running\s+2\s.*\s\d+\.\d%\s`, stdout)

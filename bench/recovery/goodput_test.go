@@ -144,7 +144,7 @@ func TestAccountSince(t *testing.T) {
 
 func TestCausesOf(t *testing.T) {
 	a := &account{Lost: map[string]float64{"restarting": 1, "preempted": 2, "draining": 3}}
-	assert.Equal(t, []string{"restarting", "waiting", "hung", "redone", "suspended", "draining", "preempted"}, causesOf(a))
+	assert.Equal(t, []string{"starting", "restarting", "waiting", "hung", "redone", "suspended", "draining", "preempted"}, causesOf(a))
 }
 
 func TestLossByKind(t *testing.T) {
@@ -238,7 +238,7 @@ func TestGoodputReport(t *testing.T) {
 		"coordinator, 1 spare  -       -      -       -       -      -        -          -  not available on this build: no --spares on coordinator run",
 		"torchrun              2       90.0s  50.0/s  20.0ms  1400   31.1%    none       -",
 		"hang a rank  2.0s (2.0–2.0), Σ 2.0s  2.0s (2.0–2.0), Σ 2.0s  30.0s (30.0–30.0), Σ 30.0s",
-		"coordinator, seconds lost by cause (its own account, 3.2s of 90.0s): restarting 1.7s, waiting 0.0s, hung 1.5s, redone 0.0s, suspended 0.0s",
+		"coordinator, seconds lost by cause (its own account, 3.2s of 90.0s): starting 0.0s, restarting 1.7s, waiting 0.0s, hung 1.5s, redone 0.0s, suspended 0.0s",
 		"torchrun: fault 3 (kill a node) not made: no torchrun agent to fault but the store's",
 		// 4340 steps at 49/s in 90 s: 98.4 %.
 		"coordinator, rate in the last 10s of each window: 49.0/s (47.0–49.0), -2.0% against RATE; OUTSIDE at that rate: 98.4%",

@@ -6,7 +6,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/elastictraining/coordinator/internal/flagwords"
+	"github.com/elastictraining/coordinator/english"
 )
 
 // A flag's bad value is refused before the command does anything, in one
@@ -24,7 +24,7 @@ func flagError(_ *cobra.Command, err error) error {
 	var bad *pflag.InvalidValueError
 	if errors.As(err, &bad) {
 		f := bad.GetFlag()
-		return usageError{flagwords.Bad(f.Name, bad.GetValue(), f.Value.Type())}
+		return usageError{english.BadFlag(f.Name, bad.GetValue(), f.Value.Type())}
 	}
 	var missing *pflag.ValueRequiredError
 	if errors.As(err, &missing) {
@@ -32,7 +32,7 @@ func flagError(_ *cobra.Command, err error) error {
 		if f.Value.Type() == "string" {
 			return usagef("--%s needs a value", f.Name)
 		}
-		return usagef("--%s needs a value: want %s", f.Name, flagwords.Want(f.Value.Type()))
+		return usagef("--%s needs a value: want %s", f.Name, english.FlagWants(f.Value.Type()))
 	}
 	return usageError{err}
 }

@@ -26,8 +26,10 @@ const module = "github.com/elastictraining/coordinator/"
 // layers are the shipped packages, bottom up: a package imports only
 // packages of lower layers. A new package takes its place here.
 var layers = [][]string{
-	// Leaves: the Kubernetes API types, words, the process guard.
-	{"api/v1", "english", "guard"},
+	// Words: how messages and errors are put.
+	{"english"},
+	// Leaves: the Kubernetes API types, the process guard.
+	{"api/v1", "guard"},
 	// The etcd schema.
 	{"membership"},
 	// What lives on the schema, and what needs nothing of etcd; the
@@ -42,7 +44,8 @@ var layers = [][]string{
 	// The binary's own parts.
 	{"internal/embedetcd", "internal/etcdclient", "internal/pki", "internal/ociimage", "internal/timeline",
 		"internal/printers", "internal/etcdprobe"},
-	{"internal/localrun", "internal/jobpages"},
+	{"internal/jobpages"},
+	{"internal/localrun"},
 	// The commands.
 	{"cmd/coordinator/internal/fastpath"},
 	{"cmd/coordinator"},

@@ -91,9 +91,9 @@ func hangTimeout(description string) apiextensionsv1.JSONSchemaProps {
 	return apiextensionsv1.JSONSchemaProps{Type: "string", MaxLength: ptr(int64(32)), Pattern: hangTimeoutPattern,
 		Description: description + "; a duration is at least " + least,
 		XValidations: apiextensionsv1.ValidationRules{{
-			Rule:              fmt.Sprintf("self == 'auto' || duration(self) == duration('0s') || duration(self) >= duration('%s')", least),
-			Message:           "want " + least + " or more, the least the hang watch honours; 0 (off) or auto",
-			MessageExpression: fmt.Sprintf(`"\"%%s\": want %s or more, the least the hang watch honours; 0 (off) or auto".format([self])`, least),
+			// The API server says the field and its value first.
+			Rule:    fmt.Sprintf("self == 'auto' || duration(self) == duration('0s') || duration(self) >= duration('%s')", least),
+			Message: "want " + least + " or more, the least the hang watch honours; 0 (off) or auto",
 		}}}
 }
 

@@ -1,16 +1,19 @@
-package flagwords
+package english
 
 import "fmt"
 
-// Bad is the error of value, given to the flag --name whose value is of
-// type typ (pflag's names: int, duration, bool, stringSlice...), which the
-// flag's parser refused.
-func Bad(name, value, typ string) error {
-	return fmt.Errorf("--%s %q: want %s", name, value, Want(typ))
+// BadFlag is the error of value, given to the flag --name whose value is
+// of type typ (pflag's names: int, duration, bool, stringSlice...), which
+// the flag's parser refused: the flag, the value and what it wants
+// (`--spares "abc": want a whole number such as 1`), never the parser's
+// text. Cobra's commands and the guard's own, which parse their flags
+// before cobra is reached, word them alike.
+func BadFlag(name, value, typ string) error {
+	return fmt.Errorf("--%s %q: want %s", name, value, FlagWants(typ))
 }
 
-// Want is what a flag whose value is of type typ takes.
-func Want(typ string) string {
+// FlagWants is what a flag whose value is of type typ takes.
+func FlagWants(typ string) string {
 	switch typ {
 	case "int", "int8", "int16", "int32", "int64", "count":
 		return "a whole number such as 1"
