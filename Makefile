@@ -118,7 +118,8 @@ bench-restart: build
 		$$(/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null && echo -torchrun) -out bench/results/restart.txt
 
 # What a fault costs a real PyTorch DDP job (bench/recovery/trainer.py): a
-# rank killed, a node killed, scale up and down by one, on coordinator run
+# rank killed, a node killed, a node's guard killed (coordinator run only),
+# scale up and down by one, on coordinator run
 # with 2 and 4 ranks, cold and warm (and warm with one spare), and torchrun
 # in the same run; about 15 minutes. Modes this build lacks are reported as
 # not available. RECOVERY_ARGS adds flags, e.g. -scenarios kill-rank -modes

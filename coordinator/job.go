@@ -584,11 +584,6 @@ func (a *jobActor) reconcile(ctx context.Context) (wakeAt time.Time, wrote bool,
 			return time.Time{}, wrote, err
 		}
 		a.markSaid(said)
-		if d.accounted > 0 {
-			a.mu.Lock()
-			a.ledger.written(d.accounted)
-			a.mu.Unlock()
-		}
 		a.observe()
 		if d.plan == nil {
 			return d.wakeAt, wrote, nil

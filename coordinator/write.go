@@ -302,4 +302,7 @@ func (a *jobActor) committed(rev int64, v view, d decision, status *membership.S
 	if seq > a.lastSeq {
 		a.lastSeq = seq
 	}
+	// The account's changes are in the events now: a later error (an
+	// eviction's) must not have them written again.
+	a.ledger.written(d.accounted)
 }

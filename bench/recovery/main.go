@@ -40,7 +40,7 @@ func main() {
 	nps := flags.String("np", "2,4", "job sizes (nodes of one process)")
 	flags.IntVar(&cfg.runs, "runs", 5, "faults per scenario and mode")
 	modeList := flags.String("modes", "cold,warm,preload,memory,spare", "modes on coordinator run: cold, warm, preload, memory, spare (warm with --spares 1; not with -state-mb)")
-	scenarioList := flags.String("scenarios", "kill-rank,kill-node,scale", "scenarios: kill-rank, kill-node, kill-guard (its trainer dies with it; not under torchrun), scale (up by one and back)")
+	scenarioList := flags.String("scenarios", "kill-rank,kill-node,kill-guard,scale", "scenarios: kill-rank, kill-node, kill-guard (its trainer dies with it; not under torchrun), scale (up by one and back)")
 	torchrun := flags.Bool("torchrun", true, "also measure torchrun (kill-rank, kill-node) with the same trainer, at the base state")
 	aloneScenarios := flags.String("alone-scenarios", "kill-rank", "scenarios of the modes preload and memory (each feature alone)")
 	stateMB := flags.Int("state-mb", 50, "the larger state, in MiB, for -state-scenarios")

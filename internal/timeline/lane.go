@@ -28,9 +28,14 @@ type Span struct {
 // carried no spans are read as their types tell it (activityOfTypes).
 func Activity(events []membership.Event, account *membership.Goodput, end time.Time) []Span {
 	var changes []membership.Span
+	seen := map[membership.Span]bool{}
 	for _, e := range events {
 		for _, s := range e.Accounted {
-			if s.Validate() == nil {
+			// A span written twice (a commit whose answer was lost,
+			// written again) is the same change: laid again, later, it
+			// would cover what came after it.
+			if s.Validate() == nil && !seen[s] {
+				seen[s] = true
 				changes = append(changes, s)
 			}
 		}

@@ -91,6 +91,11 @@ func TestActivityDrawsTheAccountsSpans(t *testing.T) {
 		{Cause: membership.CauseTraining, From: at(36), To: at(40)},
 	}, spans)
 
+	// Spans written again with a later event change nothing.
+	again := append(everyCause(), membership.Event{Seq: 10, Time: at(39), Generation: 3, Type: "TimeAccounted",
+		Accounted: everyCause()[0].Accounted})
+	assert.Equal(t, spans, timeline.Activity(again, &membership.Goodput{Now: membership.CauseTraining, NowSince: at(36)}, at(40)))
+
 	// A change the leader has not written in an event yet: the account
 	// says the job restarts, since 38 s.
 	spans = timeline.Activity(everyCause(), &membership.Goodput{Now: membership.CauseRestarting, NowSince: at(38)}, at(40))
@@ -113,7 +118,7 @@ func TestPlotColoursEveryCauseAsWideAsItsSeconds(t *testing.T) {
 		membership.CauseWaiting: 2, membership.CauseStarting: 6, membership.CauseTraining: 10 + 4 + 4,
 		membership.CauseHung: 5, membership.CauseRestarting: 3, membership.CauseRedone: 2, membership.CauseSuspended: 4,
 	}
-	widths := pngtest.BandWidths(img, timeline.CauseColors)
+	widths := pngtest.BandWidths(pngtest.Bottom(img, 1.0/3), timeline.CauseColors)
 	total := 0
 	for _, w := range widths {
 		total += w

@@ -19,6 +19,20 @@ func Decode(path string) (image.Image, error) {
 	return png.Decode(bytes.NewReader(data))
 }
 
+// Bottom is the bottom share of img (1/3: its lowest third), where a plot
+// drawn in tiles has its last tile: a band read there is not mistaken
+// for a line of the same colour in another tile.
+func Bottom(img image.Image, share float64) image.Image {
+	b := img.Bounds()
+	top := b.Max.Y - int(float64(b.Dy())*share)
+	if sub, ok := img.(interface {
+		SubImage(image.Rectangle) image.Image
+	}); ok {
+		return sub.SubImage(image.Rect(b.Min.X, top, b.Max.X, b.Max.Y))
+	}
+	return img
+}
+
 // BandWidths counts, along the row of img with the most pixels of the
 // given colours, the pixels of each colour: a band of coloured spans read
 // across. Only exact colours count (a span's edges may be blended).
