@@ -44,13 +44,13 @@ var ErrRefused = errors.New("commit refused")
 // Validate checks a request read from the socket.
 func (r CommitRequest) Validate() error {
 	switch r.Op {
-	case "check":
+	case "check", OpInPlace:
 	case "rename":
 		if !path.IsAbs(r.Src) || !path.IsAbs(r.Dst) {
 			return errors.New("rename needs absolute paths")
 		}
 	default:
-		return fmt.Errorf("unknown op %q: want rename or check", r.Op)
+		return fmt.Errorf("unknown op %q: want rename, check or %s", r.Op, OpInPlace)
 	}
 	if r.Generation < 1 {
 		return fmt.Errorf("generation %d: want >= 1", r.Generation)
@@ -191,49 +191,71 @@ func exchange(conn *os.File, req CommitRequest, who string) error {
 	}
 }
 
-// commitCall is a request waiting for the guard's loop to answer it.
+// commitCall is a request waiting for the guard's loop to answer it: from
+// the process pid, over conn, which an in-place trainer's request keeps
+// (inplace.go).
 type commitCall struct {
 	req   CommitRequest
+	pid   int
+	conn  *os.File
 	reply chan string
 }
 
 // serveCommits accepts the training processes' requests and hands each to
 // the loop, which alone knows the deadline. Only the guard's own
-// descendants, of the guard's user, are answered.
-func serveCommits(l *listener, self int, calls chan<- commitCall, done <-chan struct{}) {
+// descendants, of the guard's user, are answered. An in-place trainer's
+// connection, once accepted, stays open: what it says on it goes to the
+// loop as a trainerSaid on said.
+func serveCommits(l *listener, self int, calls chan<- commitCall, said chan<- trainerSaid, done <-chan struct{}) {
 	for {
 		conn, cred, err := l.accept()
 		if err != nil {
 			return
 		}
-		go serveCommit(conn, peerRefused(cred, self), func(req CommitRequest) (string, bool) {
-			call := commitCall{req: req, reply: make(chan string, 1)}
-			select {
-			case calls <- call:
-			case <-done:
-				return "", false
+		pid := 0
+		if cred != nil {
+			pid = int(cred.Pid)
+		}
+		go func() {
+			var kept bool
+			serveCommit(conn, peerRefused(cred, self), func(req CommitRequest) (string, bool) {
+				call := commitCall{req: req, pid: pid, conn: conn, reply: make(chan string, 1)}
+				select {
+				case calls <- call:
+				case <-done:
+					return "", false
+				}
+				select {
+				case answer := <-call.reply:
+					kept = req.Op == OpInPlace && answer == "ok"
+					return answer, true
+				case <-done:
+					return "", false
+				}
+			}, func() bool { return kept })
+			if kept {
+				listenToTrainer(pid, conn, said, done)
 			}
-			select {
-			case answer := <-call.reply:
-				return answer, true
-			case <-done:
-				return "", false
-			}
-		})
+		}()
 	}
 }
 
-// serveCommit answers the one request of a connection and closes it: with
-// refused, when the peer may not ask (""), else with what answer decides.
-// answer returns false when the server is going away: the connection is
-// closed without an answer.
-func serveCommit(conn *os.File, refused string, answer func(CommitRequest) (string, bool)) {
-	defer conn.Close()
+// serveCommit answers the one request of a connection and closes it, unless
+// keep says otherwise once it is answered: with refused, when the peer may
+// not ask (""), else with what answer decides. answer returns false when
+// the server is going away: the connection is closed without an answer.
+func serveCommit(conn *os.File, refused string, answer func(CommitRequest) (string, bool), keep func() bool) {
+	kept := false
+	defer func() {
+		if !kept {
+			conn.Close()
+		}
+	}()
 	if refused != "" {
 		_, _ = conn.Write([]byte("error: " + refused + "\n"))
 		return
 	}
-	line, err := bufio.NewReader(conn).ReadBytes('\n')
+	line, err := readLine(conn)
 	if err != nil {
 		return
 	}
@@ -244,8 +266,32 @@ func serveCommit(conn *os.File, refused string, answer func(CommitRequest) (stri
 	}
 	if reply, ok := answer(req); ok {
 		_, _ = conn.Write([]byte(reply + "\n"))
+		kept = keep != nil && keep()
 	}
 }
+
+// readLine reads one line a byte at a time, so that nothing after it is
+// taken from the connection: a kept one is read on by listenToTrainer.
+func readLine(conn *os.File) ([]byte, error) {
+	var line []byte
+	b := make([]byte, 1)
+	for len(line) < maxCommitLine {
+		n, err := conn.Read(b)
+		if n == 1 {
+			line = append(line, b[0])
+			if b[0] == '\n' {
+				return line, nil
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("a request longer than %d bytes", maxCommitLine)
+}
+
+// maxCommitLine bounds a request: two absolute paths and a few words.
+const maxCommitLine = 16 << 10
 
 // commitState is what a commit is decided on: the node's lease, generation
 // and deadline as the process that answers knows them, the guard or a

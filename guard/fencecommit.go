@@ -132,13 +132,16 @@ func (w *watchdog) serveCommits(l *listener) {
 		}
 		go serveCommit(conn, w.peerRefused(cred), func(req CommitRequest) (string, bool) {
 			return w.answer(req), true
-		})
+		}, nil)
 	}
 }
 
 // answer decides a commit request with the guard's rules, on the lease and
 // deadline of the page now, and renames when they allow it.
 func (w *watchdog) answer(req CommitRequest) string {
+	if req.Op == OpInPlace {
+		return "refused: an in-place trainer registers with its guard, not with its watchdog"
+	}
 	lease, killAt, _ := w.view.load()
 	st := commitState{fenced: lease != w.lease || killAt == 0 || w.killed.Load(), generation: w.gen, killAt: killAt}
 	if refused := st.refusal(req, MonoNow()); refused != "" {

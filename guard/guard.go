@@ -52,6 +52,15 @@ type proc struct {
 	output chan struct{} // closed when its stdout and stderr reached EOF
 	log    *logFile      // nil without one
 	page   *progressPage // nil without one; unmapped when reaped
+
+	// slot and cmd are the local slot and command it was started for;
+	// out and errw forward its output (retargeted when it is parked and
+	// started again in place); inplace is its connection if it keeps its
+	// process across generations (inplace.go), else nil.
+	slot      int
+	cmd       Proc
+	out, errw *lineWriter
+	inplace   *inplaceLink
 }
 
 // run is one start's processes.
@@ -111,6 +120,10 @@ type server struct {
 	closing    bool // the sidecar is gone: exit once nothing is left
 
 	warm warmState
+	// parked are the in-place trainers between generations, by slot, and
+	// parkCg their cgroup leaf (inplace.go).
+	parked map[int]*proc
+	parkCg *cgroup
 
 	// learn is what the hang watcher learned of the job's steps, over
 	// every generation; watching, whether its ticker runs.
@@ -136,7 +149,7 @@ func Run(cfg Config) int {
 	runtime.LockOSThread()
 	stdout, stderr := &countingWriter{out: cfg.Stdout}, &countingWriter{out: cfg.Stderr}
 	cfg.Stdout, cfg.Stderr = stdout, stderr
-	s := &server{cfg: cfg, self: os.Getpid(), stdout: stdout, stderr: stderr, warm: newWarmState()}
+	s := &server{cfg: cfg, self: os.Getpid(), stdout: stdout, stderr: stderr, warm: newWarmState(), parked: map[int]*proc{}}
 	if err := BecomeSubreaper(); err != nil {
 		fmt.Fprintf(cfg.Stderr, "guard: %v\n", err)
 		return 1
@@ -157,6 +170,9 @@ func Run(cfg Config) int {
 		}
 		if s.warm.cg != nil {
 			s.warm.cg.remove()
+		}
+		if s.parkCg != nil {
+			s.parkCg.remove()
 		}
 		if s.cgRoot != nil {
 			s.cgRoot.remove()
@@ -179,7 +195,8 @@ func Run(cfg Config) int {
 	done := make(chan struct{})
 	defer close(done)
 	calls := make(chan commitCall)
-	go serveCommits(listener, s.self, calls, done)
+	said := make(chan trainerSaid)
+	go serveCommits(listener, s.self, calls, said, done)
 	defer listener.Close()
 
 	s.out = newReportWriter(cfg.Control)
@@ -233,7 +250,13 @@ func Run(cfg Config) int {
 		case pid := <-s.warm.ready:
 			s.warmIsReady(pid)
 		case call := <-calls:
-			call.reply <- s.answer(call.req)
+			if call.req.Op == OpInPlace {
+				call.reply <- s.acceptInPlace(call)
+			} else {
+				call.reply <- s.answer(call.req)
+			}
+		case m := <-said:
+			s.heard(m)
 		case <-quiet:
 		}
 		s.watchTracked()
@@ -362,7 +385,7 @@ func (s *server) killRun() {
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		}
 	}
-	for _, pid := range DescendantsExcept(s.self, s.isIdleWarm) {
+	for _, pid := range DescendantsExcept(s.self, s.isIdle) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
@@ -392,9 +415,11 @@ func (s *server) reap() {
 		}
 		if ws.Stopped() || ws.Continued() {
 			s.warmSignalled(pid)
+			s.parkedSignalled(pid)
 			continue
 		}
 		s.warmReaped(pid, ws)
+		s.parkedReaped(pid)
 		if s.cur == nil {
 			continue
 		}
@@ -407,10 +432,14 @@ func (s *server) reap() {
 		}
 		s.cur.reapedWatchdog(pid)
 	}
-	if s.children && len(s.warm.idle) > 0 && (s.cur == nil || len(s.cur.procs) == 0) {
-		// Children are left, but maybe only idle warm interpreters, which
-		// no generation's end waits for.
-		s.children = len(DescendantsExcept(s.self, s.isIdleWarm)) > 0
+	if s.parkCg != nil && len(s.parked) == 0 {
+		s.parkCg.remove()
+		s.parkCg = nil
+	}
+	if s.children && (len(s.warm.idle) > 0 || len(s.parked) > 0) && (s.cur == nil || len(s.cur.procs) == 0) {
+		// Children are left, but maybe only idle warm interpreters and
+		// parked trainers, which no generation's end waits for.
+		s.children = len(DescendantsExcept(s.self, s.isIdle)) > 0
 	}
 	if s.children {
 		return

@@ -104,6 +104,9 @@ func (p *progressPage) setGeneration(gen int64) { p.word(offGeneration).Store(ge
 // kill.
 func (p *progressPage) halt() { p.word(offHalt).Store(1) }
 
+// resume lifts a halt: the process trains again, in place.
+func (p *progressPage) resume() { p.word(offHalt).Store(0) }
+
 // closeFD closes the guard's descriptor once the process has its own; the
 // mapping stays.
 func (p *progressPage) closeFD() {

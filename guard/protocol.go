@@ -233,6 +233,12 @@ const (
 	// process is reaped, how far each rank that stepped got, read from
 	// its page as it was reaped; sent before the run's EventClear.
 	EventProgress Event = "progress"
+	// EventParked: the process Pid of rank Rank of generation Generation
+	// left its process group when the stop asked it to (an in-place
+	// trainer, inplace.go): it holds no rank, is no longer the run's, and
+	// waits for the node's next start, which it becomes without starting
+	// again.
+	EventParked Event = "parked"
 )
 
 // RankProgress is how far one rank is.
@@ -281,6 +287,9 @@ type Report struct {
 	// Warm, with EventStarted, is how many of the processes were warm
 	// interpreters.
 	Warm int `json:"warm,omitempty"`
+	// InPlace, with EventStarted, is how many of the processes were
+	// parked trainers of an earlier generation, started again in place.
+	InPlace int `json:"inPlace,omitempty"`
 	// StdoutBytes and StderrBytes are how much the guard had written to its
 	// stdout and stderr when it sent an exit report.
 	StdoutBytes int64 `json:"stdout_bytes,omitempty"`
@@ -324,6 +333,10 @@ func DecodeReport(line []byte) (Report, error) {
 	}
 	switch r.Event {
 	case EventReady, EventStarted, EventStartFailed, EventExit, EventClear, EventFenced, EventWarm, EventWarmReady, EventWarmLost:
+	case EventParked:
+		if r.Pid <= 0 || r.Generation < 1 {
+			return Report{}, fmt.Errorf("%w: parked report without a process or a generation", ErrInvalidMessage)
+		}
 	case EventHung:
 		if r.Pid <= 0 || r.Generation < 1 || r.TimeoutNanos <= 0 || r.QuietNanos < 0 || r.Step < 0 {
 			return Report{}, fmt.Errorf("%w: hung report without a process, a generation or a timeout", ErrInvalidMessage)

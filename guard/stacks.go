@@ -81,8 +81,14 @@ func (rw *rankWatch) dump() bool {
 }
 
 // stopWithStacks is OpStop with Stacks: every rank writes its stack, and
-// after dumpWait everything is killed, without a grace period.
+// after dumpWait everything is killed, without a grace period. An in-place
+// trainer that is neither stopped nor reported hung is asked to leave
+// instead (it waits in a collective for the rank that hung), and gets
+// leaveWait to do so.
 func (s *server) stopWithStacks() {
+	if s.cur != nil && s.leaveInPlace(s.cur) {
+		return
+	}
 	sent := false
 	if s.cur != nil {
 		for _, rw := range s.cur.ranks {
@@ -97,6 +103,35 @@ func (s *server) stopWithStacks() {
 	s.dumpTimer.Reset(dumpWait)
 }
 
+// leaveInPlace is a stop for a hang where some trainers keep their
+// process: those leave; the others write their stacks and are killed. It
+// returns false, having done nothing, when no trainer of r is in place.
+func (s *server) leaveInPlace(r *run) bool {
+	leaving := false
+	for _, rw := range r.ranks {
+		if !rw.stopped() && !rw.hung && s.askToLeave(rw.p) {
+			leaving = true
+		}
+	}
+	if !leaving {
+		return false
+	}
+	for _, rw := range r.ranks {
+		switch {
+		case rw.p.inplace != nil && rw.p.inplace.leaving:
+		case rw.dump():
+			s.dumpKill = append(s.dumpKill, rw.p.pid)
+		default:
+			s.killRank(rw.p.pid)
+		}
+	}
+	if len(s.dumpKill) > 0 {
+		s.dumpTimer.Reset(dumpWait)
+	}
+	s.graceTimer.Reset(leaveWait)
+	return true
+}
+
 // stopGracefully is OpStop with a grace period. In a watched run, a rank
 // that is blocked (blocked), or stopped, writes its stack and is killed at
 // once: SIGTERM would not reach its Python code, and its grace period would
@@ -109,7 +144,9 @@ func (s *server) stopGracefully(grace time.Duration) {
 		now := MonoNow()
 		for _, rw := range r.ranks {
 			s.sample(r, rw, now)
-			if !rw.stopped() && (rw.p.page == nil || !blocked(now, r.startedAt, rw.pageState(), rw.longest)) {
+			// An in-place trainer blocked in a collective leaves all the same:
+			// it breaks its process group's connections itself.
+			if !rw.stopped() && (rw.p.inplace != nil || rw.p.page == nil || !blocked(now, r.startedAt, rw.pageState(), rw.longest)) {
 				continue
 			}
 			skip[rw.p.pid] = true
@@ -127,9 +164,13 @@ func (s *server) stopGracefully(grace time.Duration) {
 		return
 	}
 	for _, pgid := range r.groups {
-		if !skip[pgid] {
-			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		if skip[pgid] {
+			continue
 		}
+		if p := r.procs[pgid]; p != nil && s.askToLeave(p) {
+			continue
+		}
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
 	}
 	if len(s.dumpKill) > 0 {
 		s.dumpTimer.Reset(dumpWait)

@@ -42,20 +42,30 @@ func (s *server) start(c Command) {
 		s.cg = cg
 	}
 	pids := make([]int, 0, len(c.Procs))
-	warm := 0
+	warm, inPlace := 0, 0
 	for slot, p := range c.Procs {
 		p.Env = s.watchCommitEnv(c.Seq, slot, p.Env)
 		if p.Path == "" {
 			p.Path = p.Argv[0]
 		}
 		env := s.procEnv(p)
+		if pr := s.useParked(slot, p, env, c.Generation); pr != nil {
+			inPlace++
+			s.track(r, pr)
+			pids = append(pids, pr.pid)
+			continue
+		}
 		if w := s.useWarm(slot, p, env, c.Generation); w != nil {
+			w.proc.slot, w.proc.cmd = slot, p
 			warm++
 			s.track(r, w.proc)
 			pids = append(pids, w.proc.pid)
 			continue
 		}
 		pr, err := s.fork(p, env, c.Generation)
+		if pr != nil {
+			pr.slot, pr.cmd = slot, p
+		}
 		if err != nil {
 			s.killRun()
 			s.clearOwed = true
@@ -66,7 +76,7 @@ func (s *server) start(c Command) {
 		pids = append(pids, pr.pid)
 	}
 	s.clearOwed = true
-	s.out.send(Report{Event: EventStarted, Seq: c.Seq, Pids: pids, Warm: warm})
+	s.out.send(Report{Event: EventStarted, Seq: c.Seq, Pids: pids, Warm: warm, InPlace: inPlace})
 }
 
 // procEnv is the environment of p's process: p's, with the guard's own
@@ -89,7 +99,7 @@ func (s *server) fork(p Proc, env []string, gen int64) (*proc, error) {
 	}
 	p.Env = env
 	stdout, stderr, log := s.outputOf(p)
-	pr, _, _, err := s.spawn(p, s.cg, extra, stdout, stderr, log)
+	pr, out, errw, err := s.spawn(p, s.cg, extra, stdout, stderr, log)
 	if err != nil {
 		page.close()
 		if log != nil {
@@ -100,7 +110,7 @@ func (s *server) fork(p Proc, env []string, gen int64) (*proc, error) {
 	if page != nil {
 		page.closeFD()
 	}
-	pr.page = page
+	pr.page, pr.out, pr.errw = page, out, errw
 	return pr, nil
 }
 

@@ -341,6 +341,7 @@ func (s *server) useWarm(slot int, p Proc, env []string, gen int64) *warmProc {
 	}
 	delete(s.warm.idle, slot)
 	delete(s.warm.byPid, w.proc.pid)
+	w.proc.out, w.proc.errw = w.out, w.err
 	return w
 }
 

@@ -72,6 +72,8 @@ type guardHooks struct {
 	warm   func(*guardProc, guard.Report)
 	// watch hears EventHung and EventProgress; nil: nobody.
 	watch func(guard.Report)
+	// parked hears EventParked; nil: nobody.
+	parked func(guard.Report)
 }
 
 // deadlineFD is the descriptor of the deadline page in the guard: the
@@ -190,6 +192,10 @@ func (g *guardProc) read(hooks guardHooks, waited <-chan error) {
 		case guard.EventHung, guard.EventProgress:
 			if hooks.watch != nil {
 				hooks.watch(rep)
+			}
+		case guard.EventParked:
+			if hooks.parked != nil {
+				hooks.parked(rep)
 			}
 		}
 	}

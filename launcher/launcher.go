@@ -279,8 +279,14 @@ func (l *Launcher) Start(p Procs, lease int64) (<-chan Exit, error) {
 		l.warmGoneLocked(g, len(p.Env))
 	}
 	l.mu.Unlock()
-	l.logger.Debug("started", "generation", p.Generation, "processes", len(rep.Pids), "warm", rep.Warm)
+	l.logger.Debug("started", "generation", p.Generation, "processes", len(rep.Pids), "warm", rep.Warm, "inPlace", rep.InPlace)
 	return exit, nil
+}
+
+// onParked notes a trainer that left its generation in place: it holds no
+// rank, and waits for the node's next start.
+func (l *Launcher) onParked(rep guard.Report) {
+	l.logger.Info("a rank left its generation in place", "rank", rep.Rank, "generation", rep.Generation, "pid", rep.Pid)
 }
 
 // onWatch hands on what the guard found of the ranks' progress.
@@ -554,7 +560,7 @@ func (l *Launcher) guardLocked() (*guardProc, error) {
 	hooks := guardHooks{exit: l.onExit, fenced: func(lease int64) {
 		l.logger.Warn("the lease deadline passed: the guard killed the processes", "lease", fmt.Sprintf("%x", lease))
 		l.cfg.OnFenced(lease)
-	}, warm: l.onWarm, watch: l.onWatch}
+	}, warm: l.onWarm, watch: l.onWatch, parked: l.onParked}
 	if l.page == nil && !l.pageFailed {
 		page, err := guard.NewDeadlinePage()
 		if err != nil {

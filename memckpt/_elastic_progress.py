@@ -224,6 +224,9 @@ def _register_dump(page):
 # the step it resumed from, counted on.
 _named = None
 _since_named = 0
+# The optimizer steps this process took: the in-place loop tells by it
+# whether a step it was interrupted in had already changed the state.
+optimizer_steps = 0
 
 
 def resumed(step):
@@ -314,6 +317,7 @@ def _stepped(frame):
     that steps another one (ZeroRedundancyOptimizer), passes two wrappers:
     the outer one counts.
     """
+    global optimizer_steps
     page = _page
     if page is None:
         return
@@ -327,6 +331,7 @@ def _stepped(frame):
             return
         f = f.f_back
         n += 1
+    optimizer_steps += 1
     step()
 
 

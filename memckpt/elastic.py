@@ -94,8 +94,8 @@ import threading
 import time
 import zlib
 
-__all__ = ["save", "load", "flush", "fenced_replace", "beat", "quiet", "CheckpointError", "FencedError",
-           "TooLargeError"]
+__all__ = ["save", "load", "flush", "fenced_replace", "beat", "quiet", "run", "Generation", "GenerationOver",
+           "CheckpointError", "FencedError", "TooLargeError"]
 
 SOCKET_ENV = "ELASTIC_CHECKPOINT_SOCKET"
 # The life of the job this process saves in: its files carry it.
@@ -1016,6 +1016,44 @@ def load(path=None):
         if n is not None:
             _progress.resumed(n)
     return state
+
+
+def run(train, state=None, backend="gloo", timeout=None):
+    """Train in place: call train(gen) once per generation in this same process (see _elastic_inplace)."""
+    return _inplace.run(train, state=state, backend=backend, timeout=timeout)
+
+
+try:
+    # Training in place, written beside this module.
+    import _elastic_inplace as _inplace
+    from _elastic_inplace import Generation, GenerationOver
+except ImportError:  # pragma: no cover - elastic.py copied alone
+    _inplace = None
+
+
+def _settle(wait=5.0):
+    """At a generation's end: let the save on its way finish (refused, as the generation is over), and forget its error."""
+    s = _saver
+    if s is None:
+        return
+    end = time.monotonic() + wait
+    with s.cond:
+        s.pending = None
+        while s.inflight is not None and time.monotonic() < end:
+            s.cond.wait(0.05)
+        s.error = None
+
+
+def _new_generation():
+    """The process trains in a new generation, in place: its saves are of that generation, and of its rank."""
+    s = _saver
+    if s is None:
+        return
+    with s.cond:
+        s.error = None
+        s.generation = _env_int("ELASTIC_GENERATION")
+        s.rank = _first_int("ELASTIC_RANK", "RANK", "PADDLE_TRAINER_ID", "RANK_ID")
+        s.incarnation = os.environ.get(INCARNATION_ENV, "")
 
 
 @atexit.register

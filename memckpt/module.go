@@ -17,6 +17,12 @@ var module []byte
 //go:embed _elastic_progress.py
 var progress []byte
 
+// inplace is _elastic_inplace.py, the trainers' side of training in
+// place: elastic.run keeps the process across generations.
+//
+//go:embed _elastic_inplace.py
+var inplace []byte
+
 // siteCustomize is sitecustomize.py: it maps a process's progress page
 // before its script runs, then runs the sitecustomize it shadows.
 //
@@ -30,6 +36,7 @@ func Module() []byte { return module }
 // before the sitecustomize that imports it.
 var moduleFiles = []moduleFile{
 	{"_elastic_progress.py", progress},
+	{"_elastic_inplace.py", inplace},
 	{"elastic.py", module},
 	{"sitecustomize.py", siteCustomize},
 }
@@ -39,10 +46,10 @@ var moduleFiles = []moduleFile{
 // atomically, so that a trainer starting meanwhile reads whole files.
 func WriteModule(dir string) error { return writeFiles(dir, moduleFiles) }
 
-// WriteUserModule writes elastic.py and the progress module it uses into
+// WriteUserModule writes elastic.py and the modules it uses into
 // dir, for a script run outside a sidecar: not the sitecustomize.py,
 // which acts only under a sidecar and has no place in a user's directory.
-func WriteUserModule(dir string) error { return writeFiles(dir, moduleFiles[:2]) }
+func WriteUserModule(dir string) error { return writeFiles(dir, moduleFiles[:3]) }
 
 // moduleFile is one file of the trainers' modules.
 type moduleFile struct {

@@ -1,0 +1,366 @@
+package guard
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path"
+	"reflect"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// In-place trainers. A trainer that keeps its process across generations
+// (the elastic module's in-place loop) registers on the guard's socket with
+// OpInPlace, from the process the guard started itself, and keeps the
+// connection. A stop then asks it to leave (trainerLeave) instead of
+// sending SIGTERM: it tears its process group down and says so (left). It
+// is then parked: no longer the run's (no exit, no watchdog, out of the
+// run's cgroup leaf, which the run's kill takes whole), holding no rank,
+// and no child a clear waits for, like an idle warm interpreter. The
+// node's next start hands it the generation's environment (trainerRun)
+// instead of starting its slot's process again.
+//
+// The fence is the guard's as for any process: a parked trainer only
+// trains again through a start, which needs the node's current lease; a
+// fence (deadline, kill, a new lease, the sidecar gone) kills it with
+// everything else; one that was stopped is killed at once, since it may
+// have been frozen across a fence; one that does not leave within the
+// stop's grace period is killed as today, and its slot starts cold.
+
+// OpInPlace is the request by which a trainer of generation Generation
+// says it keeps its process across generations. Answered "ok", the
+// connection stays open for trainerMessage lines both ways.
+const OpInPlace = "inplace"
+
+// The messages on an in-place trainer's connection.
+const (
+	// trainerLeave (guard → trainer): the generation stops; leave its
+	// process group and say trainerLeft.
+	trainerLeave = "leave"
+	// trainerLeft (trainer → guard): it holds no rank any more.
+	trainerLeft = "left"
+	// trainerRun (guard → trainer): train in generation Generation, with
+	// the environment Env (the whole of it, as a cold start would get).
+	trainerRun = "run"
+)
+
+// trainerMessage is one line on an in-place trainer's connection.
+type trainerMessage struct {
+	Op         string   `json:"op"`
+	Generation int64    `json:"generation,omitempty"`
+	Env        []string `json:"env,omitempty"`
+}
+
+// trainerSaid is what the in-place trainer pid said; closed: its
+// connection ended.
+type trainerSaid struct {
+	pid    int
+	op     string
+	closed bool
+}
+
+// inplaceLink is an in-place trainer's connection, owned by the loop.
+type inplaceLink struct {
+	conn    *os.File
+	leaving bool // asked to leave, not yet parked
+}
+
+// trainerWriteTimeout bounds a write to a trainer: a message is a few
+// kilobytes, which a socket buffer takes at once unless the trainer has
+// not read for long.
+const trainerWriteTimeout = 100 * time.Millisecond
+
+// leaveWait is how long a stop for a hang gives in-place trainers to leave
+// (such a stop has no grace period of its own).
+const leaveWait = 5 * time.Second
+
+// listenToTrainer reads an in-place trainer's lines until its connection
+// ends, and hands each to the loop. The loop owns the connection and
+// closes it.
+func listenToTrainer(pid int, conn *os.File, said chan<- trainerSaid, done <-chan struct{}) {
+	fd := int(conn.Fd())
+	none := syscall.Timeval{}
+	_ = syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &none)
+	write := syscall.NsecToTimeval(trainerWriteTimeout.Nanoseconds())
+	_ = syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_SNDTIMEO, &write)
+	send := func(m trainerSaid) bool {
+		select {
+		case said <- m:
+			return true
+		case <-done:
+			return false
+		}
+	}
+	for {
+		line, err := readLine(conn)
+		if err != nil {
+			send(trainerSaid{pid: pid, closed: true})
+			return
+		}
+		var m trainerMessage
+		if json.Unmarshal(line, &m) != nil {
+			continue // not ours to act on
+		}
+		if !send(trainerSaid{pid: pid, op: m.Op}) {
+			return
+		}
+	}
+}
+
+// acceptInPlace decides a trainer's OpInPlace: only a process the guard
+// started for the current generation, itself (a child of it has no slot of
+// its own), while the node may run it.
+func (s *server) acceptInPlace(call commitCall) string {
+	r := s.cur
+	switch {
+	case s.expired():
+		return "refused: the node is fenced"
+	case r == nil || r.gen != call.req.Generation || r.stopping:
+		return fmt.Sprintf("refused: generation %d is not the one this node runs", call.req.Generation)
+	}
+	p, ok := r.procs[call.pid]
+	switch {
+	case !ok:
+		return "refused: only the process the guard started (the trainer itself, not a child of it, nor a shell that runs it) keeps its process in place"
+	case p.inplace != nil:
+		return "refused: this process is registered in place already"
+	}
+	p.inplace = &inplaceLink{conn: call.conn}
+	return "ok"
+}
+
+// heard acts on what an in-place trainer said.
+func (s *server) heard(m trainerSaid) {
+	p, parked := s.inplaceProc(m.pid)
+	if p == nil || p.inplace == nil {
+		return
+	}
+	switch {
+	case m.closed:
+		_ = p.inplace.conn.Close()
+		p.inplace = nil
+		if parked {
+			s.killParked(p) // nothing can hand it a generation now
+		}
+	case m.op == trainerLeft && !parked && p.inplace.leaving:
+		s.park(s.cur, p)
+	}
+}
+
+// inplaceProc is the in-place trainer pid: the current run's, or parked.
+func (s *server) inplaceProc(pid int) (p *proc, parked bool) {
+	if s.cur != nil {
+		if p, ok := s.cur.procs[pid]; ok {
+			return p, false
+		}
+	}
+	for _, p := range s.parked {
+		if p.pid == pid {
+			return p, true
+		}
+	}
+	return nil, false
+}
+
+// askToLeave asks an in-place trainer to leave its generation; false when
+// it is not one, or cannot be told (it is then stopped as any process).
+func (s *server) askToLeave(p *proc) bool {
+	if p.inplace == nil {
+		return false
+	}
+	if p.inplace.leaving {
+		return true
+	}
+	if !s.tellTrainer(p, trainerMessage{Op: trainerLeave}) {
+		return false
+	}
+	p.inplace.leaving = true
+	return true
+}
+
+// tellTrainer writes m on p's connection; false when it did not go whole.
+func (s *server) tellTrainer(p *proc, m trainerMessage) bool {
+	line, err := encodeLine(m)
+	if err != nil {
+		return false
+	}
+	n, err := p.inplace.conn.Write(line)
+	return err == nil && n == len(line)
+}
+
+// park makes p, which left its generation, a parked trainer of its slot.
+func (s *server) park(r *run, p *proc) {
+	delete(r.procs, p.pid)
+	r.groups = slices.DeleteFunc(r.groups, func(pgid int) bool { return pgid == p.pid })
+	s.finalProgress(r, p)
+	r.drop(p)
+	r.endWatchdog(p.pid)
+	p.inplace.leaving = false
+	if s.cg != nil {
+		leaf, err := s.parkedLeaf()
+		if err == nil {
+			err = moveInto(leaf, p.pid)
+		}
+		if err != nil {
+			// Not out of the run's leaf: it dies with the run.
+			fmt.Fprintf(s.cfg.Stderr, "%s guard: rank %d cannot be parked (%v); it starts again\n", time.Now().UTC().Format("2006-01-02T15:04:05.000Z"), p.rank, err)
+			killGroup(p.pid)
+			return
+		}
+	}
+	if p.log != nil {
+		p.log.finish(fmt.Sprintf("left generation %d in place; the process waits for the next", r.gen))
+		p.log = nil
+	}
+	prefix := "[parked " + strconv.Itoa(p.slot) + "] "
+	if p.out != nil {
+		p.out.set(s.cfg.Stderr, prefix, nil)
+		p.errw.set(s.cfg.Stderr, prefix, nil)
+	}
+	if old := s.parked[p.slot]; old != nil {
+		s.killParked(old)
+	}
+	s.parked[p.slot] = p
+	s.out.send(Report{Event: EventParked, Seq: s.seq, Pid: p.pid, Rank: p.rank, Generation: r.gen})
+}
+
+// useParked makes the parked trainer of slot, if there is a healthy one
+// running p's command, the process of p in generation gen: moved into the
+// run's leaf, its output retargeted, its page the generation's, and sent
+// the generation's environment. It returns nil to start the slot anew.
+func (s *server) useParked(slot int, p Proc, env []string, gen int64) *proc {
+	pr := s.parked[slot]
+	if pr == nil {
+		return nil
+	}
+	if pr.cmd.Path != p.Path || !reflect.DeepEqual(pr.cmd.Argv, p.Argv) || pr.cmd.Dir != p.Dir {
+		s.killParked(pr) // another command now
+		return nil
+	}
+	if st := procState(pr.pid); st != 'R' && st != 'S' && st != 'D' {
+		s.killParked(pr) // stopped, traced, a zombie, or gone
+		return nil
+	}
+	if s.cg != nil && moveInto(s.cg, pr.pid) != nil {
+		s.killParked(pr)
+		return nil
+	}
+	if pr.page != nil {
+		// Mapped already: its variable, which names no descriptor in this
+		// process any more, is not given again.
+		pr.page.setGeneration(gen)
+		pr.page.resume()
+	}
+	stdout, stderr, log := s.outputOf(p)
+	pr.rank, pr.log = p.Rank, log
+	if pr.out != nil {
+		pr.out.set(stdout, p.Prefix, log)
+		pr.errw.set(stderr, p.Prefix, log)
+	}
+	if !s.tellTrainer(pr, trainerMessage{Op: trainerRun, Generation: gen, Env: env}) {
+		s.killParked(pr)
+		return nil
+	}
+	delete(s.parked, slot)
+	return pr
+}
+
+// killParked kills a parked trainer and what runs below it; it is
+// forgotten when reaped.
+func (s *server) killParked(p *proc) {
+	below := Descendants(p.pid)
+	killGroup(p.pid)
+	for _, d := range below {
+		_ = syscall.Kill(d, syscall.SIGKILL)
+	}
+}
+
+// parkedReaped forgets a parked trainer that exited.
+func (s *server) parkedReaped(pid int) {
+	for slot, p := range s.parked {
+		if p.pid != pid {
+			continue
+		}
+		delete(s.parked, slot)
+		p.page.close()
+		p.page = nil
+		if p.inplace != nil {
+			_ = p.inplace.conn.Close()
+			p.inplace = nil
+		}
+		if p.log != nil {
+			p.log.finish("exited while parked")
+			p.log = nil
+		}
+		return
+	}
+}
+
+// slotOf is the slot of the parked trainer pid, -1 for none.
+func (s *server) slotOf(pid int) int {
+	for slot, p := range s.parked {
+		if p.pid == pid {
+			return slot
+		}
+	}
+	return -1
+}
+
+// isIdle reports whether pid holds no rank: an idle warm interpreter or a
+// parked trainer, which a stop leaves alone and a clear does not wait for.
+func (s *server) isIdle(pid int) bool { return s.isIdleWarm(pid) || s.slotOf(pid) >= 0 }
+
+// parkedSignalled kills a parked trainer that was stopped or continued:
+// it may have been frozen across a fence.
+func (s *server) parkedSignalled(pid int) {
+	if slot := s.slotOf(pid); slot >= 0 {
+		s.killParked(s.parked[slot])
+	}
+}
+
+// parkedLeaf is the cgroup leaf of the parked trainers, made when first
+// needed.
+func (s *server) parkedLeaf() (*cgroup, error) {
+	if s.parkCg != nil {
+		return s.parkCg, nil
+	}
+	if s.cgRoot == nil {
+		return nil, fmt.Errorf("no cgroup")
+	}
+	cg, err := s.cgRoot.newLeaf("parked-" + strconv.Itoa(s.cgRoot.runs))
+	if err != nil {
+		return nil, err
+	}
+	s.parkCg = cg
+	return cg, nil
+}
+
+// moveInto moves pid and every process below it into the leaf cg.
+func moveInto(cg *cgroup, pid int) error {
+	for _, p := range append([]int{pid}, Descendants(pid)...) {
+		if err := os.WriteFile(path.Join(cg.path, "cgroup.procs"), []byte(strconv.Itoa(p)), 0); err != nil && p == pid {
+			return err
+		}
+	}
+	return nil
+}
+
+// killGroup kills the process group led by pid, and pid.
+func killGroup(pid int) {
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+}
+
+// drop forgets the rank of a process that left the run alive: its page
+// stays mapped, for its next generation.
+func (r *run) drop(p *proc) {
+	for i, rw := range r.ranks {
+		if rw.p == p {
+			r.ranks = append(r.ranks[:i], r.ranks[i+1:]...)
+			return
+		}
+	}
+}
