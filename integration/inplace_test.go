@@ -1,0 +1,118 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// inplaceStart is the line testdata/inplace_trainer.py prints as each
+// generation's train(gen) begins.
+var inplaceStart = regexp.MustCompile(`(?m)^\[rank (\d+)\] generation (\d+): rank (\d+) of (\d+) from step (\d+), pid (\d+), (new|in place), digest (\w+)$`)
+
+// inplaceStep is the line it prints after each step.
+var inplaceStep = regexp.MustCompile(`(?m)^\[rank (\d+)\] step (\d+) loss \S+ digest (\w+)$`)
+
+// generationStart is one rank's start of train(gen).
+type generationStart struct {
+	rank, step, pid int
+	inPlace         bool
+	digest          string
+}
+
+// generationStarts waits until generation gen's world ranks have begun
+// training, and returns them by rank.
+func generationStarts(t *testing.T, r *localRun, gen, world int) map[int]generationStart {
+	t.Helper()
+	var got map[int]generationStart
+	require.Eventually(t, func() bool {
+		got = map[int]generationStart{}
+		for _, m := range inplaceStart.FindAllStringSubmatch(r.out.String(), -1) {
+			if g, _ := strconv.Atoi(m[2]); g != gen {
+				continue
+			}
+			rank, _ := strconv.Atoi(m[3])
+			step, _ := strconv.Atoi(m[5])
+			pid, _ := strconv.Atoi(m[6])
+			got[rank] = generationStart{rank: rank, step: step, pid: pid, inPlace: m[7] == "in place", digest: m[8]}
+		}
+		return len(got) == world
+	}, 90*time.Second, 20*time.Millisecond, "generation %d never trained on %d ranks:\n%s", gen, world, r.out)
+	return got
+}
+
+// A trainer written with elastic.run keeps its process across generations:
+// when its peer is killed, and when its peer stops (a hang), the survivor
+// leaves its process group, is parked, and trains in the next generation
+// under the same pid, from the step its state is at, with the state its new
+// peer got from it; at every step every rank holds the same parameters and
+// optimizer state.
+func TestSurvivorsTrainOnInPlace(t *testing.T) {
+	t.Parallel()
+	requireTorch(t)
+	r := startRun(t, []string{"--np", "2", "--job", "inplace"},
+		[]string{python, filepath.Join(repoRoot, "testdata", "inplace_trainer.py")}, "STEPS=300", "STEP_SECONDS=0.03")
+
+	first := generationStarts(t, r, 1, 2)
+	survivor := first[0].pid
+	require.NoError(t, syscall.Kill(first[1].pid, syscall.SIGKILL), "kill rank 1")
+
+	second := generationStarts(t, r, 2, 2)
+	assert.Equal(t, survivor, second[0].pid, "rank 0 kept its process")
+	assert.True(t, second[0].inPlace, "rank 0 trained on in place")
+	assert.False(t, second[1].inPlace, "rank 1 started anew")
+	assert.Positive(t, second[0].step, "the job went on from where it was")
+	assert.Equal(t, second[0].step, second[1].step, "both ranks agreed on the step")
+	assert.Equal(t, second[0].digest, second[1].digest, "the new rank got the survivor's state")
+
+	// A stopped peer: found hung, killed alone; the survivor leaves the
+	// collective it waits in and trains on in place.
+	require.NoError(t, syscall.Kill(second[1].pid, syscall.SIGSTOP), "stop rank 1")
+	third := generationStarts(t, r, 3, 2)
+	assert.Equal(t, survivor, third[0].pid, "rank 0 kept its process through a hang too")
+	assert.True(t, third[0].inPlace)
+	assert.Equal(t, third[0].digest, third[1].digest)
+	assert.GreaterOrEqual(t, third[0].step, second[0].step)
+
+	require.Equal(t, 0, r.wait(), "the job succeeded:\n%s", r.out)
+	// Every step's state, the same on both ranks (a rank's later line of
+	// a step wins: a step may be trained again after a restart).
+	digests := map[int]map[int]string{}
+	for _, m := range inplaceStep.FindAllStringSubmatch(r.out.String(), -1) {
+		rank, _ := strconv.Atoi(m[1])
+		step, _ := strconv.Atoi(m[2])
+		if digests[step] == nil {
+			digests[step] = map[int]string{}
+		}
+		digests[step][rank] = m[3]
+	}
+	require.Len(t, digests, 300, "every step was trained")
+	for step, byRank := range digests {
+		assert.Equal(t, byRank[0], byRank[1], "step %d: both ranks hold the same state", step)
+	}
+}
+
+// Outside a sidecar, a script written with elastic.run runs its loop once,
+// as a plain script, in a world of one.
+func TestAnInPlaceTrainerRunsOnItsOwn(t *testing.T) {
+	t.Parallel()
+	requireTorch(t)
+	dir := t.TempDir()
+	out, err := exec.Command(binary, "python-module", dir).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	cmd := exec.Command(python, filepath.Join(repoRoot, "testdata", "inplace_trainer.py"))
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir, "STEPS=3", "STEP_SECONDS=0")
+	out, err = cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "generation 0: rank 0 of 1 from step 0")
+	assert.Contains(t, string(out), fmt.Sprintf("step %d loss", 2))
+}
