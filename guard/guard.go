@@ -356,6 +356,7 @@ func (s *server) fence() {
 func (s *server) killTree() {
 	s.graceTimer.Stop()
 	s.killAllWarm()
+	s.killAllParked()
 	if !s.children {
 		return
 	}

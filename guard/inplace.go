@@ -268,34 +268,51 @@ func (s *server) useParked(slot int, p Proc, env []string, gen int64) *proc {
 	return pr
 }
 
-// killParked kills a parked trainer and what runs below it; it is
-// forgotten when reaped.
+// killParked kills a parked trainer and what runs below it. It is
+// forgotten at once: from now on it is a child like any other, which a
+// clear waits for until it is reaped.
 func (s *server) killParked(p *proc) {
+	s.forgetParked(p, "killed while parked")
 	below := Descendants(p.pid)
 	killGroup(p.pid)
 	for _, d := range below {
 		_ = syscall.Kill(d, syscall.SIGKILL)
 	}
+	s.children = true
 }
 
-// parkedReaped forgets a parked trainer that exited.
+// killAllParked kills every parked trainer: the node is fenced.
+func (s *server) killAllParked() {
+	for _, p := range s.parked {
+		s.killParked(p)
+	}
+}
+
+// parkedReaped forgets a parked trainer that exited by itself.
 func (s *server) parkedReaped(pid int) {
-	for slot, p := range s.parked {
-		if p.pid != pid {
-			continue
+	for _, p := range s.parked {
+		if p.pid == pid {
+			s.forgetParked(p, "exited while parked")
+			return
 		}
-		delete(s.parked, slot)
-		p.page.close()
-		p.page = nil
-		if p.inplace != nil {
-			_ = p.inplace.conn.Close()
-			p.inplace = nil
-		}
-		if p.log != nil {
-			p.log.finish("exited while parked")
-			p.log = nil
-		}
-		return
+	}
+}
+
+// forgetParked drops p from the parked trainers, with its page, its
+// connection and its log file, which says how it ended.
+func (s *server) forgetParked(p *proc, how string) {
+	if s.parked[p.slot] == p {
+		delete(s.parked, p.slot)
+	}
+	p.page.close()
+	p.page = nil
+	if p.inplace != nil {
+		_ = p.inplace.conn.Close()
+		p.inplace = nil
+	}
+	if p.log != nil {
+		p.log.finish(how)
+		p.log = nil
 	}
 }
 
