@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -50,6 +51,15 @@ func generationStarts(t *testing.T, r *localRun, gen, world int) map[int]generat
 	return got
 }
 
+// trained waits until both ranks have trained step n.
+func trained(t *testing.T, r *localRun, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		out := r.out.String()
+		return strings.Contains(out, fmt.Sprintf("[rank 0] step %d ", n)) && strings.Contains(out, fmt.Sprintf("[rank 1] step %d ", n))
+	}, 90*time.Second, 20*time.Millisecond, "step %d never trained:\n%s", n, r.out)
+}
+
 // A trainer written with elastic.run keeps its process across generations:
 // when its peer is killed, and when its peer stops (a hang), the survivor
 // leaves its process group, is parked, and trains in the next generation
@@ -64,6 +74,7 @@ func TestSurvivorsTrainOnInPlace(t *testing.T) {
 
 	first := generationStarts(t, r, 1, 2)
 	survivor := first[0].pid
+	trained(t, r, 10)
 	require.NoError(t, syscall.Kill(first[1].pid, syscall.SIGKILL), "kill rank 1")
 
 	second := generationStarts(t, r, 2, 2)
@@ -76,6 +87,7 @@ func TestSurvivorsTrainOnInPlace(t *testing.T) {
 
 	// A stopped peer: found hung, killed alone; the survivor leaves the
 	// collective it waits in and trains on in place.
+	trained(t, r, second[0].step+10)
 	require.NoError(t, syscall.Kill(second[1].pid, syscall.SIGSTOP), "stop rank 1")
 	third := generationStarts(t, r, 3, 2)
 	assert.Equal(t, survivor, third[0].pid, "rank 0 kept its process through a hang too")

@@ -275,7 +275,9 @@ func (l *Launcher) Start(p Procs, lease int64) (<-chan Exit, error) {
 	exit := grp.exit
 	grp.mu.Unlock()
 	l.mu.Lock()
-	if l.guard == g {
+	if l.guard == g && rep.Warm > 0 {
+		// Slots started cold or in place left their warm interpreters
+		// idle: only a start that used one makes the node cold.
 		l.warmGoneLocked(g, len(p.Env))
 	}
 	l.mu.Unlock()

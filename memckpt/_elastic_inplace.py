@@ -97,6 +97,8 @@ class Generation:
     def _mark(self, i):
         self._held = i
         self._at_yield = _optimizer_steps()
+        if i > 0:
+            _resumed(i - 1)  # the guard's messages name the job's step
 
     def _state_step(self):
         """The step the state is at: the step begun, or the next if an optimizer stepped since."""
@@ -335,8 +337,6 @@ def run(train, state=None, backend="gloo", timeout=None):
                 if link.leaving.is_set():
                     group.cut()
             _agree(gen, state, elastic.load)
-            if gen.step > 0:
-                _resumed(gen.step - 1)
             gen._mark(gen.step)
             result = train(gen)
             if link is None or not link.leaving.is_set():

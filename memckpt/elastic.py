@@ -1020,6 +1020,8 @@ def load(path=None):
 
 def run(train, state=None, backend="gloo", timeout=None):
     """Train in place: call train(gen) once per generation in this same process (see _elastic_inplace)."""
+    if _inplace is None:
+        raise ImportError("elastic.run needs _elastic_inplace.py beside elastic.py: write both with `coordinator python-module DIR`")
     return _inplace.run(train, state=state, backend=backend, timeout=timeout)
 
 
