@@ -52,7 +52,7 @@ func (r CommitRequest) Validate() error {
 	default:
 		return fmt.Errorf("unknown op %q: want rename, check or %s", r.Op, OpInPlace)
 	}
-	if r.Generation < 1 {
+	if r.Generation < 1 && !(r.Op == OpInPlace && r.Generation == 0) {
 		return fmt.Errorf("generation %d: want >= 1", r.Generation)
 	}
 	return nil
@@ -227,7 +227,7 @@ func serveCommits(l *listener, self int, calls chan<- commitCall, said chan<- tr
 				}
 				select {
 				case answer := <-call.reply:
-					kept = req.Op == OpInPlace && answer == "ok"
+					kept = req.Op == OpInPlace && (answer == "ok" || strings.HasPrefix(answer, "ok\n"))
 					return answer, true
 				case <-done:
 					return "", false

@@ -61,6 +61,9 @@ type proc struct {
 	cmd       Proc
 	out, errw *lineWriter
 	inplace   *inplaceLink
+	// pendingRun is the run message of a started spare that a start made
+	// a rank before it registered: it is its answer when it does.
+	pendingRun *trainerMessage
 }
 
 // run is one start's processes.
@@ -124,6 +127,10 @@ type server struct {
 	// parkCg their cgroup leaf (inplace.go).
 	parked map[int]*proc
 	parkCg *cgroup
+	// spares are the commands of the started spares, by slot; spareLost
+	// the slots whose spare exited before it reached elastic.run.
+	spares    map[int]Proc
+	spareLost map[int]bool
 
 	// learn is what the hang watcher learned of the job's steps, over
 	// every generation; watching, whether its ticker runs.
@@ -149,7 +156,7 @@ func Run(cfg Config) int {
 	runtime.LockOSThread()
 	stdout, stderr := &countingWriter{out: cfg.Stdout}, &countingWriter{out: cfg.Stderr}
 	cfg.Stdout, cfg.Stderr = stdout, stderr
-	s := &server{cfg: cfg, self: os.Getpid(), stdout: stdout, stderr: stderr, warm: newWarmState(), parked: map[int]*proc{}}
+	s := &server{cfg: cfg, self: os.Getpid(), stdout: stdout, stderr: stderr, warm: newWarmState(), parked: map[int]*proc{}, spareLost: map[int]bool{}}
 	if err := BecomeSubreaper(); err != nil {
 		fmt.Fprintf(cfg.Stderr, "guard: %v\n", err)
 		return 1
@@ -265,6 +272,7 @@ func Run(cfg Config) int {
 			return 0
 		}
 		s.armWarm()
+		s.armSpares()
 		s.armWatch()
 	}
 }
@@ -313,6 +321,8 @@ func (s *server) handle(c Command) {
 		s.killTree()
 	case OpWarm:
 		s.setWarm(c.Warm)
+	case OpSpare:
+		s.setSpares(c.Spares)
 	}
 }
 
@@ -420,7 +430,7 @@ func (s *server) reap() {
 			continue
 		}
 		s.warmReaped(pid, ws)
-		s.parkedReaped(pid)
+		s.parkedReaped(pid, ws)
 		if s.cur == nil {
 			continue
 		}

@@ -31,9 +31,14 @@ import (
 // stop's grace period is killed as today, and its slot starts cold.
 
 // OpInPlace is the request by which a trainer of generation Generation
-// says it keeps its process across generations. Answered "ok", the
-// connection stays open for trainerMessage lines both ways.
+// says it keeps its process across generations (generation 0: a started
+// spare that finished its start-up). Answered "ok", the connection stays
+// open for trainerMessage lines both ways.
 const OpInPlace = "inplace"
+
+// EnvSpare is "1" in a started spare's environment (OpSpare): it has no
+// rank; elastic.run registers it for generation 0 and waits.
+const EnvSpare = "ELASTIC_SPARE"
 
 // The messages on an in-place trainer's connection.
 const (
@@ -115,6 +120,9 @@ func listenToTrainer(pid int, conn *os.File, said chan<- trainerSaid, done <-cha
 // its own), while the node may run it.
 func (s *server) acceptInPlace(call commitCall) string {
 	r := s.cur
+	if call.req.Generation == 0 {
+		return s.acceptSpare(call)
+	}
 	switch {
 	case s.expired():
 		return "refused: the node is fenced"
@@ -130,6 +138,99 @@ func (s *server) acceptInPlace(call commitCall) string {
 	}
 	p.inplace = &inplaceLink{conn: call.conn}
 	return "ok"
+}
+
+// acceptSpare decides a started spare's OpInPlace, once its start-up is
+// done: it is parked, or, if a start made it a rank meanwhile, answered
+// with that generation's run message after the "ok".
+func (s *server) acceptSpare(call commitCall) string {
+	if s.fenced || s.lease != 0 && MonoNow() >= s.killAt {
+		return "refused: the node is fenced"
+	}
+	for _, p := range s.parked {
+		if p.pid == call.pid && p.inplace == nil {
+			p.inplace = &inplaceLink{conn: call.conn}
+			s.out.send(Report{Event: EventParked, Seq: s.seq, Pid: p.pid, Slot: p.slot})
+			return "ok"
+		}
+	}
+	if s.cur != nil {
+		if p, ok := s.cur.procs[call.pid]; ok && p.pendingRun != nil && p.inplace == nil {
+			line, err := encodeLine(*p.pendingRun)
+			if err != nil {
+				return "refused: " + err.Error()
+			}
+			p.inplace, p.pendingRun = &inplaceLink{conn: call.conn}, nil
+			return "ok\n" + string(line[:len(line)-1])
+		}
+	}
+	return "refused: only a started spare of this guard registers without a generation"
+}
+
+// setSpares sets the started spares' commands; a spare still starting
+// whose slot keeps none is killed.
+func (s *server) setSpares(ps []Proc) {
+	s.spares, s.spareLost = map[int]Proc{}, map[int]bool{}
+	for _, p := range ps {
+		if p.Path == "" {
+			p.Path = p.Argv[0]
+		}
+		s.spares[p.Rank] = p
+	}
+	for slot, p := range s.parked {
+		if _, ok := s.spares[slot]; !ok && p.inplace == nil {
+			s.killParked(p)
+		}
+	}
+}
+
+// armSpares starts the started spares missing, at once: only while the
+// node runs no generation (its trainers are parked, or it holds no rank),
+// and not once it is fenced.
+func (s *server) armSpares() {
+	if len(s.spares) == 0 || !s.mayWarm() || s.cur != nil && len(s.cur.procs) > 0 {
+		return
+	}
+	for slot, t := range s.spares {
+		if s.parked[slot] != nil || s.spareLost[slot] {
+			continue
+		}
+		if err := s.startSpare(slot, t); err != nil {
+			s.spareLost[slot] = true
+			fmt.Fprintf(s.cfg.Stderr, "[spare %d] guard: %v; this slot starts its trainer only when it is given a rank\n", slot, err)
+		}
+	}
+}
+
+// startSpare starts slot's command ahead, with no rank (EnvSpare), in the
+// parked trainers' leaf: it runs its start-up, then registers for
+// generation 0 and waits, parked.
+func (s *server) startSpare(slot int, t Proc) error {
+	var leaf *cgroup
+	if s.cgRoot != nil {
+		leaf, _ = s.parkedLeaf()
+	}
+	env := withEnv(s.procEnv(t), EnvSpare+"=1")
+	var extra []uintptr
+	page, err := newProgressPage()
+	if err == nil {
+		extra = []uintptr{uintptr(page.fd)}
+		env = withEnv(env, EnvProgressFD+"="+strconv.Itoa(progressFDCold))
+	}
+	run := t
+	run.Env, run.Prefix = env, "[spare "+strconv.Itoa(slot)+"] "
+	pr, out, errw, err := s.spawn(run, leaf, extra, s.cfg.Stderr, s.cfg.Stderr, nil)
+	if err != nil {
+		page.close()
+		return err
+	}
+	if page != nil {
+		page.closeFD()
+	}
+	pr.page, pr.out, pr.errw, pr.slot, pr.cmd, pr.rank = page, out, errw, slot, t, -1
+	s.parked[slot] = pr
+	s.children = true
+	return nil
 }
 
 // heard acts on what an in-place trainer said.
@@ -224,7 +325,7 @@ func (s *server) park(r *run, p *proc) {
 		s.killParked(old)
 	}
 	s.parked[p.slot] = p
-	s.out.send(Report{Event: EventParked, Seq: s.seq, Pid: p.pid, Rank: p.rank, Generation: r.gen})
+	s.out.send(Report{Event: EventParked, Seq: s.seq, Pid: p.pid, Rank: p.rank, Generation: r.gen, Slot: p.slot})
 }
 
 // useParked makes the parked trainer of slot, if there is a healthy one
@@ -260,11 +361,18 @@ func (s *server) useParked(slot int, p Proc, env []string, gen int64) *proc {
 		pr.out.set(stdout, p.Prefix, log)
 		pr.errw.set(stderr, p.Prefix, log)
 	}
-	if !s.tellTrainer(pr, trainerMessage{Op: trainerRun, Generation: gen, Env: env}) {
+	msg := trainerMessage{Op: trainerRun, Generation: gen, Env: env}
+	switch {
+	case pr.inplace == nil:
+		// A started spare still in its start-up: it is the rank, and hears
+		// so when it registers.
+		pr.pendingRun = &msg
+	case !s.tellTrainer(pr, msg):
 		s.killParked(pr)
 		return nil
 	}
 	delete(s.parked, slot)
+	s.out.send(Report{Event: EventUnparked, Seq: s.seq, Pid: pr.pid, Slot: slot})
 	return pr
 }
 
@@ -288,13 +396,28 @@ func (s *server) killAllParked() {
 	}
 }
 
-// parkedReaped forgets a parked trainer that exited by itself.
-func (s *server) parkedReaped(pid int) {
+// parkedReaped forgets a parked trainer that exited by itself. A started
+// spare that exited before it registered failed its start-up (or never
+// reached elastic.run): its slot gets no other.
+func (s *server) parkedReaped(pid int, ws syscall.WaitStatus) {
 	for _, p := range s.parked {
-		if p.pid == pid {
-			s.forgetParked(p, "exited while parked")
+		if p.pid != pid {
+			continue
+		}
+		if p.inplace == nil && p.rank < 0 {
+			rep := Report{Event: EventSpareLost, Seq: s.seq, Pid: pid, Slot: p.slot, Code: ws.ExitStatus()}
+			if ws.Signaled() {
+				rep.Signal = int(ws.Signal())
+				rep.Code = 128 + rep.Signal
+			}
+			s.spareLost[p.slot] = true
+			fmt.Fprintf(s.cfg.Stderr, "[spare %d] guard: the started spare exited with code %d before it reached elastic.run; this slot starts its trainer only when it is given a rank\n", p.slot, rep.Code)
+			s.forgetParked(p, "exited before it reached elastic.run")
+			s.out.send(rep)
 			return
 		}
+		s.forgetParked(p, "exited while parked")
+		return
 	}
 }
 
@@ -303,6 +426,9 @@ func (s *server) parkedReaped(pid int) {
 func (s *server) forgetParked(p *proc, how string) {
 	if s.parked[p.slot] == p {
 		delete(s.parked, p.slot)
+		if p.inplace != nil {
+			s.out.send(Report{Event: EventUnparked, Seq: s.seq, Pid: p.pid, Slot: p.slot})
+		}
 	}
 	p.page.close()
 	p.page = nil

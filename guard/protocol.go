@@ -33,6 +33,12 @@ const (
 	// local process slot (Warm); an empty list ends them. They are started
 	// in the background, only while the node is not fenced.
 	OpWarm Op = "warm"
+	// OpSpare sets the started spares the guard keeps, one per local
+	// process slot (Spares, Rank the slot): the command itself, started
+	// ahead with EnvSpare set and no rank, which runs its start-up and
+	// waits in elastic.run, parked (inplace.go), until a start hands it a
+	// generation. An empty list keeps none. For in-place trainers only.
+	OpSpare Op = "spare"
 )
 
 // Command is one message from the sidecar to the guard, one JSON object per
@@ -59,6 +65,8 @@ type Command struct {
 	Stacks bool `json:"stacks,omitempty"`
 	// Warm, with OpWarm: the template of each slot's warm interpreter.
 	Warm []Warm `json:"warm,omitempty"`
+	// Spares, with OpSpare: the command of each slot's started spare.
+	Spares []Proc `json:"spares,omitempty"`
 }
 
 // Warm is the template of one local process slot's warm interpreter: the
@@ -164,6 +172,20 @@ func (c Command) Validate() error {
 			return fmt.Errorf("guard command %d: negative grace period", c.Seq)
 		}
 	case OpKill:
+	case OpSpare:
+		if len(c.Spares) > MaxProcs {
+			return fmt.Errorf("guard command %d: more than %d spare slots", c.Seq, MaxProcs)
+		}
+		seen := map[int]bool{}
+		for _, p := range c.Spares {
+			if p.Rank < 0 || p.Rank >= MaxProcs || seen[p.Rank] {
+				return fmt.Errorf("guard command %d: spare slot %d out of range or given twice", c.Seq, p.Rank)
+			}
+			seen[p.Rank] = true
+			if len(p.Argv) == 0 || p.Argv[0] == "" {
+				return fmt.Errorf("guard command %d: spare slot %d has no command", c.Seq, p.Rank)
+			}
+		}
 	case OpWarm:
 		if len(c.Warm) > MaxProcs {
 			return fmt.Errorf("guard command %d: more than %d warm slots", c.Seq, MaxProcs)
@@ -233,12 +255,19 @@ const (
 	// process is reaped, how far each rank that stepped got, read from
 	// its page as it was reaped; sent before the run's EventClear.
 	EventProgress Event = "progress"
-	// EventParked: the process Pid of rank Rank of generation Generation
-	// left its process group when the stop asked it to (an in-place
-	// trainer, inplace.go): it holds no rank, is no longer the run's, and
-	// waits for the node's next start, which it becomes without starting
-	// again.
+	// EventParked: the process Pid of slot Slot is parked (inplace.go):
+	// it holds no rank and waits for the node's next start, which it
+	// becomes without starting again. Generation is the one it left when
+	// its stop asked it to (Rank its rank there); 0 for a started spare
+	// that finished its start-up.
 	EventParked Event = "parked"
+	// EventUnparked: slot Slot's parked trainer Pid is parked no more: a
+	// start made it a rank, or it was killed or exited.
+	EventUnparked Event = "unparked"
+	// EventSpareLost: slot Slot's started spare Pid exited (Code, Signal)
+	// before it reached elastic.run; the slot gets no other until the
+	// spares are set again.
+	EventSpareLost Event = "spareLost"
 )
 
 // RankProgress is how far one rank is.
@@ -287,6 +316,9 @@ type Report struct {
 	// Warm, with EventStarted, is how many of the processes were warm
 	// interpreters.
 	Warm int `json:"warm,omitempty"`
+	// Slot, with EventParked, EventUnparked and EventSpareLost: the local
+	// process slot.
+	Slot int `json:"slot,omitempty"`
 	// InPlace, with EventStarted, is how many of the processes were
 	// parked trainers of an earlier generation, started again in place.
 	InPlace int `json:"inPlace,omitempty"`
@@ -333,9 +365,9 @@ func DecodeReport(line []byte) (Report, error) {
 	}
 	switch r.Event {
 	case EventReady, EventStarted, EventStartFailed, EventExit, EventClear, EventFenced, EventWarm, EventWarmReady, EventWarmLost:
-	case EventParked:
-		if r.Pid <= 0 || r.Generation < 1 {
-			return Report{}, fmt.Errorf("%w: parked report without a process or a generation", ErrInvalidMessage)
+	case EventParked, EventUnparked, EventSpareLost:
+		if r.Pid <= 0 || r.Generation < 0 || r.Slot < 0 || r.Slot >= MaxProcs {
+			return Report{}, fmt.Errorf("%w: %s report without a process or a slot", ErrInvalidMessage, r.Event)
 		}
 	case EventHung:
 		if r.Pid <= 0 || r.Generation < 1 || r.TimeoutNanos <= 0 || r.QuietNanos < 0 || r.Step < 0 {

@@ -209,6 +209,10 @@ func (s *server) dropCgroups() {
 		s.warm.cg.remove()
 		s.warm.cg = nil
 	}
+	if s.parkCg != nil {
+		s.parkCg.remove()
+		s.parkCg = nil
+	}
 	s.cgRoot = nil
 }
 

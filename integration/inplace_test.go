@@ -18,7 +18,7 @@ import (
 
 // inplaceStart is the line testdata/inplace_trainer.py prints as each
 // generation's train(gen) begins.
-var inplaceStart = regexp.MustCompile(`(?m)^\[rank (\d+)\] generation (\d+): rank (\d+) of (\d+) from step (\d+), pid (\d+), (new|in place), digest (\w+)$`)
+var inplaceStart = regexp.MustCompile(`(?m)^\[rank (\d+)\] generation (\d+): rank (\d+) of (\d+) from step (\d+), pid (\d+), (new|in place|started spare), digest (\w+)$`)
 
 // inplaceStep is the line it prints after each step.
 var inplaceStep = regexp.MustCompile(`(?m)^\[rank (\d+)\] step (\d+) loss \S+ digest (\w+)$`)

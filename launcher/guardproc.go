@@ -38,6 +38,12 @@ type guardProc struct {
 	// the launcher's mutex.
 	warmSlots   int
 	warmSettled map[int]bool
+	// spareSlots is how many started spares the guard was asked to keep
+	// (Config.InPlace); parked, by slot, whether the slot holds a parked
+	// trainer: a survivor of the last generation, or a spare whose
+	// start-up is done.
+	spareSlots int
+	parked     map[int]bool
 
 	mu       sync.Mutex
 	pid      int
@@ -72,8 +78,9 @@ type guardHooks struct {
 	warm   func(*guardProc, guard.Report)
 	// watch hears EventHung and EventProgress; nil: nobody.
 	watch func(guard.Report)
-	// parked hears EventParked; nil: nobody.
-	parked func(guard.Report)
+	// parked hears EventParked, EventUnparked and EventSpareLost; nil:
+	// nobody.
+	parked func(*guardProc, guard.Report)
 }
 
 // deadlineFD is the descriptor of the deadline page in the guard: the
@@ -193,9 +200,9 @@ func (g *guardProc) read(hooks guardHooks, waited <-chan error) {
 			if hooks.watch != nil {
 				hooks.watch(rep)
 			}
-		case guard.EventParked:
+		case guard.EventParked, guard.EventUnparked, guard.EventSpareLost:
 			if hooks.parked != nil {
-				hooks.parked(rep)
+				hooks.parked(g, rep)
 			}
 		}
 	}

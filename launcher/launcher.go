@@ -120,6 +120,10 @@ type Config struct {
 	// these modules, which the next start becomes instead of starting
 	// cold. For any other command it is logged once and ignored.
 	Preload []string
+	// InPlace says the command trains in place (elastic.run): the guard
+	// keeps a started spare per slot while the node runs nothing, and a
+	// slot is cold until it holds a parked trainer.
+	InPlace bool
 	Logger  hclog.Logger
 }
 
@@ -285,10 +289,31 @@ func (l *Launcher) Start(p Procs, lease int64) (<-chan Exit, error) {
 	return exit, nil
 }
 
-// onParked notes a trainer that left its generation in place: it holds no
-// rank, and waits for the node's next start.
-func (l *Launcher) onParked(rep guard.Report) {
-	l.logger.Info("a rank left its generation in place", "rank", rep.Rank, "generation", rep.Generation, "pid", rep.Pid)
+// onParked records which slots hold a parked trainer (a rank that left its
+// generation in place, or a started spare whose start-up is done), which
+// makes the node's next start cold or not.
+func (l *Launcher) onParked(g *guardProc, rep guard.Report) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if g.parked == nil {
+		g.parked = map[int]bool{}
+	}
+	switch rep.Event {
+	case guard.EventParked:
+		g.parked[rep.Slot] = true
+		if rep.Generation > 0 {
+			l.logger.Info("a rank left its generation in place", "rank", rep.Rank, "generation", rep.Generation, "pid", rep.Pid)
+		} else {
+			l.logger.Info("a started spare is ready", "slot", rep.Slot, "pid", rep.Pid)
+		}
+	case guard.EventUnparked:
+		delete(g.parked, rep.Slot)
+	case guard.EventSpareLost:
+		delete(g.parked, rep.Slot)
+		l.logger.Warn("a started spare exited before it reached elastic.run; this slot starts its trainer when given a rank",
+			"slot", rep.Slot, "pid", rep.Pid, "code", rep.Code)
+	}
+	l.warmNoticeLocked()
 }
 
 // onWatch hands on what the guard found of the ranks' progress.

@@ -23,7 +23,7 @@ func (l *Launcher) replaceGuard(g *guardProc) {
 		return // closing, a start has already started one, or it was tried
 	}
 	l.replaced = true
-	slots := g.warmSlots
+	slots := max(g.warmSlots, g.spareSlots)
 	next, err := l.guardLocked()
 	if err != nil {
 		l.logger.Warn("the process guard died; its replacement did not start: the next start tries again", "error", err)

@@ -11,6 +11,9 @@ import (
 // warmLocked tells guard g, once for each number of processes, to keep a
 // warm interpreter for each of them.
 func (l *Launcher) warmLocked(g *guardProc, path string, nproc int) error {
+	if err := l.spareLocked(g, path, nproc); err != nil {
+		return err
+	}
 	if len(l.cfg.Preload) == 0 || g.warmSlots == nproc {
 		return nil
 	}
@@ -28,12 +31,43 @@ func (l *Launcher) warmLocked(g *guardProc, path string, nproc int) error {
 	return nil
 }
 
+// spareLocked tells guard g, once for each number of processes, to keep a
+// started spare for each of them (Config.InPlace).
+func (l *Launcher) spareLocked(g *guardProc, path string, nproc int) error {
+	if !l.cfg.InPlace || g.spareSlots == nproc {
+		return nil
+	}
+	cmd := guard.Command{Op: guard.OpSpare}
+	for local := range nproc {
+		cmd.Spares = append(cmd.Spares, guard.Proc{Rank: local, Path: path, Argv: l.cfg.Command, Dir: l.cfg.Dir, Env: l.cfg.Env})
+	}
+	if _, err := g.send(cmd, nil); err != nil {
+		return err
+	}
+	g.spareSlots = nproc
+	return nil
+}
+
 // Prewarm has the guard start a warm interpreter for each of nproc
 // processes now, and waits until each has imported its preloads or failed
 // to, or until ctx ends. It returns how many are ready. A sidecar calls it
 // before it registers its node, so that the node's first generation starts
 // warm; without preloads it does nothing.
 func (l *Launcher) Prewarm(ctx context.Context, nproc int) (int, error) {
+	if len(l.cfg.Preload) == 0 && l.cfg.InPlace && nproc >= 1 {
+		// Started spares begin now; nothing waits for them.
+		path, err := LookPath(l.cfg.Command[0])
+		if err != nil {
+			return 0, err
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		g, err := l.guardLocked()
+		if err == nil {
+			err = l.spareLocked(g, path, nproc)
+		}
+		return 0, err
+	}
 	if len(l.cfg.Preload) == 0 || nproc < 1 {
 		return 0, nil
 	}
@@ -110,6 +144,20 @@ func (l *Launcher) Cold() (cold bool, changed <-chan struct{}) {
 }
 
 func (l *Launcher) coldLocked() bool {
+	if l.cfg.InPlace {
+		// A slot without a parked trainer starts its command, and pays
+		// its start-up.
+		g := l.guard
+		if g == nil || g.spareSlots == 0 {
+			return true
+		}
+		for slot := range g.spareSlots {
+			if !g.parked[slot] {
+				return true
+			}
+		}
+		return false
+	}
 	if len(l.cfg.Preload) == 0 {
 		return false
 	}

@@ -54,6 +54,9 @@ import time
 __all__ = ["run", "Generation", "GenerationOver"]
 
 FENCE_SOCKET_ENV = "ELASTIC_FENCE_SOCKET"
+# Set to 1 in a started spare: a process the guard started ahead, with no
+# rank, to run its start-up and wait in run() for a generation.
+SPARE_ENV = "ELASTIC_SPARE"
 REFORM_WAIT_ENV = "ELASTIC_REFORM_WAIT"
 
 
@@ -66,7 +69,8 @@ class Generation:
 
     rank, world_size, local_rank: this process's place; generation: its
     number; step: the step to train from, agreed by every rank; in_place:
-    whether this process trained in an earlier generation.
+    whether this process trained in an earlier generation; spare: whether
+    it was a started spare, its start-up done ahead, until this one.
     """
 
     def __init__(self, env, in_place):
@@ -75,6 +79,7 @@ class Generation:
         self.local_rank = _int(env, "LOCAL_RANK", 0)
         self.generation = _int(env, "ELASTIC_GENERATION", 0)
         self.in_place = in_place
+        self.spare = False  # this process was a started spare until now
         self.step = 0
         self._held = None  # the step the state is at once interrupted; None: unknown
         self._link = None
@@ -181,9 +186,9 @@ class _Link:
         return m
 
 
-def _connect(generation):
+def _connect(generation, spare=False):
     name = os.environ.get(FENCE_SOCKET_ENV, "")
-    if not name or generation < 1:
+    if not name or (generation < 1 and not spare):
         return None
     try:
         return _Link(name, generation)
@@ -324,9 +329,17 @@ def run(train, state=None, backend="gloo", timeout=None):
 
     env = os.environ
     gen = Generation(env, in_place=False)
-    link = _connect(gen.generation)
+    spare = env.get(SPARE_ENV) == "1"
+    link = _connect(0 if spare else gen.generation, spare)
     if link is None and not os.environ.get(FENCE_SOCKET_ENV):
         return _once(train, gen, state, backend, timeout, elastic.load)
+    if spare:
+        # A started spare: its start-up is done; it waits, holding no
+        # rank, until a start makes it one.
+        if link is None:
+            sys.exit(1)
+        gen = _next_generation(link, in_place=False, held=None)
+        gen.spare = True
     while True:
         gen._link = link
         group = None
@@ -353,14 +366,22 @@ def run(train, state=None, backend="gloo", timeout=None):
         _settle_saves(elastic)
         held = gen._state_step()
         link.left()
-        m = link.next_run()
-        if m is None:
-            print("[elastic] the guard is gone: this process stops", file=sys.stderr)
-            sys.exit(1)
-        _apply_env(m.get("env") or [])
-        gen = Generation(os.environ, in_place=True)
-        gen._held, gen._at_yield = held, _optimizer_steps()
-        elastic._new_generation()
+        gen = _next_generation(link, in_place=True, held=held)
+
+
+def _next_generation(link, in_place, held):
+    """Wait, holding no rank, for the guard's next run message, and take its environment."""
+    import elastic
+
+    m = link.next_run()
+    if m is None:
+        print("[elastic] the guard is gone: this process stops", file=sys.stderr)
+        sys.exit(1)
+    _apply_env(m.get("env") or [])
+    gen = Generation(os.environ, in_place=in_place)
+    gen._held, gen._at_yield = held, _optimizer_steps()
+    elastic._new_generation()
+    return gen
 
 
 def _once(train, gen, state, backend, timeout, load):

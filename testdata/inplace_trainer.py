@@ -50,7 +50,7 @@ def train(gen):
     ddp = DistributedDataParallel(model)
     print("generation %d: rank %d of %d from step %d, pid %d, %s, digest %s" % (
         gen.generation, gen.rank, gen.world_size, gen.step, os.getpid(),
-        "in place" if gen.in_place else "new", digest()), flush=True)
+        "in place" if gen.in_place else "started spare" if gen.spare else "new", digest()), flush=True)
     for step in gen.steps(STEPS):
         x, y = batch(step, gen.rank, gen.world_size)
         loss = ((ddp(x) - y) ** 2).mean()

@@ -317,6 +317,10 @@ func newLogger(w io.Writer, name, level string) (hclog.Logger, error) {
 	return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.LevelFromString(level), Output: w}), nil
 }
 
+// inPlaceUsage is the help of --in-place, on sidecar and run.
+const inPlaceUsage = "the command trains in place (elastic.run): a node that holds no rank (a spare, a node whose trainer failed) " +
+	"starts it ahead, runs its start-up and keeps it waiting in elastic.run (a started spare), and a node is cold until it holds one"
+
 // preloadUsage is the help of --preload, on sidecar and run.
 const preloadUsage = "Python modules (comma-separated) that a warm interpreter per training process imports ahead of the next generation, " +
 	"which then starts in it without the interpreter's start and these imports; only for a command whose program is python, python3, python3.N"

@@ -41,6 +41,7 @@ type runOptions struct {
 	np, listen, dataDir, logLevel      string
 	listenMetrics                      string
 	preload                            string
+	inPlace                            bool
 	successPolicy                      string
 	nproc, faultTolerance, maxRestarts int
 	hang                               hangFlags
@@ -127,6 +128,7 @@ func (o *runOptions) register(fs *pflag.FlagSet) {
 	fs.Lookup("with-gloo").NoOptDefVal = "1"
 	fs.StringVar(&o.logLevel, "log-level", "warn", "log level of the coordinator and sidecars")
 	fs.StringVar(&o.preload, "preload", "", preloadUsage)
+	fs.BoolVar(&o.inPlace, "in-place", false, inPlaceUsage)
 	o.logs.register(fs, "")
 	o.checkpoint.register(fs, env, false)
 	o.checkGivenValues(fs)
@@ -343,6 +345,9 @@ func (o *runOptions) sidecarArgs(logArgs []string, fw trainerenv.Framework, prel
 	args = append(args, "--framework", fw.String())
 	if len(preload) > 0 {
 		args = append(args, "--preload", strings.Join(preload, ","))
+	}
+	if o.inPlace {
+		args = append(args, "--in-place")
 	}
 	return args
 }

@@ -61,6 +61,7 @@ type sidecarOptions struct {
 	namespace      string // from POD_NAMESPACE
 	intranet       string
 	holdWhenDone   bool
+	inPlace        bool
 	quietResult    bool
 	logs           logOptions
 	listenMetrics  string
@@ -164,6 +165,7 @@ it; --tee says whose output still reaches the terminal.`,
 	fs.StringVar(&o.intranet, "intranet", fromEnv(env, "PodIP", "ELASTIC_INTRANET"),
 		"how other nodes reach this one on Kubernetes: PodIP, or Service for the pod's headless Service that the bridge keeps (POD_NAME.POD_NAMESPACE.svc)"+envNote("ELASTIC_INTRANET"))
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	fs.BoolVar(&o.inPlace, "in-place", slices.Contains([]string{"1", "true"}, fromEnv(env, "", "ELASTIC_IN_PLACE")), inPlaceUsage+envNote("ELASTIC_IN_PLACE"))
 	fs.BoolVar(&o.holdWhenDone, "hold-when-done", false,
 		"once the job has ended, wait for SIGTERM instead of exiting: a pod that must keep running (a StatefulSet's) shows the job's end, not a restart loop")
 	fs.BoolVar(&o.quietResult, "quiet-result", false, "exit with the job's code without printing its result (run prints it once for every node)")
@@ -443,7 +445,7 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 	}
 	l, err := launcher.New(launcher.Config{
 		Command: command, Env: env, Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(), Logger: logger,
-		Guard: []string{self, "guard", "--cgroup", o.cgroup}, Logs: logs, Preload: preload,
+		Guard: []string{self, "guard", "--cgroup", o.cgroup}, Logs: logs, Preload: preload, InPlace: o.inPlace,
 		OnFenced: func(lease int64) { agent.LeaseFenced(lease) },
 		OnGuard:  keeper.Guard,
 		OnHung:   processes.Observe, OnProgress: processes.Observe,
@@ -452,7 +454,7 @@ func (o *sidecarOptions) run(cmd *cobra.Command, command []string) error {
 		return usageError{err}
 	}
 	defer l.Close()
-	if len(preload) > 0 {
+	if len(preload) > 0 || o.inPlace {
 		// One warm interpreter a process the sidecar starts: one for a
 		// framework's launcher, which starts the node's.
 		warm := node.NProc
