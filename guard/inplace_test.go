@@ -1,6 +1,7 @@
 package guard_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -164,4 +165,114 @@ func TestAnInPlaceRegistrationOfAnotherGenerationIsRefused(t *testing.T) {
 	g.registered(pid, "refused: generation 1 is not the one this node runs")
 	g.send(guard.Command{Op: guard.OpStop, GraceNanos: int64(10 * time.Second)})
 	assert.Equal(t, pid, g.next(guard.EventExit).Pid, "it was stopped, not parked")
+}
+
+// spareScript is inplaceScript as a started spare runs it: with
+// ELASTIC_SPARE=1 it registers for generation 0 once its start-up (a
+// sleep of START seconds) is done; "fail" exits 3 instead.
+const spareScript = `import json, os, socket, sys, time
+spare = os.environ.get("ELASTIC_SPARE") == "1"
+print("up", "spare" if spare else "rank", os.getpid(), flush=True)
+time.sleep(float(os.environ.get("START", "0")))
+if sys.argv[1:] == ["fail"]:
+    sys.exit(3)
+name = os.environ["ELASTIC_FENCE_SOCKET"]
+s = socket.socket(socket.AF_UNIX)
+s.connect("\0" + name[1:])
+s.sendall((json.dumps({"op": "inplace", "generation": 0 if spare else int(os.environ["GEN"])}) + "\n").encode())
+f = s.makefile("rb")
+print("registered", f.readline().decode().strip(), os.getpid(), flush=True)
+for line in f:
+    m = json.loads(line)
+    if m["op"] == "leave":
+        s.sendall(b'{"op":"left"}\n')
+    elif m["op"] == "run":
+        env = dict(kv.split("=", 1) for kv in m["env"])
+        print("run", m["generation"], env["RANK"], env.get("ELASTIC_SPARE", "-"), os.getpid(), flush=True)
+`
+
+// spareGuard is a guard with lease 1 that keeps a started spare of the
+// spare script (args after its name) in slot 0, whose start-up lasts
+// start; its generation gen starts the same command with RANK=rank.
+func spareGuard(t *testing.T, start string, args ...string) (g *testGuard, startGen func(gen int64, rank int) guard.Command) {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "t.py"), []byte(spareScript), 0o644))
+	g = startGuard(t, "auto")
+	g.send(guard.Command{Op: guard.OpDeadline, Lease: 1, KillAt: guard.MonoNow() + int64(time.Hour)})
+	argv := append([]string{"python3", "t.py"}, args...)
+	base := append(os.Environ(), "START="+start)
+	g.send(guard.Command{Op: guard.OpSpare, Spares: []guard.Proc{{Rank: 0, Path: py, Argv: argv, Dir: dir, Env: base}}})
+	return g, func(gen int64, rank int) guard.Command {
+		env := append(base, "GEN="+strconv.FormatInt(gen, 10), "RANK="+strconv.Itoa(rank))
+		return guard.Command{Op: guard.OpStart, Lease: 1, Generation: gen, Procs: []guard.Proc{
+			{Rank: rank, Path: py, Argv: argv, Dir: dir, Env: env, Prefix: "[rank " + strconv.Itoa(rank) + "] "}}}
+	}
+}
+
+// A started spare runs the command ahead with no rank, is parked once its
+// start-up is done, and becomes the next start's process, which it learns
+// from the run message; the clear never waits for it.
+func TestAStartedSpareIsTheNextStartsProcess(t *testing.T) {
+	g, start := spareGuard(t, "0")
+	parked := g.next(guard.EventParked)
+	assert.Zero(t, parked.Generation, "a spare left no generation")
+	g.registered(parked.Pid, "ok")
+	assert.Contains(t, g.out.String(), "[spare 0] up spare "+strconv.Itoa(parked.Pid))
+
+	g.send(start(1, 4))
+	assert.Equal(t, parked.Pid, g.next(guard.EventUnparked).Pid, "the slot's parked trainer is used")
+	st := g.next(guard.EventStarted)
+	assert.Equal(t, []int{parked.Pid}, st.Pids)
+	assert.Equal(t, 1, st.InPlace)
+	require.Eventually(t, func() bool {
+		return strings.Contains(g.out.String(), "[rank 4] run 1 4 - "+strconv.Itoa(parked.Pid))
+	}, 30*time.Second, 5*time.Millisecond, "the run's environment is the generation's, without ELASTIC_SPARE:\n%s", g.out.String())
+}
+
+// A start that comes while the spare is still in its start-up makes it
+// the rank all the same: its registration is answered with the run.
+func TestAStartedSpareStillStartingIsTheRank(t *testing.T) {
+	g, start := spareGuard(t, "1")
+	var pid int
+	require.Eventually(t, func() bool {
+		_, err := fmt.Sscanf(lastLine(g.out.String(), "[spare 0] up spare "), "%d", &pid)
+		return err == nil
+	}, 30*time.Second, 5*time.Millisecond, "the spare never started:\n%s", g.out.String())
+	g.send(start(1, 2))
+	assert.Equal(t, []int{pid}, g.next(guard.EventStarted).Pids, "the spare in its start-up is the rank")
+	require.Eventually(t, func() bool {
+		return strings.Contains(g.out.String(), "[rank 2] run 1 2 - "+strconv.Itoa(pid))
+	}, 30*time.Second, 5*time.Millisecond, "output:\n%s", g.out.String())
+}
+
+// A spare that exits before it reaches its registration is reported
+// with its exit code, and not started again.
+func TestAStartedSpareThatFailsIsReported(t *testing.T) {
+	g, _ := spareGuard(t, "0", "fail")
+	lost := g.next(guard.EventSpareLost)
+	assert.Equal(t, 3, lost.Code)
+	time.Sleep(300 * time.Millisecond)
+	assert.Equal(t, 1, strings.Count(g.out.String(), "up spare"), "no second spare:\n%s", g.out.String())
+}
+
+// lastLine is what follows the last prefix in out, up to its line's end;
+// "" when out has none.
+func lastLine(out, prefix string) string {
+	i := strings.LastIndex(out, prefix)
+	if i < 0 {
+		return ""
+	}
+	rest := out[i+len(prefix):]
+	if j := strings.IndexByte(rest, '\n'); j >= 0 {
+		return rest[:j]
+	}
+	return ""
 }

@@ -128,3 +128,41 @@ func TestAnInPlaceTrainerRunsOnItsOwn(t *testing.T) {
 	assert.Contains(t, string(out), "generation 0: rank 0 of 1 from step 0")
 	assert.Contains(t, string(out), fmt.Sprintf("step %d loss", 2))
 }
+
+// spareStarted matches the in-place trainer's start-up line as a started
+// spare prints it.
+var spareStarted = regexp.MustCompile(`(?m)^\[spare \d+\] started pid (\d+)$`)
+
+// With --in-place, the spare node runs the trainer's start-up ahead and
+// waits in elastic.run: a killed rank's replacement is that process, which
+// paid its start-up before the fault, while the survivor trains on in
+// place; the node whose trainer died starts the next spare at once.
+func TestAKilledRanksReplacementIsAStartedSpare(t *testing.T) {
+	t.Parallel()
+	requireTorch(t)
+	r := startRun(t, []string{"--np", "2", "--spares", "1", "--in-place", "--job", "started"},
+		[]string{python, filepath.Join(repoRoot, "testdata", "inplace_trainer.py")}, "STEPS=300", "STEP_SECONDS=0.03", "STARTUP_SECONDS=2")
+
+	first := generationStarts(t, r, 1, 2)
+	trained(t, r, 10)
+	var spare int
+	require.Eventually(t, func() bool {
+		m := spareStarted.FindStringSubmatch(r.out.String())
+		if m != nil {
+			spare, _ = strconv.Atoi(m[1])
+		}
+		return m != nil
+	}, 60*time.Second, 20*time.Millisecond, "the spare never started its trainer:\n%s", r.out)
+	assert.NotContains(t, []int{first[0].pid, first[1].pid}, spare)
+
+	require.NoError(t, syscall.Kill(first[1].pid, syscall.SIGKILL), "kill rank 1")
+	second := generationStarts(t, r, 2, 2)
+	assert.Equal(t, first[0].pid, second[0].pid, "rank 0 kept its process")
+	assert.True(t, second[0].inPlace)
+	assert.Equal(t, spare, second[1].pid, "rank 1 is the started spare, whose start-up was done before the kill")
+	assert.Equal(t, second[0].digest, second[1].digest, "the spare got the survivor's state")
+	require.Eventually(t, func() bool {
+		return len(spareStarted.FindAllStringSubmatch(r.out.String(), -1)) >= 2
+	}, 60*time.Second, 20*time.Millisecond, "the node whose trainer died started no new spare:\n%s", r.out)
+	require.Equal(t, 0, r.wait(), "the job succeeded:\n%s", r.out)
+}
