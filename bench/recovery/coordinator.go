@@ -26,6 +26,10 @@ type mode struct {
 	preload bool
 	memory  bool
 	spares  int
+	// inPlace runs the trainer in elastic.run with run --in-place: ranks
+	// keep their process across generations, and the spare has run the
+	// trainer's start-up ahead.
+	inPlace bool
 }
 
 var modes = []mode{
@@ -34,6 +38,7 @@ var modes = []mode{
 	{name: "preload", preload: true, memory: false},
 	{name: "memory", preload: false, memory: true},
 	{name: "spare", preload: true, memory: true, spares: 1},
+	{name: "inplace", preload: true, memory: true, spares: 1, inPlace: true},
 }
 
 // trainerArgs are trainer.py's arguments for a checkpoint in memory (every
@@ -90,12 +95,19 @@ func startCoordinator(cfg *config, np int, m mode, stateMB int, x extras) (*coor
 	if m.spares > 0 {
 		args = append(args, "--spares", strconv.Itoa(m.spares))
 	}
+	if m.inPlace {
+		args = append(args, "--in-place")
+	}
 	if x.rankLogs {
 		j.rankLogs = filepath.Join(dir, "ranks")
 		args = append(args, "--log-dir", j.rankLogs, "--tee", "none")
 	}
 	args = append(append(args, x.runArgs...), cfg.runArgs...)
 	args = append(append(args, "--", cfg.python, cfg.script), trainerArgs(m.memory, filepath.Join(dir, "checkpoint.pt"), stateMB)...)
+	args = append(args, cfg.startupArgs()...)
+	if m.inPlace {
+		args = append(args, "--in-place")
+	}
 	j.cmd = exec.Command(cfg.coordinator, append(args, x.trainerArgs...)...)
 	j.cmd.Dir = dir
 	j.cmd.Env = append(os.Environ(), "BENCH_LOG_DIR="+logDir)

@@ -16,6 +16,8 @@ import (
 
 // config is what every job of a run shares.
 type config struct {
+	// startup is the trainer's start-up stand-in, paid once per process.
+	startup     time.Duration
 	coordinator string
 	python      string
 	script      string
@@ -32,6 +34,14 @@ type config struct {
 	live *liveJobs
 }
 
+// startupArgs are the trainer's arguments for the start-up stand-in.
+func (cfg *config) startupArgs() []string {
+	if cfg.startup <= 0 {
+		return nil
+	}
+	return []string{"--startup-s", strconv.FormatFloat(cfg.startup.Seconds(), 'f', -1, 64)}
+}
+
 func main() {
 	cfg := config{live: newLiveJobs()}
 	flags := flag.CommandLine
@@ -39,7 +49,7 @@ func main() {
 	flags.StringVar(&cfg.python, "python", "/usr/bin/python3", "python interpreter with torch")
 	nps := flags.String("np", "2,4", "job sizes (nodes of one process)")
 	flags.IntVar(&cfg.runs, "runs", 5, "faults per scenario and mode")
-	modeList := flags.String("modes", "cold,warm,preload,memory,spare", "modes on coordinator run: cold, warm, preload, memory, spare (warm with --spares 1; not with -state-mb)")
+	modeList := flags.String("modes", "cold,warm,preload,memory,spare", "modes on coordinator run: cold, warm, preload, memory, spare (warm with --spares 1; not with -state-mb), inplace (spare with --in-place: the trainer in elastic.run, the spare's start-up done ahead)")
 	scenarioList := flags.String("scenarios", "kill-rank,kill-node,kill-guard,scale", "scenarios: kill-rank, kill-node, kill-guard (its trainer dies with it; not under torchrun), scale (up by one and back)")
 	torchrun := flags.Bool("torchrun", true, "also measure torchrun (kill-rank, kill-node) with the same trainer, at the base state")
 	aloneScenarios := flags.String("alone-scenarios", "kill-rank", "scenarios of the modes preload and memory (each feature alone)")
@@ -49,6 +59,7 @@ func main() {
 	flags.DurationVar(&cfg.steadyAfter, "steady-after", 3*time.Second, "how long after a recovery the steps count as steady (the step time): past a used warm interpreter's replacement, 1 s later, and its imports")
 	flags.DurationVar(&cfg.phase, "phase", time.Second, "longest random wait before a fault: the disk checkpoint's interval, 50 steps")
 	flags.DurationVar(&cfg.timeout, "timeout", 90*time.Second, "longest wait for every rank to train again")
+	flags.DurationVar(&cfg.startup, "startup", 0, "a stand-in for a real job's start-up (imports, CUDA context, communicators, weights): the trainer sleeps this long once per process, torchrun's too")
 	runArgs := flags.String("run-args", "", "more flags for coordinator run, space-separated (e.g. --checkpoint-memory ...)")
 	out := flags.String("out", "", "also write the report here")
 	suite := flags.String("suite", "recovery", "recovery (kills and scaling, -modes, -scenarios), hang (a hung rank and pausing jobs, the -hang-*, -pause* flags; the modes preload and warm) or goodput (a fault every -every for -duration; -modes warm,spare by default)")
@@ -275,6 +286,7 @@ const (
 	featurePreload = "no --preload on coordinator run"
 	featureMemory  = "no elastic module on the trainer's path"
 	featureSpares  = "no --spares on coordinator run"
+	featureInPlace = "no --in-place on coordinator run"
 )
 
 // missingFeatures finds what this build lacks: --preload, --spares and
@@ -288,6 +300,9 @@ func missingFeatures(cfg *config) map[string]bool {
 	}
 	if !strings.Contains(help, "--spares") {
 		missing[featureSpares] = true
+	}
+	if !strings.Contains(help, "--in-place") {
+		missing[featureInPlace] = true
 	}
 	if !strings.Contains(help, "--hang-timeout") {
 		missing[featureHangTimeout] = true
@@ -319,6 +334,9 @@ func unavailable(m mode, missing map[string]bool) string {
 	}
 	if m.spares > 0 && missing[featureSpares] {
 		why = append(why, featureSpares)
+	}
+	if m.inPlace && missing[featureInPlace] {
+		why = append(why, featureInPlace)
 	}
 	return strings.Join(why, "; ")
 }

@@ -57,7 +57,7 @@ func startTorchrun(cfg *config, np, stateMB, maxNodes int, more []string) (*torc
 		"--nnodes", nnodes(np, maxNodes), "--nproc_per_node", "1", "--max_restarts", "1000000", "--monitor_interval", "0.1",
 		"--rdzv_backend", "c10d", "--rdzv_endpoint", fmt.Sprintf("127.0.0.1:%d", port), "--rdzv_id", "bench",
 		"--rdzv_conf", "last_call_timeout=1", cfg.script}, trainerArgs(false, filepath.Join(dir, "checkpoint.pt"), stateMB)...)
-	j.args = append(j.args, more...)
+	j.args = append(append(j.args, cfg.startupArgs()...), more...)
 	// The first agent serves the c10d store; the others start once it
 	// listens, so that it is known which one does.
 	if err := j.startAgent(); err != nil {

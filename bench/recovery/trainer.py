@@ -28,6 +28,13 @@ The state is {"step", "model", "optim", "extra"}: "extra" is a buffer that
 brings the whole state to --state-mb MiB when that is larger than the model
 and Adam's moments (about 4 MiB).
 
+A real job's start-up (imports, a CUDA context, communicators, weights,
+compilation) is stood in for by a sleep (--startup-s), paid once per
+process: after the process group forms, or, --in-place, before
+elastic.run. With --in-place the loop runs in elastic.run(train, state=...):
+a process keeps its model and optimizer across generations, and every rank
+starts a generation from the freshest state any rank holds.
+
 Faults and pauses for the hang suite (-suite hang):
   --hang-trigger  before each step, look for $BENCH_LOG_DIR/<pid>.hang (a stat,
                   a few microseconds); once it exists, sleep in
@@ -77,7 +84,12 @@ def main():
     p.add_argument("--hang-trigger", action="store_true", help="hang when $BENCH_LOG_DIR/<pid>.hang exists")
     p.add_argument("--pause-every", type=int, default=0, help="pause every rank after every this many steps")
     p.add_argument("--pause-s", type=float, default=0.0, help="how long a pause lasts, in seconds")
+    p.add_argument("--startup-s", type=float, default=0.0, help="a stand-in for a real job's start-up, paid once per process")
+    p.add_argument("--in-place", action="store_true", help="train in elastic.run: the process outlives generations")
     args = p.parse_args()
+    if args.in_place:
+        in_place(args)
+        return
     if args.checkpoint != "none" and not args.path:
         p.error("--path is required with a checkpoint")
 
@@ -85,6 +97,7 @@ def main():
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     generation = os.environ.get("ELASTIC_GENERATION") or str(int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) + 1)
     dist.init_process_group("gloo")
+    time.sleep(args.startup_s)
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(
@@ -141,6 +154,42 @@ def main():
         if args.pause_every > 0 and step % args.pause_every == 0:
             periodic_evaluation(args.pause_s)
     dist.destroy_process_group()
+
+
+def in_place(args):
+    """The same job in elastic.run: set up once, then train(gen) per generation."""
+    import elastic
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(128, 512), torch.nn.ReLU(),
+        torch.nn.Linear(512, 512), torch.nn.ReLU(),
+        torch.nn.Linear(512, 10),
+    )
+    optim = torch.optim.Adam(model.parameters(), lr=1e-3)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    time.sleep(args.startup_s)
+
+    def train(gen):
+        ddp = DDP(model)
+        prefix = f"{gen.generation} {gen.rank} {gen.world_size}"
+        for step in gen.steps(args.steps or None):
+            t0 = time.monotonic()
+            g = torch.Generator().manual_seed(step * 1000 + gen.rank)
+            x = torch.randn(args.batch, 128, generator=g)
+            y = torch.randint(0, 10, (args.batch,), generator=g)
+            optim.zero_grad(set_to_none=True)
+            loss_fn(ddp(x), y).backward()
+            optim.step()
+            rest = args.step_ms / 1000 - (time.monotonic() - t0)
+            if rest > 0:
+                time.sleep(rest)
+            _log.write(f"step {time.time():.6f} {prefix} {step}\n")
+            if gen.rank == 0 and args.checkpoint == "memory" and (step + 1) % args.every == 0:
+                elastic.save({"step": step, "model": model.state_dict(), "optim": optim.state_dict()}, path=args.path)
+
+    elastic.run(train, state={"model": model, "optim": optim})
 
 
 if __name__ == "__main__":
