@@ -88,6 +88,13 @@ func placeRanks(spec membership.Spec, live []membership.LiveNode, prev []members
 		return table{}, short
 	}
 	workers := byRole[membership.RoleWorker]
+	if ready := slices.DeleteFunc(slices.Clone(workers), func(n membership.LiveNode) bool { return n.Starting }); len(ready) < len(workers) && len(ready) >= spec.Workers().Min {
+		// A node whose trainer is still starting ahead (--in-place) stands
+		// by while np's minimum is met without it: the job trains on, and
+		// grows once it is ready, which it writes.
+		workers = ready
+		byRole[membership.RoleWorker] = ready
+	}
 
 	var t table
 	t.workers = min(len(workers), spec.Workers().Max)

@@ -201,3 +201,48 @@ func memberRanks(members []membership.Member) map[string]int {
 	}
 	return out
 }
+
+// starting marks nodes whose trainer is being started ahead (--in-place):
+// cold, and holding no rank until it is ready.
+func starting(nodes []membership.LiveNode, ids ...string) []membership.LiveNode {
+	for i := range nodes {
+		for _, id := range ids {
+			if nodes[i].ID == id {
+				nodes[i].Cold, nodes[i].Starting = true, true
+			}
+		}
+	}
+	return nodes
+}
+
+// A node whose trainer is still starting ahead stands by while np's
+// minimum is met without it, in both placements; otherwise it is ranked as
+// a cold node is.
+func TestANodeStillStartingStandsByWhileTheMinimumIsMet(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		spec membership.Spec
+		live []membership.LiveNode
+		prev []membership.Member
+		want map[string]int
+	}{
+		{name: "np 1:2: the survivor trains alone", spec: spec("1:2"),
+			live: starting(live("a", "b"), "b"), prev: prevTable("a", "b"), want: map[string]int{"a": 0}},
+		{name: "np 1:2: ready again, it is taken back", spec: spec("1:2"),
+			live: live("a", "b"), prev: prevTable("a"), want: map[string]int{"a": 0, "b": 1}},
+		{name: "np 2 and a started spare: the spare takes the rank", spec: spec("2"),
+			live: starting(live("a", "b", "c"), "b"), prev: prevTable("a", "b"), want: map[string]int{"a": 0, "c": 1}},
+		{name: "np 2 and no spare: the job waits for it", spec: spec("2"),
+			live: starting(live("a", "b"), "b"), prev: prevTable("a", "b"), want: map[string]int{"a": 0, "b": 1}},
+		{name: "a first generation of nodes all starting waits for them", spec: spec("1:2"),
+			live: starting(live("a", "b"), "a", "b"), want: map[string]int{"a": 0, "b": 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, place := range []func(membership.Spec, []membership.LiveNode, []membership.Member, map[string]bool) (table, *shortage){assignRanks, assignWarmRanks} {
+				got, short := place(tc.spec, tc.live, tc.prev, nil)
+				require.Nil(t, short)
+				assert.Equal(t, tc.want, workerRanks(got))
+			}
+		})
+	}
+}

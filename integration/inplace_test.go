@@ -14,6 +14,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/elastictraining/coordinator/guard"
+	"github.com/elastictraining/coordinator/internal/testkit/proctest"
 )
 
 // inplaceStart is the line testdata/inplace_trainer.py prints as each
@@ -98,15 +101,7 @@ func TestSurvivorsTrainOnInPlace(t *testing.T) {
 	require.Equal(t, 0, r.wait(), "the job succeeded:\n%s", r.out)
 	// Every step's state, the same on both ranks (a rank's later line of
 	// a step wins: a step may be trained again after a restart).
-	digests := map[int]map[int]string{}
-	for _, m := range inplaceStep.FindAllStringSubmatch(r.out.String(), -1) {
-		rank, _ := strconv.Atoi(m[1])
-		step, _ := strconv.Atoi(m[2])
-		if digests[step] == nil {
-			digests[step] = map[int]string{}
-		}
-		digests[step][rank] = m[3]
-	}
+	digests := stepDigests(r)
 	require.Len(t, digests, 300, "every step was trained")
 	for step, byRank := range digests {
 		assert.Equal(t, byRank[0], byRank[1], "step %d: both ranks hold the same state", step)
@@ -165,4 +160,58 @@ func TestAKilledRanksReplacementIsAStartedSpare(t *testing.T) {
 		return len(spareStarted.FindAllStringSubmatch(r.out.String(), -1)) >= 2
 	}, 60*time.Second, 20*time.Millisecond, "the node whose trainer died started no new spare:\n%s", r.out)
 	require.Equal(t, 0, r.wait(), "the job succeeded:\n%s", r.out)
+}
+
+// A node frozen whole (its sidecar, guard and trainer stopped, as a paused
+// container): no connection reset reaches the survivor, blocked in gloo
+// on the frozen rank. Once the frozen node's lease expires the survivor
+// leaves that collective at once (not at gloo's 30-minute timeout) and
+// trains on in place with the started spare; thawed, the frozen trainer is
+// fenced and never trains again.
+func TestAFrozenNodesSurvivorTrainsOnInPlace(t *testing.T) {
+	t.Parallel()
+	requireTorch(t)
+	r := startRun(t, []string{"--np", "2", "--spares", "1", "--in-place", "--job", "frozen"},
+		[]string{python, filepath.Join(repoRoot, "testdata", "inplace_trainer.py")}, "STEPS=400", "STEP_SECONDS=0.03", "STARTUP_SECONDS=1")
+	first := generationStarts(t, r, 1, 2)
+	trained(t, r, 10)
+	require.Eventually(t, func() bool { return spareStarted.MatchString(r.out.String()) },
+		60*time.Second, 20*time.Millisecond, "the spare never started its trainer:\n%s", r.out)
+
+	guardPid, ok := guard.ParentOf(first[1].pid)
+	require.True(t, ok)
+	sidecarPid, ok := guard.ParentOf(guardPid)
+	require.True(t, ok)
+	order := freezeTree(t, sidecarPid)
+	frozenAt := time.Now()
+
+	second := generationStarts(t, r, 2, 2)
+	t.Logf("generation 2 trained %s after the freeze", time.Since(frozenAt).Round(time.Millisecond))
+	assert.Equal(t, first[0].pid, second[0].pid, "rank 0 kept its process")
+	assert.True(t, second[0].inPlace)
+	assert.NotEqual(t, first[1].pid, second[1].pid)
+	assert.Equal(t, second[0].digest, second[1].digest)
+
+	proctest.Thaw(order)
+	require.Eventually(t, func() bool { return !proctest.Alive(first[1].pid) }, 30*time.Second, 20*time.Millisecond,
+		"the thawed node's trainer was fenced")
+	require.Equal(t, 0, r.wait(), "the job succeeded:\n%s", r.out)
+	for step, byRank := range stepDigests(r) {
+		assert.Equal(t, byRank[0], byRank[1], "step %d: both ranks hold the same state", step)
+	}
+}
+
+// stepDigests is each step's digest by rank; a rank's later line of a step
+// wins.
+func stepDigests(r *localRun) map[int]map[int]string {
+	digests := map[int]map[int]string{}
+	for _, m := range inplaceStep.FindAllStringSubmatch(r.out.String(), -1) {
+		rank, _ := strconv.Atoi(m[1])
+		step, _ := strconv.Atoi(m[2])
+		if digests[step] == nil {
+			digests[step] = map[int]string{}
+		}
+		digests[step][rank] = m[3]
+	}
+	return digests
 }

@@ -48,6 +48,9 @@ func (l *Launcher) spareLocked(g *guardProc, path string, nproc int) error {
 	return nil
 }
 
+// InPlace reports whether the command trains in place (Config.InPlace).
+func (l *Launcher) InPlace() bool { return l.cfg.InPlace }
+
 // Prewarm has the guard start a warm interpreter for each of nproc
 // processes now, and waits until each has imported its preloads or failed
 // to, or until ctx ends. It returns how many are ready. A sidecar calls it

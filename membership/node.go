@@ -134,6 +134,12 @@ type Node struct {
 	// generation. Never set without preloads (nothing starts warm), nor
 	// by a sidecar that predates it, whose node counts as warm.
 	Cold bool `json:"cold,omitempty"`
+	// Starting says that the node holds no rank and its trainer is being
+	// started ahead, not ready yet (run --in-place: a started spare in
+	// its start-up, as after the node's trainer failed). While np's
+	// minimum is met without it, the node waits on standby: the job
+	// trains on without it and grows when it is ready. Written as Cold is.
+	Starting bool `json:"starting,omitempty"`
 }
 
 // StepMarks are the times, on the node's wall clock, of the first and

@@ -200,28 +200,43 @@ def _connect(generation, spare=False):
 
 
 class _Group:
-    """This generation's process group, and the sockets that leaving cuts."""
+    """This generation's process group, and the sockets that leaving cuts.
+
+    cut() may come from the guard's reader thread at any moment, during
+    the group's formation too (a peer lost while the ranks wait for it):
+    then every TCP socket opened since the formation began is cut, and a
+    formation that has not opened its store yet stops at once.
+    """
 
     def __init__(self, gen, backend, timeout):
         import datetime
         import torch.distributed as dist
 
         self.dist = dist
+        self.gen, self.backend = gen, backend
+        self.kw = {"timeout": datetime.timedelta(seconds=timeout)} if timeout else {}
         self.lock = threading.Lock()
         self.port = _int(os.environ, "MASTER_PORT", 29500)
-        before = _sockets()
-        addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
-        kw = {"timeout": datetime.timedelta(seconds=timeout)} if timeout else {}
+        self.before = _sockets()
+        self.fds = None  # the group's sockets, once formed
+        self.cut_done = False
+        self.store = None
+
+    def form(self):
+        dist, gen = self.dist, self.gen
         if gen.world_size == 1 and "MASTER_ADDR" not in os.environ:
             self.store = dist.HashStore()  # a script on its own: a world of one
         else:
-            self.store = _store(dist, addr, self.port, gen.world_size, gen.rank == 0, kw)
-        self.fds = _sockets() - before
+            addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
+            self.store = _store(dist, addr, self.port, gen.world_size, gen.rank == 0, self.kw)
+        if self.cut_done:
+            raise GenerationOver("generation %d is over" % gen.generation)
         prefix = dist.PrefixStore("elastic/%d/" % gen.generation, self.store)
-        self.cut_done = False
-        dist.init_process_group(backend, store=prefix, rank=gen.rank, world_size=gen.world_size, **kw)
+        dist.init_process_group(self.backend, store=prefix, rank=gen.rank, world_size=gen.world_size, **self.kw)
         with self.lock:
-            self.fds |= _sockets() - before
+            self.fds = _sockets() - self.before
+            if self.cut_done:
+                self._shutdown(self.fds)
 
     def cut(self):
         """Cut the group's connections: what waits on them raises now."""
@@ -229,8 +244,11 @@ class _Group:
             if self.cut_done:
                 return
             self.cut_done = True
-            for fd in self.fds:
-                _shutdown(fd, self.port)
+            self._shutdown(self.fds if self.fds is not None else _sockets() - self.before)
+
+    def _shutdown(self, fds):
+        for fd in fds:
+            _shutdown(fd, self.port)
 
     def destroy(self):
         with self.lock:
@@ -349,6 +367,7 @@ def run(train, state=None, backend="gloo", timeout=None):
                 link.on_leave = group.cut
                 if link.leaving.is_set():
                     group.cut()
+            group.form()
             _agree(gen, state, elastic.load)
             gen._mark(gen.step)
             result = train(gen)
@@ -388,6 +407,7 @@ def _once(train, gen, state, backend, timeout, load):
     """Outside a sidecar: train once, as a plain script, in a group of the world the environment gives (one by default)."""
     group = _Group(gen, backend, timeout)
     try:
+        group.form()
         _agree(gen, state, load)
         gen._mark(gen.step)
         return train(gen)

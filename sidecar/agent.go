@@ -304,6 +304,7 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 	// not import in time does not take a rank before a warm spare.
 	place := a.cfg.Place
 	place.Node.Cold, _ = a.cold()
+	place.Node.Starting = a.starting(place.Node.Cold, place.Node.State)
 	reg, err := presence.Register(ctx, presence.RegistrationConfig{
 		Place:  place,
 		Logger: a.cfg.Logger,
@@ -594,9 +595,10 @@ func (a *Agent) ack(ctx context.Context, state membership.NodeState, gen int64, 
 func (a *Agent) ackMessage(ctx context.Context, state membership.NodeState, gen int64, code int, msg string) bool {
 	marks := a.stepMarks()
 	cold, _ := a.cold()
+	starting := a.starting(cold, state)
 	return a.write(ctx, state, gen, func(n *membership.Node) {
 		n.State, n.Generation, n.ExitCode, n.Message, n.CannotStart, n.PIDs = state, gen, code, msg, false, nil
-		n.Hang, n.Progress, n.QuietUntil, n.Cold = nil, nil, time.Time{}, cold
+		n.Hang, n.Progress, n.QuietUntil, n.Cold, n.Starting = nil, nil, time.Time{}, cold, starting
 		if marks != nil {
 			n.Marks = marks
 		}
@@ -607,9 +609,10 @@ func (a *Agent) ackMessage(ctx context.Context, state membership.NodeState, gen 
 // restart can start it.
 func (a *Agent) ackFailure(ctx context.Context, gen int64, code int, msg string, cannot bool) bool {
 	cold, _ := a.cold()
+	starting := a.starting(cold, membership.NodeFailed)
 	return a.write(ctx, membership.NodeFailed, gen, func(n *membership.Node) {
 		n.State, n.Generation, n.ExitCode, n.Message, n.CannotStart, n.PIDs = membership.NodeFailed, gen, code, msg, cannot, nil
-		n.Hang, n.Progress, n.QuietUntil, n.Cold = nil, nil, time.Time{}, cold
+		n.Hang, n.Progress, n.QuietUntil, n.Cold, n.Starting = nil, nil, time.Time{}, cold, starting
 	})
 }
 

@@ -26,6 +26,17 @@ func (a *Agent) cold() (bool, <-chan struct{}) {
 	return w.Cold()
 }
 
+// inPlacer is a workload whose trainers train in place, and whose idle
+// node starts its trainer ahead (the launcher with --in-place).
+type inPlacer interface{ InPlace() bool }
+
+// starting is whether a node in state, whose next start is cold or not,
+// holds no rank while its trainer is started ahead (membership.Node.Starting).
+func (a *Agent) starting(cold bool, state membership.NodeState) bool {
+	w, ok := a.cfg.Workload.(inPlacer)
+	return ok && w.InPlace() && cold && state != membership.NodeRunning
+}
+
 // warmthChanged writes the node's warmth (membership.Node.Cold) when it
 // changed while the node runs nothing: a spare or a stopped member whose
 // guard died, or whose interpreters are ready again, which the leader
@@ -37,9 +48,10 @@ func (a *Agent) cold() (bool, <-chan struct{}) {
 func (a *Agent) warmthChanged(ctx context.Context) <-chan struct{} {
 	cold, changed := a.cold()
 	rec := a.reg.Record()
-	if a.running || rec.Cold == cold {
+	starting := a.starting(cold, rec.State)
+	if a.running || rec.Cold == cold && rec.Starting == starting {
 		return changed
 	}
-	a.write(ctx, rec.State, rec.Generation, func(n *membership.Node) { n.Cold = cold })
+	a.write(ctx, rec.State, rec.Generation, func(n *membership.Node) { n.Cold, n.Starting = cold, starting })
 	return changed
 }
