@@ -308,7 +308,7 @@ func (s *server) park(r *run, p *proc) {
 		if err != nil {
 			// Not out of the run's leaf: it dies with the run.
 			fmt.Fprintf(s.cfg.Stderr, "%s guard: rank %d cannot be parked (%v); it starts again\n", time.Now().UTC().Format("2006-01-02T15:04:05.000Z"), p.rank, err)
-			killGroup(p.pid)
+			killProcessTree(p.pid)
 			return
 		}
 	}
@@ -381,11 +381,7 @@ func (s *server) useParked(slot int, p Proc, env []string, gen int64) *proc {
 // clear waits for until it is reaped.
 func (s *server) killParked(p *proc) {
 	s.forgetParked(p, "killed while parked")
-	below := Descendants(p.pid)
-	killGroup(p.pid)
-	for _, d := range below {
-		_ = syscall.Kill(d, syscall.SIGKILL)
-	}
+	killProcessTree(p.pid)
 	s.children = true
 }
 
@@ -489,12 +485,6 @@ func moveInto(cg *cgroup, pid int) error {
 		}
 	}
 	return nil
-}
-
-// killGroup kills the process group led by pid, and pid.
-func killGroup(pid int) {
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	_ = syscall.Kill(pid, syscall.SIGKILL)
 }
 
 // drop forgets the rank of a process that left the run alive: its page

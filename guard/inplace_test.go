@@ -18,14 +18,21 @@ import (
 	"github.com/elastictraining/coordinator/internal/testkit/proctest"
 )
 
-// inplaceScript speaks an in-place trainer's side of the guard's protocol:
-// it registers for generation GEN, leaves when asked (unless "deaf"), and
-// prints each run message's generation and RANK.
-const inplaceScript = `import json, os, socket, sys
+// trainerScript speaks an in-place trainer's side of the guard's protocol.
+// It registers for generation GEN, or, as a started spare (ELASTIC_SPARE=1),
+// for generation 0 once its start-up (a sleep of START seconds) is done; it
+// leaves when asked (unless "deaf"), and prints each run message's
+// generation, RANK and ELASTIC_SPARE. "fail" exits 3 after the start-up.
+const trainerScript = `import json, os, socket, sys, time
+spare = os.environ.get("ELASTIC_SPARE") == "1"
+print("up", "spare" if spare else "rank", os.getpid(), flush=True)
+time.sleep(float(os.environ.get("START", "0")))
+if sys.argv[1:] == ["fail"]:
+    sys.exit(3)
 name = os.environ["ELASTIC_FENCE_SOCKET"]
 s = socket.socket(socket.AF_UNIX)
 s.connect("\0" + name[1:])
-s.sendall((json.dumps({"op": "inplace", "generation": int(os.environ["GEN"])}) + "\n").encode())
+s.sendall((json.dumps({"op": "inplace", "generation": 0 if spare else int(os.environ["GEN"])}) + "\n").encode())
 f = s.makefile("rb")
 print("registered", f.readline().decode().strip(), os.getpid(), flush=True)
 for line in f:
@@ -34,7 +41,7 @@ for line in f:
         s.sendall(b'{"op":"left"}\n')
     elif m["op"] == "run":
         env = dict(kv.split("=", 1) for kv in m["env"])
-        print("run", m["generation"], env["RANK"], os.getpid(), flush=True)
+        print("run", m["generation"], env["RANK"], env.get("ELASTIC_SPARE", "-"), os.getpid(), flush=True)
 `
 
 // inplaceGuard is a guard with lease 1 whose generation gen starts the
@@ -49,7 +56,7 @@ func inplaceGuard(t *testing.T, cgroup string, args ...string) (g *testGuard, st
 		t.Skip(err)
 	}
 	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "t.py"), []byte(inplaceScript), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "t.py"), []byte(trainerScript), 0o644))
 	g = startGuard(t, cgroup)
 	g.send(guard.Command{Op: guard.OpDeadline, Lease: 1, KillAt: guard.MonoNow() + int64(time.Hour)})
 	argv := append([]string{"python3", "t.py"}, args...)
@@ -90,7 +97,7 @@ func TestAnInPlaceTrainerIsParkedAndStartedAgainInPlace(t *testing.T) {
 			st := g.next(guard.EventStarted)
 			assert.Equal(t, []int{pid}, st.Pids, "the slot's process is the parked trainer")
 			assert.Equal(t, 1, st.InPlace)
-			require.Eventually(t, func() bool { return strings.Contains(g.out.String(), "[rank 3] run 2 3 "+strconv.Itoa(pid)) },
+			require.Eventually(t, func() bool { return strings.Contains(g.out.String(), "[rank 3] run 2 3 - "+strconv.Itoa(pid)) },
 				30*time.Second, 5*time.Millisecond, "output:\n%s", g.out.String())
 
 			// And again: generation 2's stop parks it once more.
@@ -167,30 +174,6 @@ func TestAnInPlaceRegistrationOfAnotherGenerationIsRefused(t *testing.T) {
 	assert.Equal(t, pid, g.next(guard.EventExit).Pid, "it was stopped, not parked")
 }
 
-// spareScript is inplaceScript as a started spare runs it: with
-// ELASTIC_SPARE=1 it registers for generation 0 once its start-up (a
-// sleep of START seconds) is done; "fail" exits 3 instead.
-const spareScript = `import json, os, socket, sys, time
-spare = os.environ.get("ELASTIC_SPARE") == "1"
-print("up", "spare" if spare else "rank", os.getpid(), flush=True)
-time.sleep(float(os.environ.get("START", "0")))
-if sys.argv[1:] == ["fail"]:
-    sys.exit(3)
-name = os.environ["ELASTIC_FENCE_SOCKET"]
-s = socket.socket(socket.AF_UNIX)
-s.connect("\0" + name[1:])
-s.sendall((json.dumps({"op": "inplace", "generation": 0 if spare else int(os.environ["GEN"])}) + "\n").encode())
-f = s.makefile("rb")
-print("registered", f.readline().decode().strip(), os.getpid(), flush=True)
-for line in f:
-    m = json.loads(line)
-    if m["op"] == "leave":
-        s.sendall(b'{"op":"left"}\n')
-    elif m["op"] == "run":
-        env = dict(kv.split("=", 1) for kv in m["env"])
-        print("run", m["generation"], env["RANK"], env.get("ELASTIC_SPARE", "-"), os.getpid(), flush=True)
-`
-
 // spareGuard is a guard with lease 1 that keeps a started spare of the
 // spare script (args after its name) in slot 0, whose start-up lasts
 // start; its generation gen starts the same command with RANK=rank.
@@ -204,7 +187,7 @@ func spareGuard(t *testing.T, start string, args ...string) (g *testGuard, start
 		t.Skip(err)
 	}
 	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "t.py"), []byte(spareScript), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "t.py"), []byte(trainerScript), 0o644))
 	g = startGuard(t, "auto")
 	g.send(guard.Command{Op: guard.OpDeadline, Lease: 1, KillAt: guard.MonoNow() + int64(time.Hour)})
 	argv := append([]string{"python3", "t.py"}, args...)

@@ -210,10 +210,5 @@ func (s *server) killRank(pid int) {
 	if _, running := s.cur.procs[pid]; !running {
 		return
 	}
-	below := Descendants(pid) // before it dies and they are re-parented
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	_ = syscall.Kill(pid, syscall.SIGKILL)
-	for _, d := range below {
-		_ = syscall.Kill(d, syscall.SIGKILL)
-	}
+	killProcessTree(pid)
 }

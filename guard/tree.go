@@ -98,6 +98,18 @@ func DescendantsExcept(root int, skip func(pid int) bool) []int {
 	return out
 }
 
+// killProcessTree kills the process pid leads: its process group, pid, and
+// what runs below it, found before it dies and they are re-parented. A
+// process forked meanwhile is left to a sweep.
+func killProcessTree(pid int) {
+	below := Descendants(pid)
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	for _, d := range below {
+		_ = syscall.Kill(d, syscall.SIGKILL)
+	}
+}
+
 // IsDescendant reports whether pid runs below root.
 func IsDescendant(pid, root int) bool {
 	for range 1024 { // deeper than any real tree; guards against a loop

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path"
 	"reflect"
 	"strconv"
 	"strings"
@@ -319,11 +318,9 @@ func (s *server) useWarm(slot int, p Proc, env []string, gen int64) *warmProc {
 		s.killWarm(w) // stopped, traced, a zombie, or gone
 		return nil
 	}
-	if s.cg != nil {
-		if err := os.WriteFile(path.Join(s.cg.path, "cgroup.procs"), []byte(strconv.Itoa(w.proc.pid)), 0); err != nil {
-			s.killWarm(w)
-			return nil
-		}
+	if s.cg != nil && moveInto(s.cg, w.proc.pid) != nil {
+		s.killWarm(w)
+		return nil
 	}
 	// Its output is the trainer's before the script can print anything,
 	// and its page is the generation's before it can read it.

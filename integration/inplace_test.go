@@ -215,3 +215,28 @@ func stepDigests(r *localRun) map[int]map[int]string {
 	}
 	return digests
 }
+
+// With np 1:2 and no spare, a killed rank's node stands by while its
+// trainer starts again: the survivor trains on alone, in place, and the
+// job grows back to 2 once that trainer is ready, the survivor in place
+// again.
+func TestASurvivorTrainsAloneUntilTheReplacementHasStarted(t *testing.T) {
+	t.Parallel()
+	requireTorch(t)
+	r := startRun(t, []string{"--np", "1:2", "--in-place", "--job", "alone"},
+		[]string{python, filepath.Join(repoRoot, "testdata", "inplace_trainer.py")}, "STEPS=500", "STEP_SECONDS=0.03", "STARTUP_SECONDS=3")
+	first := generationStarts(t, r, 1, 2)
+	trained(t, r, 10)
+	require.NoError(t, syscall.Kill(first[1].pid, syscall.SIGKILL), "kill rank 1")
+
+	alone := generationStarts(t, r, 2, 1)
+	assert.Equal(t, first[0].pid, alone[0].pid, "the survivor trains on alone, in place")
+	assert.True(t, alone[0].inPlace)
+
+	both := generationStarts(t, r, 3, 2)
+	assert.Equal(t, first[0].pid, both[0].pid, "the survivor kept its process as the job grew")
+	assert.True(t, both[1].inPlace == false && both[1].pid != first[1].pid, "rank 1 is the node's new trainer")
+	assert.Equal(t, both[0].digest, both[1].digest)
+	assert.Greater(t, both[0].step, alone[0].step, "the survivor trained alone meanwhile")
+	require.Equal(t, 0, r.wait(), "the job succeeded:\n%s", r.out)
+}
