@@ -94,12 +94,32 @@ func (ix *nodeIndex) countRole(n membership.LiveNode, delta int) {
 }
 
 // sameForTables reports whether two versions of a node's record place it
-// alike in a rank table: only its acks differ.
+// alike in a rank table: only its acks differ. A node whose trainer is
+// still starting ahead (Starting) may stand by, so that ends a sameness.
 func sameForTables(a, b membership.LiveNode) bool {
 	return a.JoinRevision == b.JoinRevision && a.Lease == b.Lease && a.Role == b.Role && a.Host == b.Host &&
+		a.Starting == b.Starting &&
 		a.NProc == b.NProc && a.MasterPort == b.MasterPort && slices.Equal(a.Ports, b.Ports) &&
 		(a.State == membership.NodeLeaving) == (b.State == membership.NodeLeaving) &&
 		(a.Ordinal == nil) == (b.Ordinal == nil) && (a.Ordinal == nil || *a.Ordinal == *b.Ordinal)
+}
+
+// startingAside reports whether a rank table of spec leaves a worker out
+// because its trainer is still starting ahead (membership.Node.Starting):
+// some are, and np's minimum is met without them (placeRanks).
+func (ix *nodeIndex) startingAside(spec *membership.Spec) bool {
+	starting, ready := 0, 0
+	for _, n := range ix.nodes {
+		if n.Role != membership.RoleWorker || n.State == membership.NodeLeaving {
+			continue
+		}
+		if n.Starting {
+			starting++
+		} else {
+			ready++
+		}
+	}
+	return starting > 0 && ready >= spec.Workers().Min
 }
 
 func (ix *nodeIndex) lookup(id string) (membership.LiveNode, bool) {

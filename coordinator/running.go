@@ -69,7 +69,7 @@ func decideRunning(v view, d decision, lim limits, now time.Time) decision {
 	// Once a worker has finished, the job is finishing: new nodes wait.
 	t, short, same := ranksFor(v, &d.memo, aliveExcluded(&p, ix))
 	if short == nil && workersDone == 0 && !same {
-		if settling(&d, &spec, t.workers, lim, now) {
+		if settling(&d, &spec, t.workers, lim, now, ix) {
 			d.status = runningStatus(v, p, ready, now)
 			d.status.Message = fmt.Sprintf("%s available; restarting at that size when the %s settle window ends", english.Count(t.workers, "worker"), lim.settle)
 			return d
@@ -100,9 +100,11 @@ func decideRunning(v view, d decision, lim limits, now time.Time) decision {
 }
 
 // settling reports whether a run of the given number of workers must wait
-// for the settle window: np is a range and its maximum is not reached.
-func settling(d *decision, spec *membership.Spec, workers int, lim limits, now time.Time) bool {
-	if np := spec.Workers(); !np.IsRange() || workers >= np.Max {
+// for the settle window: np is a range and its maximum is not reached. A
+// job that is smaller because a node's trainer is still starting ahead
+// (Starting) does not wait: that node comes later, and the job grows then.
+func settling(d *decision, spec *membership.Spec, workers int, lim limits, now time.Time, ix *nodeIndex) bool {
+	if np := spec.Workers(); !np.IsRange() || workers >= np.Max || ix.startingAside(spec) {
 		return false
 	}
 	if d.memo.pendingSince.IsZero() {

@@ -240,7 +240,7 @@ func runNext(v view, d decision, c stopCharge, lim limits, now time.Time) decisi
 		d.status = baseStatus(v, membership.JobWaiting, short.available, short.String())
 		return d
 	}
-	if settling(&d, v.spec, t.workers, lim, now) {
+	if settling(&d, v.spec, t.workers, lim, now, v.index()) {
 		d.status = baseStatus(v, membership.JobWaiting, t.workers,
 			fmt.Sprintf("settling: %d of at most %s; starting when the %s settle window ends", t.workers, english.Count(v.spec.Workers().Max, "worker"), lim.settle))
 		return d

@@ -228,6 +228,8 @@ class _Group:
             self.store = dist.HashStore()  # a script on its own: a world of one
         else:
             addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
+            if gen.rank != 0:
+                _await_master(addr, self.port)
             self.store = _store(dist, addr, self.port, gen.world_size, gen.rank == 0, self.kw)
         if self.cut_done:
             raise GenerationOver("generation %d is over" % gen.generation)
@@ -273,6 +275,22 @@ def _store(dist, addr, port, world_size, is_master, kw):
             if not is_master or time.monotonic() > deadline or "ddress already in use" not in str(e):
                 raise
             time.sleep(0.05)
+
+
+def _await_master(addr, port):
+    """Wait, looking every 5 ms for at most a second, until rank 0's store accepts.
+
+    c10d's client sleeps a whole second after its first connection is
+    refused, and rank 0 forms its store at the same moment as the others
+    ask for it: that second would be most of a re-formation.
+    """
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((addr, port), timeout=0.1).close()
+            return
+        except OSError:
+            time.sleep(0.005)
 
 
 def _sockets():

@@ -173,6 +173,9 @@ func (p *Processes) Stop(ctx context.Context, grace time.Duration) error {
 // Cold implements Warmer.
 func (p *Processes) Cold() (bool, <-chan struct{}) { return p.Launcher.Cold() }
 
+// InPlace implements InPlacer.
+func (p *Processes) InPlace() bool { return p.Launcher.InPlace() }
+
 // Pids implements Workload.
 func (p *Processes) Pids() []int { return p.Launcher.Pids() }
 

@@ -26,14 +26,14 @@ func (a *Agent) cold() (bool, <-chan struct{}) {
 	return w.Cold()
 }
 
-// inPlacer is a workload whose trainers train in place, and whose idle
+// InPlacer is a workload whose trainers train in place, and whose idle
 // node starts its trainer ahead (the launcher with --in-place).
-type inPlacer interface{ InPlace() bool }
+type InPlacer interface{ InPlace() bool }
 
 // starting is whether a node in state, whose next start is cold or not,
 // holds no rank while its trainer is started ahead (membership.Node.Starting).
 func (a *Agent) starting(cold bool, state membership.NodeState) bool {
-	w, ok := a.cfg.Workload.(inPlacer)
+	w, ok := a.cfg.Workload.(InPlacer)
 	return ok && w.InPlace() && cold && state != membership.NodeRunning
 }
 

@@ -175,6 +175,12 @@ func (w watchedWorkload) Cold() (bool, <-chan struct{}) {
 	return false, nil
 }
 
+// InPlace implements sidecar.InPlacer.
+func (w watchedWorkload) InPlace() bool {
+	c, ok := w.watcher.(sidecar.InPlacer)
+	return ok && c.InPlace()
+}
+
 func (w watchedWorkload) StopStacks(ctx context.Context) error {
 	err := w.watcher.StopStacks(ctx)
 	w.store.KickDisk()
