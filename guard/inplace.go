@@ -352,8 +352,7 @@ func (s *server) useParked(slot int, p Proc, env []string, gen int64) *proc {
 	if pr.page != nil {
 		// Mapped already: its variable, which names no descriptor in this
 		// process any more, is not given again.
-		pr.page.setGeneration(gen)
-		pr.page.resume()
+		pr.page.renew(gen)
 	}
 	stdout, stderr, log := s.outputOf(p)
 	pr.rank, pr.log = p.Rank, log

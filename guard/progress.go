@@ -104,8 +104,15 @@ func (p *progressPage) setGeneration(gen int64) { p.word(offGeneration).Store(ge
 // kill.
 func (p *progressPage) halt() { p.word(offHalt).Store(1) }
 
-// resume lifts a halt: the process trains again, in place.
-func (p *progressPage) resume() { p.word(offHalt).Store(0) }
+// renew makes the page of a parked trainer that trains again in place
+// generation gen's, as a new process's would be: no step counted, none
+// named, no halt. The trainer is parked meanwhile: it writes nothing.
+func (p *progressPage) renew(gen int64) {
+	for _, off := range []int{offSteps, offLastStep, offLastActivity, offUserStep, offFirstStep, offFirstUser, offFirstUserAt, offHalt} {
+		p.word(off).Store(0)
+	}
+	p.setGeneration(gen)
+}
 
 // closeFD closes the guard's descriptor once the process has its own; the
 // mapping stays.

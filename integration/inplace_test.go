@@ -17,6 +17,7 @@ import (
 
 	"github.com/elastictraining/coordinator/guard"
 	"github.com/elastictraining/coordinator/internal/testkit/proctest"
+	"github.com/elastictraining/coordinator/membership"
 )
 
 // inplaceStart is the line testdata/inplace_trainer.py prints as each
@@ -87,6 +88,11 @@ func TestSurvivorsTrainOnInPlace(t *testing.T) {
 	assert.Positive(t, second[0].step, "the job went on from where it was")
 	assert.Equal(t, second[0].step, second[1].step, "both ranks agreed on the step")
 	assert.Equal(t, second[0].digest, second[1].digest, "the new rank got the survivor's state")
+	// The survivor's page is its new generation's: the leader does not take
+	// its old steps for the new generation's and count them redone.
+	trained(t, r, second[0].step+20)
+	st := r.status("inplace", "accounted generation 2", func(s membership.Status) bool { return s.Generation >= 2 && s.Goodput != nil })
+	assert.Less(t, st.Goodput.Total.Redone, 1.0, "no step was trained again: %+v", st.Goodput.Total)
 
 	// A stopped peer: found hung, killed alone; the survivor leaves the
 	// collective it waits in and trains on in place.

@@ -21,6 +21,9 @@ const (
 	// comma-separated, that warm interpreters import ahead of each
 	// generation.
 	AnnotationPreload = "elastic.preload"
+	// AnnotationInPlace, "true", on a job of a kind that has no field for
+	// it (PaddleJob, MSJob) is an ElasticJob's spec.inPlace.
+	AnnotationInPlace = "elastic.in-place"
 	// AnnotationHangTimeout, AnnotationStartupTimeout and
 	// AnnotationMaxHangRestarts on a job of a kind that has no field for
 	// them (PaddleJob, MSJob) are an ElasticJob's spec.hangTimeout,

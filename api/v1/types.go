@@ -71,6 +71,13 @@ type ElasticJobSpec struct {
 	// (ELASTIC_PRELOAD). A PaddleJob or MSJob says it in the annotation
 	// AnnotationPreload.
 	Preload []string `json:"preload,omitempty"`
+	// InPlace says the training command trains in place (the Python
+	// module elastic's run): a pod that holds no rank (a spare, one whose
+	// trainer failed) starts it ahead, runs its start-up and keeps it
+	// waiting, so that a lost rank goes to a trainer that has started:
+	// the sidecar's --in-place (ELASTIC_IN_PLACE). A PaddleJob or MSJob
+	// says it in the annotation AnnotationInPlace.
+	InPlace bool `json:"inPlace,omitempty"`
 	// Suspend, true, stops a running job gracefully and keeps it from
 	// running: its trainers get their stop signal, every sidecar writes
 	// its newest checkpoint to the job's checkpoint path, and its pods go.

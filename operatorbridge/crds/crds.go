@@ -121,6 +121,8 @@ func ElasticJob() *apiextensionsv1.CustomResourceDefinition {
 			Description: "true stops the job gracefully (checkpoints written to the job's path) and removes its pods; false again resumes it from that state. Kueue's integration sets it"},
 		"framework": stringEnum("whose launcher's variables the training processes get, exactly (torchrun's, paddle.distributed.launch's, msrun's); auto: every framework's",
 			"auto", "pytorch", "paddle", "mindspore"),
+		"inPlace": {Type: "boolean",
+			Description: "the command trains in place (elastic.run): a pod that holds no rank (a spare, one whose trainer failed) starts it ahead and keeps it waiting, started (the sidecar's --in-place)"},
 		"preload": {Type: "array", MaxItems: ptr(int64(64)),
 			Description: "Python modules a warm interpreter per training process imports ahead of each generation (the sidecar's --preload); for a command whose program is python",
 			Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{

@@ -226,6 +226,9 @@ func sidecarEnv(j Job, sc Sidecar) []corev1.EnvVar {
 	if sc.Prefix != "" {
 		env = append(env, corev1.EnvVar{Name: "ELASTIC_PREFIX", Value: sc.Prefix})
 	}
+	if j.InPlace {
+		env = append(env, corev1.EnvVar{Name: "ELASTIC_IN_PLACE", Value: "1"})
+	}
 	if len(j.Preload) > 0 {
 		env = append(env, corev1.EnvVar{Name: "ELASTIC_PRELOAD", Value: strings.Join(j.Preload, ",")})
 	}

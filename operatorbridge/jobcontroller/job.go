@@ -40,6 +40,9 @@ type Job struct {
 	// of (ELASTIC_PRELOAD): ElasticJob's spec.preload, or the annotation
 	// jobv1.AnnotationPreload on the other kinds.
 	Preload []string
+	// InPlace is the sidecars' --in-place (ELASTIC_IN_PLACE): ElasticJob's
+	// spec.inPlace, or the annotation jobv1.AnnotationInPlace.
+	InPlace bool
 	// Framework is the sidecars' --framework: the kind's (a PaddleJob's
 	// paddle, an MSJob's mindspore) or an ElasticJob's spec.framework.
 	Framework trainerenv.Framework
@@ -151,6 +154,7 @@ func fromElasticJob(u *unstructured.Unstructured) (Job, error) {
 	if j.Framework, err = trainerenv.ParseFramework(s.Framework); err != nil {
 		return Job{}, fmt.Errorf("spec.%w", err)
 	}
+	j.InPlace = j.InPlace || s.InPlace
 	if len(s.Preload) == 0 {
 		return j, nil
 	}
@@ -189,6 +193,13 @@ func newJob(u *unstructured.Unstructured, spec membership.Spec, roles []Role, in
 		if err := validPreload(j.Preload, "metadata.annotations["+jobv1.AnnotationPreload+"]"); err != nil {
 			return Job{}, err
 		}
+	}
+	if a, ok := u.GetAnnotations()[jobv1.AnnotationInPlace]; ok {
+		in, err := strconv.ParseBool(a)
+		if err != nil {
+			return Job{}, fmt.Errorf("metadata.annotations[%s] %q: want true or false", jobv1.AnnotationInPlace, a)
+		}
+		j.InPlace = in
 	}
 	if err := hangAnnotations(u.GetAnnotations(), &spec); err != nil {
 		return Job{}, err

@@ -536,3 +536,44 @@ spec:
 	_, err = fromPaddleJob(pj)
 	require.EqualError(t, err, `metadata.annotations[elastic.suspend] "later": want true or false`)
 }
+
+// spec.inPlace, or the annotation on a kind without the field, reaches
+// the sidecar as ELASTIC_IN_PLACE=1; a value that is no boolean is refused.
+func TestInPlaceReachesTheSidecar(t *testing.T) {
+	inPlaceOf := func(j Job) string {
+		t.Helper()
+		tmpl, err := inject(j, j.Roles[0], Sidecar{Image: "img"}, func(*corev1.Container) ([]string, error) { return []string{"python3", "t.py"}, nil })
+		require.NoError(t, err)
+		for _, v := range tmpl.Spec.Containers[0].Env {
+			if v.Name == "ELASTIC_IN_PLACE" {
+				return v.Value
+			}
+		}
+		return ""
+	}
+	elastic := func(inPlace string) (Job, error) {
+		return fromElasticJob(fromYAML(t, `
+apiVersion: elastictraining.io/v1
+kind: ElasticJob
+metadata: {name: a}
+spec:
+  inPlace: `+inPlace+`
+  worker: {replicas: 2, spares: 1, template: {spec: {containers: [{name: t, image: t, command: [x]}]}}}
+`))
+	}
+	j, err := elastic("true")
+	require.NoError(t, err)
+	assert.Equal(t, "1", inPlaceOf(j))
+	j, err = elastic("false")
+	require.NoError(t, err)
+	assert.Empty(t, inPlaceOf(j), "not in place, no variable")
+
+	u := example(t, "paddlejob-resnet.yaml")
+	u.SetAnnotations(map[string]string{jobv1.AnnotationInPlace: "true"})
+	j, err = fromPaddleJob(u)
+	require.NoError(t, err)
+	assert.Equal(t, "1", inPlaceOf(j))
+	u.SetAnnotations(map[string]string{jobv1.AnnotationInPlace: "yes please"})
+	_, err = fromPaddleJob(u)
+	require.ErrorContains(t, err, `metadata.annotations[elastic.in-place] "yes please": want true or false`)
+}
