@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"errors"
 	"image/png"
 	"io"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,14 +30,27 @@ func chromium(t *testing.T, url string, args ...string) string {
 		t.Skipf("chromium is missing (apt-get install chromium): %v", err)
 	}
 	require.NoError(t, err, "chromium missing: .ci/run installs Debian's chromium")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, path, append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-		"--user-data-dir=" + t.TempDir(), "--window-size=1100,1400"}, append(args, url)...)...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	require.NoError(t, cmd.Run(), "chromium %v:\n%s", args, stderr.String())
-	return stdout.String()
+	// The browser itself sometimes crashes at start on a busy machine (a
+	// segmentation fault before it loads anything): that says nothing of
+	// the page, so a crash by a signal is tried again, twice at most.
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		cmd := exec.CommandContext(ctx, path, append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+			"--user-data-dir=" + t.TempDir(), "--window-size=1100,1400"}, append(args, url)...)...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		cancel()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) && exit.ProcessState != nil && ctx.Err() == nil && attempt < 3 {
+			if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				t.Logf("chromium crashed (%v); trying again", err)
+				continue
+			}
+		}
+		require.NoError(t, err, "chromium %v:\n%s", args, stderr.String())
+		return stdout.String()
+	}
 }
 
 // httpGet gets url without following redirects.
