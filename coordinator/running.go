@@ -93,8 +93,12 @@ func decideRunning(v view, d decision, lim limits, now time.Time) decision {
 		d.status.Message = fmt.Sprintf("np %s: %s; generation %d keeps running", spec.Workers(), short, p.Generation)
 	}
 	if d.status.Phase == membership.JobRunning && (v.status == nil || v.status.Phase != membership.JobRunning || v.status.Generation != p.Generation) {
+		msg := fmt.Sprintf("%s, world size %d", allOf(len(p.Members), "member", "running"), p.WorldSize)
+		if began := beganText(p, ix); began != "" {
+			msg += "; " + began
+		}
 		d.events = append(d.events, membership.Event{Generation: p.Generation, Type: "GenerationRunning", Members: len(p.Members), WorldSize: p.WorldSize,
-			Message: fmt.Sprintf("%s, world size %d", allOf(len(p.Members), "member", "running"), p.WorldSize), Steps: d.status.Steps})
+			Message: msg, Steps: d.status.Steps})
 	}
 	return d
 }

@@ -131,6 +131,9 @@ type server struct {
 	// the slots whose spare exited before it reached elastic.run.
 	spares    map[int]Proc
 	spareLost map[int]bool
+	// coldWhy says, by slot, why the slot has no process waiting to
+	// train: the reason its next start is cold (Report.Began).
+	coldWhy map[int]string
 
 	// learn is what the hang watcher learned of the job's steps, over
 	// every generation; watching, whether its ticker runs.
@@ -156,7 +159,7 @@ func Run(cfg Config) int {
 	runtime.LockOSThread()
 	stdout, stderr := &countingWriter{out: cfg.Stdout}, &countingWriter{out: cfg.Stderr}
 	cfg.Stdout, cfg.Stderr = stdout, stderr
-	s := &server{cfg: cfg, self: os.Getpid(), stdout: stdout, stderr: stderr, warm: newWarmState(), parked: map[int]*proc{}, spareLost: map[int]bool{}}
+	s := &server{cfg: cfg, self: os.Getpid(), stdout: stdout, stderr: stderr, warm: newWarmState(), parked: map[int]*proc{}, spareLost: map[int]bool{}, coldWhy: map[int]string{}}
 	if err := BecomeSubreaper(); err != nil {
 		fmt.Fprintf(cfg.Stderr, "guard: %v\n", err)
 		return 1

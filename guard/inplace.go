@@ -197,6 +197,7 @@ func (s *server) armSpares() {
 		}
 		if err := s.startSpare(slot, t); err != nil {
 			s.spareLost[slot] = true
+			s.coldWhy[slot] = fmt.Sprintf("its started spare could not be started: %v", err)
 			fmt.Fprintf(s.cfg.Stderr, "[spare %d] guard: %v; this slot starts its trainer only when it is given a rank\n", slot, err)
 		}
 	}
@@ -229,6 +230,7 @@ func (s *server) startSpare(slot int, t Proc) error {
 	}
 	pr.page, pr.out, pr.errw, pr.slot, pr.cmd, pr.rank = page, out, errw, slot, t, -1
 	s.parked[slot] = pr
+	delete(s.coldWhy, slot)
 	s.children = true
 	return nil
 }
@@ -308,6 +310,7 @@ func (s *server) park(r *run, p *proc) {
 		if err != nil {
 			// Not out of the run's leaf: it dies with the run.
 			fmt.Fprintf(s.cfg.Stderr, "%s guard: rank %d cannot be parked (%v); it starts again\n", time.Now().UTC().Format("2006-01-02T15:04:05.000Z"), p.rank, err)
+			s.coldWhy[p.slot] = fmt.Sprintf("rank %d left its generation but could not be parked: %v", p.rank, err)
 			killProcessTree(p.pid)
 			return
 		}
@@ -325,6 +328,7 @@ func (s *server) park(r *run, p *proc) {
 		s.killParked(old)
 	}
 	s.parked[p.slot] = p
+	delete(s.coldWhy, p.slot)
 	s.out.send(Report{Event: EventParked, Seq: s.seq, Pid: p.pid, Rank: p.rank, Generation: r.gen, Slot: p.slot})
 }
 
@@ -338,15 +342,18 @@ func (s *server) useParked(slot int, p Proc, env []string, gen int64) *proc {
 		return nil
 	}
 	if pr.cmd.Path != p.Path || !reflect.DeepEqual(pr.cmd.Argv, p.Argv) || pr.cmd.Dir != p.Dir {
-		s.killParked(pr) // another command now
+		s.killParked(pr)
+		s.coldWhy[slot] = "the command changed; the waiting process ran the old one"
 		return nil
 	}
 	if st := procState(pr.pid); st != 'R' && st != 'S' && st != 'D' {
-		s.killParked(pr) // stopped, traced, a zombie, or gone
+		s.killParked(pr)
+		s.coldWhy[slot] = "the waiting process was stopped, traced or gone, and was killed"
 		return nil
 	}
 	if s.cg != nil && moveInto(s.cg, pr.pid) != nil {
 		s.killParked(pr)
+		s.coldWhy[slot] = "the waiting process could not be moved into the generation's cgroup"
 		return nil
 	}
 	if pr.page != nil {
@@ -368,11 +375,36 @@ func (s *server) useParked(slot int, p Proc, env []string, gen int64) *proc {
 		pr.pendingRun = &msg
 	case !s.tellTrainer(pr, msg):
 		s.killParked(pr)
+		s.coldWhy[slot] = "the waiting process could not be told its rank"
 		return nil
 	}
 	delete(s.parked, slot)
 	s.out.send(Report{Event: EventUnparked, Seq: s.seq, Pid: pr.pid, Slot: slot})
 	return pr
+}
+
+// howItWouldBegin is how slot's parked trainer, if it is used, begins
+// the next generation (Report.Began).
+func (s *server) howItWouldBegin(slot int) string {
+	pr := s.parked[slot]
+	switch {
+	case pr == nil || pr.rank >= 0:
+		return BeganInPlace
+	case pr.inplace == nil:
+		return BeganSpareStarting
+	}
+	return BeganSpare
+}
+
+// coldStart is how slot begins when no parked trainer takes it: cold, and
+// why, which is then forgotten.
+func (s *server) coldStart(slot int) string {
+	why := s.coldWhy[slot]
+	delete(s.coldWhy, slot)
+	if why == "" {
+		why = "no process of this node was waiting in elastic.run (its last one ended with its generation, or its guard is new)"
+	}
+	return BeganCold + ": " + why
 }
 
 // killParked kills a parked trainer and what runs below it. It is
@@ -406,6 +438,7 @@ func (s *server) parkedReaped(pid int, ws syscall.WaitStatus) {
 				rep.Code = 128 + rep.Signal
 			}
 			s.spareLost[p.slot] = true
+			s.coldWhy[p.slot] = fmt.Sprintf("its started spare exited with code %d before it reached elastic.run", rep.Code)
 			fmt.Fprintf(s.cfg.Stderr, "[spare %d] guard: the started spare exited with code %d before it reached elastic.run; this slot starts its trainer only when it is given a rank\n", p.slot, rep.Code)
 			s.forgetParked(p, "exited before it reached elastic.run")
 			s.out.send(rep)
@@ -421,6 +454,9 @@ func (s *server) parkedReaped(pid int, ws syscall.WaitStatus) {
 func (s *server) forgetParked(p *proc, how string) {
 	if s.parked[p.slot] == p {
 		delete(s.parked, p.slot)
+		if s.coldWhy[p.slot] == "" {
+			s.coldWhy[p.slot] = "its waiting process " + how
+		}
 		if p.inplace != nil {
 			s.out.send(Report{Event: EventUnparked, Seq: s.seq, Pid: p.pid, Slot: p.slot})
 		}

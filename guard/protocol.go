@@ -322,6 +322,11 @@ type Report struct {
 	// InPlace, with EventStarted, is how many of the processes were
 	// parked trainers of an earlier generation, started again in place.
 	InPlace int `json:"inPlace,omitempty"`
+	// Began, with EventStarted where the guard keeps started spares (the
+	// command trains in place), says by slot how each process began the
+	// generation: BeganInPlace, BeganSpare, BeganSpareStarting, or
+	// BeganCold and why: what the user reads to learn what a fault cost.
+	Began []string `json:"began,omitempty"`
 	// StdoutBytes and StderrBytes are how much the guard had written to its
 	// stdout and stderr when it sent an exit report.
 	StdoutBytes int64 `json:"stdout_bytes,omitempty"`
@@ -402,3 +407,16 @@ func encodeLine(v any) ([]byte, error) {
 
 // EncodeCommand is c as one line of the protocol.
 func EncodeCommand(c Command) ([]byte, error) { return encodeLine(c) }
+
+// How a slot's process began a generation (Report.Began).
+const (
+	// BeganInPlace: a survivor's process, trained in an earlier generation.
+	BeganInPlace = "in place"
+	// BeganSpare: a started spare whose start-up was done.
+	BeganSpare = "started spare"
+	// BeganSpareStarting: a started spare still in its start-up, which it
+	// finishes as the rank.
+	BeganSpareStarting = "started spare, still starting"
+	// BeganCold starts the reason of a process started anew: "cold: why".
+	BeganCold = "cold"
+)

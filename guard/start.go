@@ -43,18 +43,22 @@ func (s *server) start(c Command) {
 	}
 	pids := make([]int, 0, len(c.Procs))
 	warm, inPlace := 0, 0
+	var began []string // only where the guard keeps started spares
 	for slot, p := range c.Procs {
+		how := s.howItWouldBegin(slot)
 		p.Env = s.watchCommitEnv(c.Seq, slot, p.Env)
 		if p.Path == "" {
 			p.Path = p.Argv[0]
 		}
 		env := s.procEnv(p)
 		if pr := s.useParked(slot, p, env, c.Generation); pr != nil {
+			began = append(began, how)
 			inPlace++
 			s.track(r, pr)
 			pids = append(pids, pr.pid)
 			continue
 		}
+		began = append(began, s.coldStart(slot))
 		if w := s.useWarm(slot, p, env, c.Generation); w != nil {
 			w.proc.slot, w.proc.cmd = slot, p
 			warm++
@@ -76,7 +80,10 @@ func (s *server) start(c Command) {
 		pids = append(pids, pr.pid)
 	}
 	s.clearOwed = true
-	s.out.send(Report{Event: EventStarted, Seq: c.Seq, Pids: pids, Warm: warm, InPlace: inPlace})
+	if len(s.spares) == 0 {
+		began = nil
+	}
+	s.out.send(Report{Event: EventStarted, Seq: c.Seq, Pids: pids, Warm: warm, InPlace: inPlace, Began: began})
 }
 
 // procEnv is the environment of p's process: p's, with the guard's own

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -198,6 +199,7 @@ type group struct {
 	mu        sync.Mutex
 	ranks     map[int]int // pid -> local rank's global rank
 	pids      []int
+	began     []string // by local rank, how each began (guard.Report.Began)
 	remaining int
 	first     *Exit // the first failure
 	stopping  bool
@@ -275,7 +277,7 @@ func (l *Launcher) Start(p Procs, lease int64) (<-chan Exit, error) {
 	for i, pid := range rep.Pids {
 		grp.ranks[pid] = cmd.Procs[i].Rank
 	}
-	grp.pids, grp.remaining = rep.Pids, len(rep.Pids)
+	grp.pids, grp.remaining, grp.began = rep.Pids, len(rep.Pids), rep.Began
 	exit := grp.exit
 	grp.mu.Unlock()
 	l.mu.Lock()
@@ -551,6 +553,21 @@ func (l *Launcher) Close() {
 		<-g.dead
 	}
 	l.guardDied(g, false)
+}
+
+// Began says, by local rank, how the current generation's processes
+// began it (guard.Report.Began: in place, a started spare, or cold and
+// why); nil unless the command trains in place.
+func (l *Launcher) Began() []string {
+	l.mu.Lock()
+	grp := l.current
+	l.mu.Unlock()
+	if grp == nil {
+		return nil
+	}
+	grp.mu.Lock()
+	defer grp.mu.Unlock()
+	return slices.Clone(grp.began)
 }
 
 // Pids returns the process ids of the running processes, for tests and

@@ -89,6 +89,13 @@ type Node struct {
 	// out), as the node's PID namespace (its pod's) numbers them: what a
 	// person looks for in ps or py-spy.
 	PIDs []int `json:"pids,omitempty"`
+	// Began, while State is running and the node's trainers train in
+	// place (run --in-place), says by local rank how each process began
+	// the generation: "in place" (a survivor's process), "started spare"
+	// (its start-up done ahead), "started spare, still starting", or
+	// "cold: " and why. The leader's GenerationRunning event and `status`
+	// say it per rank.
+	Began []string `json:"began,omitempty"`
 	// CannotStart, with State failed, says the training command could not
 	// be started at all (not found, not executable): no restart mends
 	// that, and the job fails without spending one.
@@ -140,6 +147,10 @@ type Node struct {
 	// minimum is met without it, the node waits on standby: the job
 	// trains on without it and grows when it is ready. Written as Cold is.
 	Starting bool `json:"starting,omitempty"`
+	// InPlace says that the node's trainers train in place (run
+	// --in-place): a node that holds no rank and is neither Cold nor
+	// Starting has a started spare, its trainer's start-up done.
+	InPlace bool `json:"inPlace,omitempty"`
 }
 
 // StepMarks are the times, on the node's wall clock, of the first and

@@ -305,6 +305,9 @@ func (a *Agent) Run(ctx context.Context) (Result, error) {
 	place := a.cfg.Place
 	place.Node.Cold, _ = a.cold()
 	place.Node.Starting = a.starting(place.Node.Cold, place.Node.State)
+	if w, ok := a.cfg.Workload.(InPlacer); ok {
+		place.Node.InPlace = w.InPlace()
+	}
 	reg, err := presence.Register(ctx, presence.RegistrationConfig{
 		Place:  place,
 		Logger: a.cfg.Logger,
@@ -483,9 +486,9 @@ func (a *Agent) follow(ctx context.Context, p membership.Plan) (Result, bool) {
 		a.exits, a.running, a.startedLease = exits, true, m.Lease
 		a.cfg.Observer.Started(p.Generation)
 		a.logger.Info("started", "generation", p.Generation, "rank", m.Rank, "world_size", p.WorldSize)
-		pids := a.cfg.Workload.Pids()
+		pids, began := a.cfg.Workload.Pids(), a.began()
 		a.write(ctx, membership.NodeRunning, p.Generation, func(n *membership.Node) {
-			n.State, n.Generation, n.ExitCode, n.Message, n.CannotStart, n.PIDs = membership.NodeRunning, p.Generation, 0, "", false, pids
+			n.State, n.Generation, n.ExitCode, n.Message, n.CannotStart, n.PIDs, n.Began = membership.NodeRunning, p.Generation, 0, "", false, pids, began
 			n.Hang, n.Progress, n.QuietUntil, n.Marks = nil, nil, time.Time{}, nil
 		})
 	}
@@ -597,7 +600,7 @@ func (a *Agent) ackMessage(ctx context.Context, state membership.NodeState, gen 
 	cold, _ := a.cold()
 	starting := a.starting(cold, state)
 	return a.write(ctx, state, gen, func(n *membership.Node) {
-		n.State, n.Generation, n.ExitCode, n.Message, n.CannotStart, n.PIDs = state, gen, code, msg, false, nil
+		n.State, n.Generation, n.ExitCode, n.Message, n.CannotStart, n.PIDs, n.Began = state, gen, code, msg, false, nil, nil
 		n.Hang, n.Progress, n.QuietUntil, n.Cold, n.Starting = nil, nil, time.Time{}, cold, starting
 		if marks != nil {
 			n.Marks = marks
@@ -611,7 +614,7 @@ func (a *Agent) ackFailure(ctx context.Context, gen int64, code int, msg string,
 	cold, _ := a.cold()
 	starting := a.starting(cold, membership.NodeFailed)
 	return a.write(ctx, membership.NodeFailed, gen, func(n *membership.Node) {
-		n.State, n.Generation, n.ExitCode, n.Message, n.CannotStart, n.PIDs = membership.NodeFailed, gen, code, msg, cannot, nil
+		n.State, n.Generation, n.ExitCode, n.Message, n.CannotStart, n.PIDs, n.Began = membership.NodeFailed, gen, code, msg, cannot, nil, nil
 		n.Hang, n.Progress, n.QuietUntil, n.Cold, n.Starting = nil, nil, time.Time{}, cold, starting
 	})
 }

@@ -176,6 +176,9 @@ func (p *Processes) Cold() (bool, <-chan struct{}) { return p.Launcher.Cold() }
 // InPlace implements InPlacer.
 func (p *Processes) InPlace() bool { return p.Launcher.InPlace() }
 
+// Began implements InPlacer.
+func (p *Processes) Began() []string { return p.Launcher.Began() }
+
 // Pids implements Workload.
 func (p *Processes) Pids() []int { return p.Launcher.Pids() }
 

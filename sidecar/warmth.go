@@ -27,8 +27,22 @@ func (a *Agent) cold() (bool, <-chan struct{}) {
 }
 
 // InPlacer is a workload whose trainers train in place, and whose idle
-// node starts its trainer ahead (the launcher with --in-place).
-type InPlacer interface{ InPlace() bool }
+// node starts its trainer ahead (the launcher with --in-place). Began
+// says, by local rank, how the running generation's processes began it
+// (membership.Node.Began).
+type InPlacer interface {
+	InPlace() bool
+	Began() []string
+}
+
+// began is how the running generation's processes began it; nil unless
+// they train in place.
+func (a *Agent) began() []string {
+	if w, ok := a.cfg.Workload.(InPlacer); ok && w.InPlace() {
+		return w.Began()
+	}
+	return nil
+}
 
 // starting is whether a node in state, whose next start is cold or not,
 // holds no rank while its trainer is started ahead (membership.Node.Starting).

@@ -181,6 +181,14 @@ func (w watchedWorkload) InPlace() bool {
 	return ok && c.InPlace()
 }
 
+// Began implements sidecar.InPlacer.
+func (w watchedWorkload) Began() []string {
+	if c, ok := w.watcher.(sidecar.InPlacer); ok {
+		return c.Began()
+	}
+	return nil
+}
+
 func (w watchedWorkload) StopStacks(ctx context.Context) error {
 	err := w.watcher.StopStacks(ctx)
 	w.store.KickDisk()

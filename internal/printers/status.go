@@ -34,6 +34,14 @@ type Node struct {
 	// Cold, on standby, says that the node's warm interpreters are not
 	// ready: it takes a rank only when no warm node can.
 	Cold bool `json:"cold,omitempty"`
+	// Starting, on standby, says that the node's trainer is being started
+	// ahead (its start-up); InPlace that its trainers train in place, so
+	// that a warm one on standby is a started spare.
+	Starting bool `json:"starting,omitempty"`
+	InPlace  bool `json:"inPlace,omitempty"`
+	// Began says, while it runs in place, how each of its processes began
+	// the generation: in place, a started spare, or cold and why.
+	Began []string `json:"began,omitempty"`
 }
 
 // Slowest is the job's slowest rank, of those whose nodes report their
@@ -139,16 +147,16 @@ func LoadNodes(ctx context.Context, client *jobclient.Client, job string) ([]Nod
 	}
 	out := make([]Node, 0, len(nodes))
 	for _, n := range nodes {
-		v := Node{Node: n.ID, Role: n.Role, Host: n.Host, State: n.State, Generation: n.Generation, ExitCode: n.ExitCode}
+		v := Node{Node: n.ID, Role: n.Role, Host: n.Host, State: n.State, Generation: n.Generation, ExitCode: n.ExitCode, InPlace: n.InPlace}
 		if r, ok := ranks[n.ID]; ok {
 			v.Rank = &r
 		} else {
 			// A member's is written only with its acks: while it
 			// runs, it says nothing.
-			v.Cold = n.Cold
+			v.Cold, v.Starting = n.Cold, n.Starting
 		}
 		if n.State == membership.NodeRunning {
-			v.PIDs, v.Progress, v.Hang = n.PIDs, n.Progress, n.Hang
+			v.PIDs, v.Progress, v.Hang, v.Began = n.PIDs, n.Progress, n.Hang, n.Began
 		}
 		out = append(out, v)
 	}
@@ -268,12 +276,17 @@ func (s Slowest) Line() string {
 }
 
 // SparesLine says the job's spares as `status` and the job's page say
-// them: "1 of 1 registered and warm, holding no rank".
+// them: "1 of 1 registered and warm, holding no rank", or, where trainers
+// train in place, "1 of 1 started (its trainer's start-up done, waiting
+// in elastic.run), holding no rank; 1 more starting".
 func (v Status) SparesLine() string {
-	ready, cold := 0, 0
+	ready, cold, starting, inPlace := 0, 0, 0, false
 	for _, n := range v.Nodes {
+		inPlace = inPlace || n.InPlace
 		switch {
 		case n.Rank != nil || n.Role != membership.RoleWorker || n.State == membership.NodeLeaving:
+		case n.Starting:
+			starting++
 		case n.Cold:
 			cold++
 		default:
@@ -281,6 +294,12 @@ func (v Status) SparesLine() string {
 		}
 	}
 	line := fmt.Sprintf("%d of %d registered and warm, holding no rank", ready, v.Spares)
+	if inPlace {
+		line = fmt.Sprintf("%d of %d started (the trainer's start-up done, waiting in elastic.run), holding no rank", ready, v.Spares)
+	}
+	if starting > 0 {
+		line += fmt.Sprintf("; %d more registered, its trainer still starting", starting)
+	}
 	if cold > 0 {
 		line += fmt.Sprintf("; %d more registered, cold", cold)
 	}
@@ -309,8 +328,13 @@ func (v Status) RankCell(n Node) string {
 	if v.Spares > 0 && n.Role == membership.RoleWorker {
 		rank = "spare"
 	}
-	if n.Cold {
+	switch {
+	case n.Starting:
+		rank += " (starting)"
+	case n.Cold:
 		rank += " (cold)"
+	case n.InPlace:
+		rank += " (started)"
 	}
 	return rank
 }
@@ -380,14 +404,24 @@ func WriteStatusTable(w io.Writer, v Status) {
 		return
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(tw, "NODE\tROLE\tRANK\tHOST\tSTATE\tGENERATION\tEXIT CODE\tPIDS")
+	began := slices.ContainsFunc(v.Nodes, func(n Node) bool { return len(n.Began) > 0 })
+	header := "NODE\tROLE\tRANK\tHOST\tSTATE\tGENERATION\tEXIT CODE\tPIDS"
+	if began {
+		header += "\tBEGAN"
+	}
+	fmt.Fprintln(tw, header)
 	for _, n := range v.Nodes {
 		rank := v.RankCell(n)
 		pids := make([]string, len(n.PIDs))
 		for i, pid := range n.PIDs {
 			pids[i] = strconv.Itoa(pid)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", n.Node, n.Role, rank, n.Host, n.State, n.Generation, n.ExitCode, OrDash(strings.Join(pids, ",")))
+		row := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s", n.Node, n.Role, rank, n.Host, n.State, n.Generation, n.ExitCode, OrDash(strings.Join(pids, ",")))
+		if began {
+			// A column per node: what its processes' starts cost it.
+			row += "\t" + OrDash(strings.Join(n.Began, "; "))
+		}
+		fmt.Fprintln(tw, row)
 	}
 	tw.Flush()
 }
