@@ -227,10 +227,7 @@ class _Group:
         if gen.world_size == 1 and "MASTER_ADDR" not in os.environ:
             self.store = dist.HashStore()  # a script on its own: a world of one
         else:
-            addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
-            if gen.rank != 0:
-                _await_master(addr, self.port)
-            self.store = _store(dist, addr, self.port, gen.world_size, gen.rank == 0, self.kw)
+            self.store = self._generation_store(os.environ.get("MASTER_ADDR", "127.0.0.1"))
         if self.cut_done:
             raise GenerationOver("generation %d is over" % gen.generation)
         prefix = dist.PrefixStore("elastic/%d/" % gen.generation, self.store)
@@ -239,6 +236,41 @@ class _Group:
             self.fds = _sockets() - self.before
             if self.cut_done:
                 self._shutdown(self.fds)
+
+    def _generation_store(self, addr):
+        """This generation's store: rank 0 serves it, the others reach it.
+
+        Rank 0 does not wait in the store for the others (c10d's
+        wait_for_workers, which nothing can interrupt); a peer lost before
+        it arrives ends the generation, and the cut ends the wait. The
+        others wait, as long as the generation lasts, until rank 0's port
+        accepts, and make sure the server there is this generation's: the
+        port is the node's, so the last generation's rank 0 on the same
+        node may still be serving it for a moment (its server says its
+        generation under _GENERATION_KEY).
+        """
+        dist, gen = self.dist, self.gen
+        while True:
+            if self.cut_done:
+                raise GenerationOver("generation %d is over" % gen.generation)
+            if gen.rank == 0:
+                store = _store(dist, addr, self.port, gen.world_size, True, self.kw)
+                store.set(_GENERATION_KEY, str(gen.generation))
+                return store
+            if not _await_master(addr, self.port, lambda: self.cut_done):
+                continue
+            try:
+                store = dist.TCPStore(addr, self.port, gen.world_size, False, **self.kw)
+                served = int(store.get(_GENERATION_KEY))
+            except (RuntimeError, ValueError):
+                # Reset by the last generation's server as it closed, or
+                # refused: try again while this generation lasts.
+                time.sleep(0.02)
+                continue
+            if served == gen.generation:
+                return store
+            del store  # the last generation's server, still up
+            time.sleep(0.02)
 
     def cut(self):
         """Cut the group's connections: what waits on them raises now."""
@@ -261,8 +293,35 @@ class _Group:
                 self.dist.destroy_process_group()
         except Exception:
             pass
+        _reset_group_names(self.dist)
         self.store = None
         gc.collect()
+
+
+def _reset_group_names(dist):
+    """Number the next generation's groups from 0 again, as a new process does.
+
+    c10d names a process group by a counter, and keys its rendezvous and
+    its barrier in the store by that name; destroy_process_group() resets
+    the counter only if the default group was formed. A formation cut
+    half-way leaves it counted: the next generation's rendezvous would
+    then wait, under another name, for peers that never come.
+    """
+    c10d = getattr(dist, "distributed_c10d", None)
+    if c10d is None:
+        return
+    if hasattr(c10d, "_group_count"):  # torch 1.x
+        c10d._group_count = 0
+    world = getattr(c10d, "_world", None)  # torch 2.x
+    if world is not None and hasattr(world, "group_count"):
+        try:
+            world.group_count = 0
+        except Exception:
+            pass
+
+
+# The key under which a generation's store says whose it is.
+_GENERATION_KEY = "elastic/generation"
 
 
 def _store(dist, addr, port, world_size, is_master, kw):
@@ -270,27 +329,30 @@ def _store(dist, addr, port, world_size, is_master, kw):
     deadline = time.monotonic() + 10
     while True:
         try:
-            return dist.TCPStore(addr, port, world_size, is_master, **kw)
+            if is_master:
+                return dist.TCPStore(addr, port, world_size, True, wait_for_workers=False, **kw)
+            return dist.TCPStore(addr, port, world_size, False, **kw)
         except RuntimeError as e:
             if not is_master or time.monotonic() > deadline or "ddress already in use" not in str(e):
                 raise
             time.sleep(0.05)
 
 
-def _await_master(addr, port):
-    """Wait, looking every 5 ms for at most a second, until rank 0's store accepts.
+def _await_master(addr, port, cut=lambda: False):
+    """Wait, looking every 5 ms, until rank 0's store accepts; False once cut.
 
     c10d's client sleeps a whole second after its first connection is
-    refused, and rank 0 forms its store at the same moment as the others
-    ask for it: that second would be most of a re-formation.
+    refused, and goes on trying for its whole timeout, which no cut ends:
+    rank 0 forms its store at the same moment as the others ask for it,
+    and a rank 0 lost before it does ends the generation.
     """
-    deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline:
+    while not cut():
         try:
             socket.create_connection((addr, port), timeout=0.1).close()
-            return
+            return True
         except OSError:
             time.sleep(0.005)
+    return False
 
 
 def _sockets():
