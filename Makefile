@@ -5,7 +5,7 @@ BENCHTIME ?= 20x
 FUZZTIME  ?= 30s
 BIN       := bin
 
-.PHONY: all build test tools lint bench bench-go bench-scale bench-footprint bench-restart bench-recovery bench-hang bench-goodput bench-kube bench-fence bench-edl-sim bench-edl chaos chaos-warm fuzz clean kube-tools image push
+.PHONY: all build test tools lint bench bench-go bench-scale bench-footprint bench-restart bench-recovery bench-hang bench-goodput bench-kube bench-fence bench-edl-sim bench-edl chaos chaos-warm chaos-inplace fuzz clean kube-tools image push
 
 all: lint build test
 
@@ -224,6 +224,13 @@ chaos: build
 chaos-warm: build
 	@mkdir -p bench/results
 	$(GO) run ./integration/chaos -coordinator $(BIN)/coordinator -warm -seeds $(CHAOS_SEEDS) -seconds $(CHAOS_SECONDS) -out bench/results/chaos-warm.txt
+
+# The same with trainers that train in place (elastic.run, run --in-place):
+# survivors keep their processes across generations, each node keeps a
+# started spare, and no survivor may be seen in two generations.
+chaos-inplace: build
+	@mkdir -p bench/results
+	$(GO) run ./integration/chaos -coordinator $(BIN)/coordinator -in-place -spares $(CHAOS_SPARES) -seeds $(CHAOS_SEEDS) -seconds $(CHAOS_SECONDS) -out bench/results/chaos-inplace.txt
 
 # The container image, built without a Docker engine or a base image: the
 # static binary on an empty root, user 65532 (internal/ociimage). The

@@ -277,6 +277,23 @@ func checkHangs(lines []line, injections []injection, events []membership.Event,
 			f.tolerated = append(f.tolerated, fmt.Sprintf("hang after a whole node frozen past the hang timeout, its lease kept: generation %d at %s: %s",
 				h.gen, h.at.Format("15:04:05.000"), h.message))
 			continue
+		case cfg.InPlace && slices.ContainsFunc(struck, func(s struckHang) bool {
+			return s.gen == h.gen && !h.at.Before(s.in.At) && !h.at.After(reachOf(s.in, cfg))
+		}):
+			// The in-place worker steps in a collective: a rank hung stops
+			// its peers in their next all_reduce at the same step, and the
+			// one the watch names first may be a peer. Its generation is
+			// over all the same: the named rank is killed, the hung one,
+			// which cannot leave, is killed when its stop times out.
+			f.tolerated = append(f.tolerated, fmt.Sprintf("hang named a peer that waited in a collective on the hung rank: generation %d at %s: %s",
+				h.gen, h.at.Format("15:04:05.000"), h.message))
+			continue
+		case cfg.InPlace && !h.stopped && slices.ContainsFunc(injections, func(in injection) bool {
+			return (in.Kind == freezeNode || in.Kind == freezeSupers) && !h.at.Before(in.At) && !h.at.After(reachOf(in, cfg))
+		}):
+			f.tolerated = append(f.tolerated, fmt.Sprintf("hang of a rank waiting in a collective on a frozen node's, its lease kept: generation %d at %s: %s",
+				h.gen, h.at.Format("15:04:05.000"), h.message))
+			continue
 		case cfg.Warm && h.rank == 0 && !h.stopped && frozen(freezeSidecar):
 			f.tolerated = append(f.tolerated, fmt.Sprintf("hang of rank 0 waiting in elastic.flush() on its frozen sidecar, its lease kept: generation %d at %s: %s",
 				h.gen, h.at.Format("15:04:05.000"), h.message))

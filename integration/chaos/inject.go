@@ -280,6 +280,14 @@ func (r *run) trainerPid(n *node) int {
 	if root == 0 {
 		return 0
 	}
+	if r.cfg.InPlace {
+		// A node runs its rank's process and, while it holds none, a
+		// started spare with the same command line: the rank's is the one
+		// that logged its start last.
+		if pid := r.loggedTrainer(n.id); pid != 0 && guard.IsDescendant(pid, root) {
+			return pid
+		}
+	}
 	for _, pid := range guard.Descendants(root) {
 		if parent, _ := guard.ParentOf(pid); isWorker(pid) && !isWorker(parent) {
 			return pid

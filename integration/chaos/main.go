@@ -31,9 +31,17 @@ func main() {
 	flag.DurationVar(&cfg.StopTimeout, "stop-timeout", cfg.StopTimeout, "the coordinators' stop timeout")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep every run's directory, not only a failing one's")
 	flag.BoolVar(&cfg.Warm, "warm", false, "the warm path: python3 worker.py under --preload, saving every step to the sidecars' memory (-worker defaults to integration/chaos/worker.py)")
+	flag.BoolVar(&cfg.InPlace, "in-place", false, "training in place: python3 worker_inplace.py (elastic.run, a collective every step) under --in-place, survivors keeping their processes and each node a started spare, saving every step to the sidecars' memory")
+	flag.StringVar(&cfg.Python, "python", "/usr/bin/python3", "the in-place worker's interpreter: one that imports torch")
 	flag.Parse()
-	if cfg.Warm {
+	if cfg.InPlace {
+		cfg.Warm = true
 		if !isFlagSet("worker") {
+			cfg.Worker = "integration/chaos/worker_inplace.py"
+		}
+	}
+	if cfg.Warm {
+		if !isFlagSet("worker") && !cfg.InPlace {
 			cfg.Worker = "integration/chaos/worker.py"
 		}
 		// Saved every step: a fault may cost the step in flight and the

@@ -13,7 +13,10 @@ func summarise(w io.Writer, cfg config, results []*result) {
 	fmt.Fprintf(w, "Chaos: %d seeds × %s of faults; real processes: 3 etcd members, %d coordinator replicas, %d sidecars (np %d at the start, %d spares),\n",
 		len(results), cfg.Duration, cfg.Replicas, cfg.Nodes, cfg.NP, cfg.Spares)
 	ckpt := fmt.Sprintf("checkpoint every %d steps", cfg.CkptEvery)
-	if cfg.Warm {
+	switch {
+	case cfg.InPlace:
+		ckpt = fmt.Sprintf("training in place (--in-place, elastic.run, an all_reduce every step), a checkpoint in memory every step, %d steps lost allowed per fault", cfg.CkptEvery)
+	case cfg.Warm:
 		ckpt = fmt.Sprintf("warm path (--preload), a checkpoint in memory every step, %d steps lost allowed per fault", cfg.CkptEvery)
 	}
 	beats := fmt.Sprintf("progress reported every %d steps", cfg.BeatEvery)

@@ -38,6 +38,12 @@ type config struct {
 	// in memory: under --preload, saving every step through package
 	// memckpt instead of committing a file every CkptEvery steps.
 	Warm bool
+	// InPlace runs worker_inplace.py, which trains in place (elastic.run)
+	// under run --in-place: survivors keep their process across
+	// generations, each node keeps a started spare while it holds no
+	// rank. Memory checkpoints as on the warm path (Warm is set too).
+	InPlace bool
+	Python  string // the interpreter of the in-place worker, one with torch
 	// Spares is the spec's spares: the job keeps that many of the nodes
 	// beyond np as spares (the nodes beyond np stand by either way).
 	Spares   int
@@ -399,6 +405,9 @@ func (r *run) writeEvents(events []membership.Event) {
 // module preloaded, so that every generation after the first starts in a
 // warm interpreter; memory checkpoints are on by default.
 func warmArgs(cfg config) []string {
+	if cfg.InPlace {
+		return []string{"--in-place"}
+	}
 	if !cfg.Warm {
 		return nil
 	}
@@ -407,6 +416,9 @@ func warmArgs(cfg config) []string {
 
 // command is the training command: worker.sh, or python3 worker.py.
 func (cfg config) command() []string {
+	if cfg.InPlace {
+		return []string{cfg.Python, cfg.Worker}
+	}
 	if cfg.Warm {
 		return []string{"python3", cfg.Worker}
 	}
