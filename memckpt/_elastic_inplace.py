@@ -82,6 +82,10 @@ class Generation:
         self.spare = False  # this process was a started spare until now
         self.step = 0
         self._held = None  # the step the state is at once interrupted; None: unknown
+        # The last generation this process trained in: a process parked
+        # since before the last generation may hold a state that
+        # generation trained past (a scale down left it out).
+        self._trained_in = None
         self._link = None
         self._at_yield = None  # the optimizer steps counted when the current step began
 
@@ -392,12 +396,18 @@ def _agree(gen, state, load):
     import torch.distributed as dist
 
     held = gen._state_step() if gen.in_place else None
-    if held is None and state:
+    # A survivor of the last generation holds the freshest state there is;
+    # any other process may hold none, or one that a generation it was
+    # not in trained past: the memory copy of the job's saves may be
+    # fresher.
+    current = gen.in_place and gen._trained_in is not None and gen._trained_in >= gen.generation - 1
+    if not current and state:
         saved = load()
         if isinstance(saved, dict) and isinstance(saved.get("step"), int) and all(k in saved for k in state):
-            for k, obj in state.items():
-                obj.load_state_dict(saved[k])
-            held = saved["step"] + 1
+            if held is None or saved["step"] + 1 > held:
+                for k, obj in state.items():
+                    obj.load_state_dict(saved[k])
+                held = saved["step"] + 1
     steps = [torch.zeros(1, dtype=torch.int64) for _ in range(gen.world_size)]
     dist.all_gather(steps, torch.tensor([-1 if held is None else held], dtype=torch.int64))
     steps = [int(t.item()) for t in steps]
@@ -450,6 +460,7 @@ def run(train, state=None, backend="gloo", timeout=None):
             group.form()
             _agree(gen, state, elastic.load)
             gen._mark(gen.step)
+            gen._trained_in = gen.generation
             result = train(gen)
             if link is None or not link.leaving.is_set():
                 return result
@@ -463,9 +474,10 @@ def run(train, state=None, backend="gloo", timeout=None):
         if group is not None:
             group.destroy()
         _settle_saves(elastic)
-        held = gen._state_step()
+        held, trained_in = gen._state_step(), gen._trained_in
         link.left()
         gen = _next_generation(link, in_place=True, held=held)
+        gen._trained_in = trained_in
 
 
 def _next_generation(link, in_place, held):

@@ -289,9 +289,12 @@ func checkHangs(lines []line, injections []injection, events []membership.Event,
 				h.gen, h.at.Format("15:04:05.000"), h.message))
 			continue
 		case cfg.InPlace && !h.stopped && slices.ContainsFunc(injections, func(in injection) bool {
-			return (in.Kind == freezeNode || in.Kind == freezeSupers) && !h.at.Before(in.At) && !h.at.After(reachOf(in, cfg))
+			return fmt.Sprintf("n%d", in.Node) != h.node && !h.at.Before(in.At) && !h.at.After(reachOf(in, cfg))
 		}):
-			f.tolerated = append(f.tolerated, fmt.Sprintf("hang of a rank waiting in a collective on a frozen node's, its lease kept: generation %d at %s: %s",
+			// A peer's node killed, frozen or cut off keeps its lease for
+			// the TTL, longer than the hang timeout: the survivors wait
+			// for it in their collective, with no progress, meanwhile.
+			f.tolerated = append(f.tolerated, fmt.Sprintf("hang of a rank waiting in a collective on a peer another fault struck: generation %d at %s: %s",
 				h.gen, h.at.Format("15:04:05.000"), h.message))
 			continue
 		case cfg.Warm && h.rank == 0 && !h.stopped && frozen(freezeSidecar):
