@@ -162,9 +162,24 @@ func TestAKilledRanksReplacementIsAStartedSpare(t *testing.T) {
 	assert.True(t, second[0].inPlace)
 	assert.Equal(t, spare, second[1].pid, "rank 1 is the started spare, whose start-up was done before the kill")
 	assert.Equal(t, second[0].digest, second[1].digest, "the spare got the survivor's state")
+	// The user reads how each rank began the generation, in the events
+	// and in status.
+	var events string
+	require.Eventually(t, func() bool {
+		_, events, _ = cli(t, nil, "events", "--etcd-endpoints", r.endpoint, "--job", "started")
+		return strings.Contains(events, "GenerationRunning")
+	}, 30*time.Second, 100*time.Millisecond)
+	assert.Regexp(t, `(?m)^.*\b2\b.*GenerationRunning.*in place: rank 0; started spare: rank 1`, events)
+	assert.Regexp(t, `(?m)^.*\b1\b.*GenerationRunning.*started spare(, still starting)?: ranks 0, 1`, events, "the first generation's ranks were started spares too")
 	require.Eventually(t, func() bool {
 		return len(spareStarted.FindAllStringSubmatch(r.out.String(), -1)) >= 2
 	}, 60*time.Second, 20*time.Millisecond, "the node whose trainer died started no new spare:\n%s", r.out)
+	code, stdout, stderr := cli(t, nil, "status", "--etcd-endpoints", r.endpoint, "--job", "started")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "BEGAN")
+	assert.Regexp(t, `(?m)\bin place\b`, stdout)
+	assert.Contains(t, stdout, "Spares: 1 of 1 started", "the new spare's start-up is done:\n%s", stdout)
+	assert.Regexp(t, `spare \(started\)`, stdout)
 	require.Equal(t, 0, r.wait(), "the job succeeded:\n%s", r.out)
 }
 
