@@ -44,8 +44,7 @@ if fd is not None:
     how = "fd=" + fd
 else:
     # A warm interpreter's bootstrap attached it (guard/warm.py).
-    import _elastic_progress
-    mm, how = _elastic_progress._mapping, "attached"
+    mm, how = sys.modules["elastic.progress"]._mapping, "attached"
 struct.pack_into("<Q", mm, 64, os.getpid())
 dump = signal.SIGRTMIN + 6
 faulthandler.register(dump, all_threads=True, file=sys.stderr, chain=False)

@@ -15,12 +15,12 @@ import (
 // In-place trainers. A trainer that keeps its process across generations
 // (the elastic module's in-place loop) registers on the guard's socket with
 // OpInPlace, from the process the guard started itself, and keeps the
-// connection. A stop then asks it to leave (trainerLeave) instead of
+// connection. A stop then asks it to leave (TrainerLeave) instead of
 // sending SIGTERM: it tears its process group down and says so (left). It
 // is then parked: no longer the run's (no exit, no watchdog, out of the
 // run's cgroup leaf, which the run's kill takes whole), holding no rank,
 // and no child a clear waits for, like an idle warm interpreter. The
-// node's next start hands it the generation's environment (trainerRun)
+// node's next start hands it the generation's environment (TrainerRun)
 // instead of starting its slot's process again.
 //
 // The fence is the guard's as for any process: a parked trainer only
@@ -40,16 +40,17 @@ const OpInPlace = "inplace"
 // rank; elastic.run registers it for generation 0 and waits.
 const EnvSpare = "ELASTIC_SPARE"
 
-// The messages on an in-place trainer's connection.
+// The messages on an in-place trainer's connection, as the trainer's side
+// (python/elastic/inplace.py) spells them too.
 const (
-	// trainerLeave (guard → trainer): the generation stops; leave its
-	// process group and say trainerLeft.
-	trainerLeave = "leave"
-	// trainerLeft (trainer → guard): it holds no rank any more.
-	trainerLeft = "left"
-	// trainerRun (guard → trainer): train in generation Generation, with
+	// TrainerLeave (guard → trainer): the generation stops; leave its
+	// process group and say TrainerLeft.
+	TrainerLeave = "leave"
+	// TrainerLeft (trainer → guard): it holds no rank any more.
+	TrainerLeft = "left"
+	// TrainerRun (guard → trainer): train in generation Generation, with
 	// the environment Env (the whole of it, as a cold start would get).
-	trainerRun = "run"
+	TrainerRun = "run"
 )
 
 // trainerMessage is one line on an in-place trainer's connection.
@@ -248,7 +249,7 @@ func (s *server) heard(m trainerSaid) {
 		if parked {
 			s.killParked(p) // nothing can hand it a generation now
 		}
-	case m.op == trainerLeft && !parked && p.inplace.leaving:
+	case m.op == TrainerLeft && !parked && p.inplace.leaving:
 		s.park(s.cur, p)
 	}
 }
@@ -277,7 +278,7 @@ func (s *server) askToLeave(p *proc) bool {
 	if p.inplace.leaving {
 		return true
 	}
-	if !s.tellTrainer(p, trainerMessage{Op: trainerLeave}) {
+	if !s.tellTrainer(p, trainerMessage{Op: TrainerLeave}) {
 		return false
 	}
 	p.inplace.leaving = true
@@ -367,7 +368,7 @@ func (s *server) useParked(slot int, p Proc, env []string, gen int64) *proc {
 		pr.out.set(stdout, p.Prefix, log)
 		pr.errw.set(stderr, p.Prefix, log)
 	}
-	msg := trainerMessage{Op: trainerRun, Generation: gen, Env: env}
+	msg := trainerMessage{Op: TrainerRun, Generation: gen, Env: env}
 	switch {
 	case pr.inplace == nil:
 		// A started spare still in its start-up: it is the rank, and hears

@@ -119,16 +119,29 @@ def _warm():
 
 def _attach_progress():
     # The generation's progress page (descriptor 5, named by
-    # ELASTIC_PROGRESS_FD), mapped by the module beside elastic.py, on the
-    # generation's sys.path, as sitecustomize maps it in a cold start.
+    # ELASTIC_PROGRESS_FD), mapped by the package elastic's progress
+    # module, on the generation's sys.path, as sitecustomize maps it in a
+    # cold start, and loaded as sitecustomize loads it: on its own, not
+    # through the package's __init__ (which imports torch). The
+    # sitecustomize this interpreter ran may be another (the system's),
+    # from before the generation's sys.path.
     import os
 
     try:
-        import _elastic_progress
+        import importlib.util
 
-        _elastic_progress.attach()
+        mod = sys.modules.get("elastic.progress")
+        if mod is None:
+            where = importlib.util.find_spec("elastic").submodule_search_locations[0]
+            spec = importlib.util.spec_from_file_location("elastic.progress", os.path.join(where, "progress.py"))
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules["elastic.progress"] = mod
+            spec.loader.exec_module(mod)
+        mod.attach()
     except Exception:
-        pass
+        half = sys.modules.get("elastic.progress")
+        if half is not None and not hasattr(half, "attach"):
+            del sys.modules["elastic.progress"]  # its code failed: not a module
     # Not for the command's children, whatever happened.
     os.environ.pop("ELASTIC_PROGRESS_FD", None)
 

@@ -123,7 +123,7 @@ func TestTheDataOfAKilledRunIsRemovedByTheNext(t *testing.T) {
 	assert.NotContains(t, beside.out.String(), "removed")
 	assert.DirExists(t, own[0], "a live run's data is kept")
 	for _, dir := range ownModules {
-		assert.FileExists(t, filepath.Join(dir, "elastic.py"), "and its sidecars' modules")
+		assert.FileExists(t, filepath.Join(dir, "elastic", "__init__.py"), "and its sidecars' modules")
 	}
 	assert.Len(t, runDataDirs(t, tmp), 2)
 	for _, r := range []*localRun{next, beside} {

@@ -2,7 +2,7 @@
 // so that a restarted trainer loads the newest state in milliseconds
 // instead of reading a file written a checkpoint interval ago.
 //
-// A trainer calls save in the Python module elastic.py (written beside the
+// A trainer calls save in the Python package elastic (python/elastic, written beside the
 // sidecar and put on the trainer's PYTHONPATH): the state's tensors are
 // copied into a buffer and sent, in the background, to the node's sidecar
 // over an abstract unix socket (ELASTIC_CHECKPOINT_SOCKET). The sidecar

@@ -82,7 +82,7 @@ def timed(step, p=path):
     t = time.monotonic()
     elastic.save({"step": step}, p)
     elastic.flush()
-    m, _ = elastic._read_file_meta(path)
+    m, _ = elastic.checkpoint._read_file_meta(path)
     return time.monotonic() - t, m["seq"] if m else None
 
 took, seq = timed(0)

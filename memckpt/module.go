@@ -1,68 +1,34 @@
 package memckpt
 
 import (
-	_ "embed"
 	"os"
 	"path/filepath"
+
+	pysrc "github.com/elastictraining/coordinator/python"
 )
 
-// module is elastic.py, the trainers' side of the store.
-//
-//go:embed elastic.py
-var module []byte
+// moduleFiles are the files WriteModule writes: the package elastic, then
+// the sitecustomize.py that loads its progress module.
+func moduleFiles() []string { return append(append([]string{}, pysrc.Package...), pysrc.SiteCustomize) }
 
-// progress is _elastic_progress.py, the trainers' side of the progress
-// page the guard watches for hangs.
-//
-//go:embed _elastic_progress.py
-var progress []byte
-
-// inplace is _elastic_inplace.py, the trainers' side of training in
-// place: elastic.run keeps the process across generations.
-//
-//go:embed _elastic_inplace.py
-var inplace []byte
-
-// siteCustomize is sitecustomize.py: it maps a process's progress page
-// before its script runs, then runs the sitecustomize it shadows.
-//
-//go:embed sitecustomize.py
-var siteCustomize []byte
-
-// Module is the source of elastic.py.
-func Module() []byte { return module }
-
-// moduleFiles are the files WriteModule writes, the progress module
-// before the sitecustomize that imports it.
-var moduleFiles = []moduleFile{
-	{"_elastic_progress.py", progress},
-	{"_elastic_inplace.py", inplace},
-	{"elastic.py", module},
-	{"sitecustomize.py", siteCustomize},
-}
-
-// WriteModule writes elastic.py, the progress module it uses and the
+// WriteModule writes the package elastic (the trainers' side of the
+// store, of the progress page and of training in place) and the
 // sitecustomize.py that maps a process's progress page into dir, each
-// atomically, so that a trainer starting meanwhile reads whole files.
-func WriteModule(dir string) error { return writeFiles(dir, moduleFiles) }
+// file atomically, so that a trainer starting meanwhile reads whole files.
+func WriteModule(dir string) error { return writeFiles(dir, moduleFiles()) }
 
-// WriteUserModule writes elastic.py and the modules it uses into
-// dir, for a script run outside a sidecar: not the sitecustomize.py,
-// which acts only under a sidecar and has no place in a user's directory.
-func WriteUserModule(dir string) error { return writeFiles(dir, moduleFiles[:3]) }
+// WriteUserModule writes the package elastic into dir, for a script run
+// outside a sidecar: not the sitecustomize.py, which acts only under a
+// sidecar and has no place in a user's directory.
+func WriteUserModule(dir string) error { return writeFiles(dir, pysrc.Package) }
 
-// moduleFile is one file of the trainers' modules.
-type moduleFile struct {
-	name string
-	src  []byte
-}
-
-func writeFiles(dir string, files []moduleFile) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	for _, f := range files {
-		if err := writeAtomic(dir, f.name, f.src); err != nil {
+func writeFiles(dir string, files []string) error {
+	for _, name := range files {
+		sub := filepath.Join(dir, filepath.Dir(name))
+		if err := os.MkdirAll(sub, 0o755); err != nil {
+			return err
+		}
+		if err := writeAtomic(sub, filepath.Base(name), pysrc.Source(name)); err != nil {
 			return err
 		}
 	}

@@ -143,10 +143,11 @@ func removeIfLeft(dir string, modified time.Time) bool {
 
 // unowned reports whether dir, which has no owner file, holds none of the
 // modules either: its sidecar was killed before it locked it. One with
-// the modules is an older build's.
+// the modules is an older build's (which wrote elastic.py and the modules
+// beside it, not the package).
 func unowned(dir string) bool {
-	for _, f := range moduleFiles {
-		if _, err := os.Lstat(filepath.Join(dir, f.name)); !errors.Is(err, os.ErrNotExist) {
+	for _, name := range append(moduleFiles(), "elastic", "elastic.py", "_elastic_progress.py", "_elastic_inplace.py") {
+		if _, err := os.Lstat(filepath.Join(dir, name)); !errors.Is(err, os.ErrNotExist) {
 			return false
 		}
 	}

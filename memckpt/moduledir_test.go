@@ -77,7 +77,7 @@ func (o *owner) kill(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Kill(o.child, syscall.SIGKILL) })
 	require.NoError(t, o.cmd.Process.Kill())
 	_ = o.cmd.Wait()
-	require.FileExists(t, filepath.Join(o.dir, "elastic.py"), "a sidecar killed with SIGKILL leaves its modules")
+	require.FileExists(t, filepath.Join(o.dir, "elastic", "__init__.py"), "a sidecar killed with SIGKILL leaves its modules")
 	require.True(t, proctest.Alive(o.child), "its child outlives it")
 }
 
@@ -104,7 +104,7 @@ func TestSweepRemovesTheModuleDirsOfKilledSidecarsOnly(t *testing.T) {
 	assert.Equal(t, 2, SweepModuleDirs(tmp))
 	assert.NoDirExists(t, killed.dir, "the killed owner's directory is swept, though its child lives")
 	assert.NoDirExists(t, crashed, "a directory never owned, an hour old, is swept")
-	assert.FileExists(t, filepath.Join(live.dir, "elastic.py"), "a live owner's directory is kept")
+	assert.FileExists(t, filepath.Join(live.dir, "elastic", "__init__.py"), "a live owner's directory is kept")
 	assert.FileExists(t, filepath.Join(live.dir, ownerFile))
 	assert.DirExists(t, older, "an older build's directory is kept")
 	assert.DirExists(t, starting, "a directory just made is kept")
@@ -134,7 +134,7 @@ func TestAStoreSweepsTheModuleDirsOfKilledSidecarsAsItStarts(t *testing.T) {
 	assert.Regexp(t, `removed the module directories of sidecars that were killed: .*count=1 `, logs.String())
 	own := s.ModuleDir()
 	assert.True(t, strings.HasPrefix(own, filepath.Join(tmp, ModuleDirPrefix)), own)
-	assert.FileExists(t, filepath.Join(own, "elastic.py"))
+	assert.FileExists(t, filepath.Join(own, "elastic", "__init__.py"))
 	assert.Equal(t, 0, SweepModuleDirs(tmp), "the store's own directory is owned")
 	s.Close()
 	assert.NoDirExists(t, own, "a store that closes removes its directory")

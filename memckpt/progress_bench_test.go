@@ -17,7 +17,7 @@ import (
 // 20 ms steps run in blocks with the hooks and without them, interleaved.
 // It prints "name value" lines.
 const progressCostScript = `import statistics, time, timeit, types, torch
-import _elastic_progress as progress
+import elastic.progress as progress
 assert progress.attached()
 torch.set_num_threads(1)
 Opt = torch.optim.Optimizer

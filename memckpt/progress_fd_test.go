@@ -14,7 +14,8 @@ import (
 
 // fdScript says whether the process took a page, and whether descriptor 3
 // is still open.
-const fdScript = `import os, _elastic_progress
+const fdScript = `import os, sitecustomize
+_elastic_progress = sitecustomize.progress_module()
 print("variable:", os.environ.get("ELASTIC_PROGRESS_FD"))
 print("attached:", _elastic_progress.attached())
 try:

@@ -74,8 +74,8 @@ func TestProgressAHaltedPageParksTheNextEvent(t *testing.T) {
 			}
 			park := slices.IndexFunc(stack, func(l string) bool { return strings.HasSuffix(l, " in _park") })
 			require.Less(t, park+1, len(stack))
-			assert.Contains(t, stack[park], "_elastic_progress.py")
-			assert.Contains(t, stack[park+1], "_elastic_progress.py")
+			assert.Contains(t, stack[park], "elastic/progress.py")
+			assert.Contains(t, stack[park+1], "elastic/progress.py")
 			assert.True(t, strings.HasSuffix(stack[park+1], " in "+tc.in), "parked from %s:\n%s", tc.in, strings.Join(stack, "\n"))
 			assert.Equal(t, steps, word(t, page, offSteps), "no event was counted")
 			assert.NotContains(t, p.output(), "did 2")

@@ -137,7 +137,7 @@ for fd in os.listdir("/proc/self/fd"):
         pass
 print("page descriptors", pages, flush=True)
 assert all(fd != 3 and not inheritable for fd, inheritable in pages), pages
-child = subprocess.run([sys.executable, "-c", "import os, _elastic_progress; print(os.environ.get('ELASTIC_PROGRESS_FD'), _elastic_progress.attached())"],
+child = subprocess.run([sys.executable, "-c", "import os, sitecustomize; print(os.environ.get('ELASTIC_PROGRESS_FD'), sitecustomize.progress_module().attached())"],
                        stdout=subprocess.PIPE, universal_newlines=True, check=True)
 print("child", child.stdout.strip(), flush=True)
 
@@ -288,7 +288,7 @@ const siteScript = `import os, sys
 import sitecustomize
 print("user sitecustomize:", os.environ.get("USER_SITECUSTOMIZE"))
 print("shadowed:", getattr(sitecustomize.shadowed, "__file__", None))
-print("attached:", "_elastic_progress" in sys.modules and sys.modules["_elastic_progress"].attached())
+print("attached:", "elastic.progress" in sys.modules and sys.modules["elastic.progress"].attached())
 try:
     import torch
     opt = torch.optim.SGD([torch.zeros(2, requires_grad=True)], lr=0.1)

@@ -375,7 +375,7 @@ got = elastic.load(path)
 assert got["self"] is got
 print("ok")
 `)
-	cmd.Env = append(os.Environ(), "PYTHONPATH=.")
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+moduleDir(t))
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.Equal(t, "ok", strings.TrimSpace(string(out)))

@@ -77,7 +77,7 @@ type Checkpoint struct {
 	// Incarnation is the job's life the store stamps its copies with.
 	Incarnation string
 	// PythonPath is the processes' whole PYTHONPATH: the directory of the
-	// module elastic.py, then the path the user had, kept.
+	// package elastic, then the path the user had, kept.
 	PythonPath string
 }
 

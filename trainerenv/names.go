@@ -30,7 +30,7 @@ const (
 )
 
 // Python's own: the module search path, with the directory of the sidecar's
-// module elastic.py first and the user's path after it.
+// package elastic first and the user's path after it.
 const PythonPath = "PYTHONPATH"
 
 // PyTorch: torchrun's.

@@ -28,8 +28,9 @@ const module = "github.com/elastictraining/coordinator/"
 var layers = [][]string{
 	// Words: how messages and errors are put.
 	{"english"},
-	// Leaves: the Kubernetes API types, the process guard.
-	{"api/v1", "guard"},
+	// Leaves: the Kubernetes API types, the process guard, the trainers'
+	// Python package.
+	{"api/v1", "guard", "python"},
 	// The etcd schema.
 	{"membership"},
 	// What lives on the schema, and what needs nothing of etcd; the

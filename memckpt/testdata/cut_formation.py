@@ -1,4 +1,4 @@
-"""One rank of a world of 3 meeting twice on one store port, through _elastic_inplace._Group.
+"""One rank of a world of 3 meeting twice on one store port, through elastic.inplace._Group.
 
 argv: RANK PORT early|late. Generation 1: only the early ranks (0 and 1)
 come; the formation is cut after 1 s, as the guard's leave cuts it when a
@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 
-import _elastic_inplace as ip
+import elastic.inplace as ip
 
 rank, port, who = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="3", RANK=str(rank))

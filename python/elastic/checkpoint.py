@@ -94,8 +94,7 @@ import threading
 import time
 import zlib
 
-__all__ = ["save", "load", "flush", "fenced_replace", "beat", "quiet", "run", "Generation", "GenerationOver",
-           "CheckpointError", "FencedError", "TooLargeError"]
+__all__ = ["save", "load", "flush", "fenced_replace", "beat", "quiet", "CheckpointError", "FencedError", "TooLargeError"]
 
 SOCKET_ENV = "ELASTIC_CHECKPOINT_SOCKET"
 # The life of the job this process saves in: its files carry it.
@@ -113,12 +112,9 @@ try:
     import numpy
 except ImportError:  # pragma: no cover - numpy is optional
     numpy = None
-try:
-    # The progress page, written beside this module; mapped by the
-    # interpreter's start (sitecustomize) or the warm bootstrap.
-    import _elastic_progress as _progress
-except ImportError:  # pragma: no cover - elastic.py copied alone
-    _progress = None
+# The progress page; mapped by the interpreter's start (sitecustomize) or
+# the warm bootstrap, which load elastic.progress before this package.
+from . import progress as _progress
 
 
 class CheckpointError(RuntimeError):
@@ -1016,21 +1012,6 @@ def load(path=None):
         if n is not None:
             _progress.resumed(n)
     return state
-
-
-def run(train, state=None, backend="gloo", timeout=None):
-    """Train in place: call train(gen) once per generation in this same process (see _elastic_inplace)."""
-    if _inplace is None:
-        raise ImportError("elastic.run needs _elastic_inplace.py beside elastic.py: write both with `coordinator python-module DIR`")
-    return _inplace.run(train, state=state, backend=backend, timeout=timeout)
-
-
-try:
-    # Training in place, written beside this module.
-    import _elastic_inplace as _inplace
-    from _elastic_inplace import Generation, GenerationOver
-except ImportError:  # pragma: no cover - elastic.py copied alone
-    _inplace = None
 
 
 def _settle(wait=5.0):

@@ -1,12 +1,13 @@
 """Run by every interpreter with the elastic module's directory on its PYTHONPATH.
 
 A training process the node's guard started has ELASTIC_PROGRESS_FD: it
-maps its progress page before the script runs (_elastic_progress.attach),
+maps its progress page before the script runs (elastic.progress.attach),
 so that its optimizer steps are counted with no change to the script. Then
 the sitecustomize this one shadows (the next on sys.path: the system's, a
 virtual environment's, the user's) runs as it would have.
 
-Cheap (torch is not imported) and it raises nothing of its own.
+Cheap (neither torch nor the rest of the package is imported: the module
+elastic.progress is loaded on its own) and it raises nothing of its own.
 """
 
 
@@ -16,11 +17,32 @@ def _attach():
     if "ELASTIC_PROGRESS_FD" not in os.environ:
         return
     try:
-        import _elastic_progress
-
-        _elastic_progress.attach()
+        progress_module().attach()
     except Exception:
         pass
+
+
+def progress_module():
+    """elastic.progress, loaded without the package's __init__ (which imports torch when it is there).
+
+    The package imports it later as its own (sys.modules).
+    """
+    import importlib.util
+    import sys
+
+    mod = sys.modules.get("elastic.progress")
+    if mod is None:
+        package = importlib.util.find_spec("elastic")  # found, not run
+        spec = importlib.util.spec_from_file_location(
+            "elastic.progress", package.submodule_search_locations[0] + "/progress.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["elastic.progress"] = mod
+        try:
+            spec.loader.exec_module(mod)
+        except BaseException:
+            del sys.modules["elastic.progress"]
+            raise
+    return mod
 
 
 def _shadowed_spec():

@@ -119,7 +119,7 @@ class Generation:
 
 
 def _optimizer_steps():
-    progress = sys.modules.get("_elastic_progress")
+    progress = sys.modules.get("elastic.progress")
     return getattr(progress, "optimizer_steps", 0) if progress is not None else 0
 
 
@@ -433,7 +433,7 @@ def run(train, state=None, backend="gloo", timeout=None):
     process group's. timeout: its collectives' and store's, in seconds
     (torch's default if None).
     """
-    import elastic
+    from . import checkpoint as elastic
 
     env = os.environ
     gen = Generation(env, in_place=False)
@@ -482,7 +482,7 @@ def run(train, state=None, backend="gloo", timeout=None):
 
 def _next_generation(link, in_place, held):
     """Wait, holding no rank, for the guard's next run message, and take its environment."""
-    import elastic
+    from . import checkpoint as elastic
 
     m = link.next_run()
     if m is None:
@@ -521,7 +521,7 @@ def _generation_ended(link, e):
 
 
 def _resumed(step):
-    progress = sys.modules.get("_elastic_progress")
+    progress = sys.modules.get("elastic.progress")
     if progress is not None:
         progress.resumed(step)
 

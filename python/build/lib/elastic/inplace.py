@@ -1,0 +1,543 @@
+"""Training in place: a trainer that keeps its process across generations.
+
+    import elastic
+
+    model = Net()                                   # the start-up: once per process
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def train(gen):                                 # once per generation
+        ddp = DistributedDataParallel(model)        # this generation's process group
+        for step in gen.steps(1000):                # from the step every rank agrees on
+            loss = ddp(batch(step)).sum()
+            optimizer.zero_grad(); loss.backward(); optimizer.step()
+            elastic.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step})
+
+    elastic.run(train, state={"model": model, "optimizer": optimizer})
+
+run() forms torch's default process group for the generation (a store of
+its own at MASTER_ADDR:MASTER_PORT, under a prefix of the generation, gloo
+unless told otherwise), makes every rank hold the same state, and calls
+train(gen). When the generation ends (a peer killed, hung or lost with its
+node, a scale up or down), the node's guard asks the process to leave: its
+process group's connections are cut, so a collective blocked on a peer that
+will never answer raises at once, and gen.steps() raises GenerationOver at
+the next step. run() then destroys the group, tells the guard it left, and
+waits, holding no rank, until the guard hands it the next generation's
+environment (RANK, WORLD_SIZE, MASTER_ADDR, ...) under the node's current
+lease. It calls train again, in the same process: the model, the optimizer,
+the data loaders and whatever the script set up before run() are kept.
+
+The state every rank agrees on: each rank says the step its state is at
+(the next step to train): a process that trained in place knows it, one
+that starts anew has what elastic.load() gives (the sidecars' memory copies
+of the job's saves, in the format above: a dict of the state's keys and
+"step", the last step done), or nothing. The freshest wins: a rank behind
+it, or holding nothing, gets the state of the lowest rank that holds it,
+broadcast over the new group. No rank rolls back and no step is trained
+twice, unless no rank held a fresher state than the memory copy.
+
+Outside a sidecar (no guard to ask), run() calls train once, as a plain
+script does; RANK and WORLD_SIZE default to 0 and 1. An exception train
+raises that is not the generation's end fails the process as before (a
+collective's error waits up to ELASTIC_REFORM_WAIT seconds, 10 by default,
+for the guard to say the generation ended, then is raised).
+"""
+
+import gc
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+__all__ = ["run", "Generation", "GenerationOver"]
+
+FENCE_SOCKET_ENV = "ELASTIC_FENCE_SOCKET"
+# Set to 1 in a started spare: a process the guard started ahead, with no
+# rank, to run its start-up and wait in run() for a generation.
+SPARE_ENV = "ELASTIC_SPARE"
+REFORM_WAIT_ENV = "ELASTIC_REFORM_WAIT"
+
+
+class GenerationOver(Exception):
+    """The generation ended: raised inside train by gen.steps(); run() catches it."""
+
+
+class Generation:
+    """One generation as this process sees it.
+
+    rank, world_size, local_rank: this process's place; generation: its
+    number; step: the step to train from, agreed by every rank; in_place:
+    whether this process trained in an earlier generation; spare: whether
+    it was a started spare, its start-up done ahead, until this one.
+    """
+
+    def __init__(self, env, in_place):
+        self.rank = _int(env, "RANK", 0)
+        self.world_size = _int(env, "WORLD_SIZE", 1)
+        self.local_rank = _int(env, "LOCAL_RANK", 0)
+        self.generation = _int(env, "ELASTIC_GENERATION", 0)
+        self.in_place = in_place
+        self.spare = False  # this process was a started spare until now
+        self.step = 0
+        self._held = None  # the step the state is at once interrupted; None: unknown
+        # The last generation this process trained in: a process parked
+        # since before the last generation may hold a state that
+        # generation trained past (a scale down left it out).
+        self._trained_in = None
+        self._link = None
+        self._at_yield = None  # the optimizer steps counted when the current step began
+
+    def steps(self, total=None):
+        """The steps of this generation, from the agreed one to total (for ever if None).
+
+        Raises GenerationOver at a step's start once the generation is over.
+        """
+        i = self.step
+        while total is None or i < total:
+            self._mark(i)
+            if self._link is not None and self._link.leaving.is_set():
+                raise GenerationOver("generation %d is over" % self.generation)
+            yield i
+            i += 1
+        self._mark(i)
+
+    def _mark(self, i):
+        self._held = i
+        self._at_yield = _optimizer_steps()
+        if i > 0:
+            _resumed(i - 1)  # the guard's messages name the job's step
+
+    def _state_step(self):
+        """The step the state is at: the step begun, or the next if an optimizer stepped since."""
+        if self._held is None:
+            return None
+        if self._at_yield is not None and _optimizer_steps() > self._at_yield:
+            return self._held + 1
+        return self._held
+
+
+def _optimizer_steps():
+    progress = sys.modules.get("elastic.progress")
+    return getattr(progress, "optimizer_steps", 0) if progress is not None else 0
+
+
+def _int(env, name, default):
+    try:
+        return int(env.get(name, ""))
+    except ValueError:
+        return default
+
+
+class _Refused(Exception):
+    pass
+
+
+class _Link:
+    """The connection to the node's guard: leave and run messages."""
+
+    def __init__(self, name, generation):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect("\0" + name[1:] if name.startswith("@") else name)
+        self.sock.sendall((json.dumps({"op": "inplace", "generation": generation}) + "\n").encode())
+        self.reader = self.sock.makefile("rb")
+        reply = self.reader.readline().decode(errors="replace").strip()
+        if reply != "ok":
+            self.sock.close()
+            raise _Refused(reply or "no answer")
+        self.leaving = threading.Event()
+        self.cond = threading.Condition()
+        self.run_message = None
+        self.closed = False
+        self.on_leave = None
+        threading.Thread(target=self._read, name="elastic-inplace", daemon=True).start()
+
+    def _read(self):
+        try:
+            for line in self.reader:
+                try:
+                    m = json.loads(line)
+                except ValueError:
+                    continue
+                if m.get("op") == "leave":
+                    self.leaving.set()
+                    cut = self.on_leave
+                    if cut is not None:
+                        cut()
+                elif m.get("op") == "run":
+                    with self.cond:
+                        self.run_message = m
+                        self.cond.notify_all()
+        except (OSError, ValueError):
+            pass
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+        self.leaving.set()
+
+    def left(self):
+        self.sock.sendall(b'{"op":"left"}\n')
+
+    def next_run(self):
+        """Wait for the next generation's run message; None once the guard is gone."""
+        with self.cond:
+            while self.run_message is None and not self.closed:
+                self.cond.wait()
+            m, self.run_message = self.run_message, None
+        if m is not None:
+            self.leaving.clear()
+        return m
+
+
+def _connect(generation, spare=False):
+    name = os.environ.get(FENCE_SOCKET_ENV, "")
+    if not name or (generation < 1 and not spare):
+        return None
+    try:
+        return _Link(name, generation)
+    except _Refused as e:
+        print("[elastic] this process cannot train in place (%s): it restarts with each generation" % e, file=sys.stderr)
+    except OSError as e:
+        print("[elastic] the guard cannot be reached (%s): this process restarts with each generation" % e, file=sys.stderr)
+    return None
+
+
+class _Group:
+    """This generation's process group, and the sockets that leaving cuts.
+
+    cut() may come from the guard's reader thread at any moment, during
+    the group's formation too (a peer lost while the ranks wait for it):
+    then every TCP socket opened since the formation began is cut, and a
+    formation that has not opened its store yet stops at once.
+    """
+
+    def __init__(self, gen, backend, timeout):
+        import datetime
+        import torch.distributed as dist
+
+        self.dist = dist
+        self.gen, self.backend = gen, backend
+        self.kw = {"timeout": datetime.timedelta(seconds=timeout)} if timeout else {}
+        self.lock = threading.Lock()
+        self.port = _int(os.environ, "MASTER_PORT", 29500)
+        self.before = _sockets()
+        self.fds = None  # the group's sockets, once formed
+        self.cut_done = False
+        self.store = None
+
+    def form(self):
+        dist, gen = self.dist, self.gen
+        if gen.world_size == 1 and "MASTER_ADDR" not in os.environ:
+            self.store = dist.HashStore()  # a script on its own: a world of one
+        else:
+            self.store = self._generation_store(os.environ.get("MASTER_ADDR", "127.0.0.1"))
+        if self.cut_done:
+            raise GenerationOver("generation %d is over" % gen.generation)
+        prefix = dist.PrefixStore("elastic/%d/" % gen.generation, self.store)
+        dist.init_process_group(self.backend, store=prefix, rank=gen.rank, world_size=gen.world_size, **self.kw)
+        with self.lock:
+            self.fds = _sockets() - self.before
+            if self.cut_done:
+                self._shutdown(self.fds)
+
+    def _generation_store(self, addr):
+        """This generation's store: rank 0 serves it, the others reach it.
+
+        Rank 0 does not wait in the store for the others (c10d's
+        wait_for_workers, which nothing can interrupt); a peer lost before
+        it arrives ends the generation, and the cut ends the wait. The
+        others wait, as long as the generation lasts, until rank 0's port
+        accepts, and make sure the server there is this generation's: the
+        port is the node's, so the last generation's rank 0 on the same
+        node may still be serving it for a moment (its server says its
+        generation under _GENERATION_KEY).
+        """
+        dist, gen = self.dist, self.gen
+        while True:
+            if self.cut_done:
+                raise GenerationOver("generation %d is over" % gen.generation)
+            if gen.rank == 0:
+                store = _store(dist, addr, self.port, gen.world_size, True, self.kw)
+                store.set(_GENERATION_KEY, str(gen.generation))
+                return store
+            if not _await_master(addr, self.port, lambda: self.cut_done):
+                continue
+            try:
+                store = dist.TCPStore(addr, self.port, gen.world_size, False, **self.kw)
+                served = int(store.get(_GENERATION_KEY))
+            except (RuntimeError, ValueError):
+                # Reset by the last generation's server as it closed, or
+                # refused: try again while this generation lasts.
+                time.sleep(0.02)
+                continue
+            if served == gen.generation:
+                return store
+            del store  # the last generation's server, still up
+            time.sleep(0.02)
+
+    def cut(self):
+        """Cut the group's connections: what waits on them raises now."""
+        with self.lock:
+            if self.cut_done:
+                return
+            self.cut_done = True
+            self._shutdown(self.fds if self.fds is not None else _sockets() - self.before)
+
+    def _shutdown(self, fds):
+        for fd in fds:
+            _shutdown(fd, self.port)
+
+    def destroy(self):
+        with self.lock:
+            self.cut_done = True
+            self.fds = set()
+        try:
+            if self.dist.is_initialized():
+                self.dist.destroy_process_group()
+        except Exception:
+            pass
+        _reset_group_names(self.dist)
+        self.store = None
+        gc.collect()
+
+
+def _reset_group_names(dist):
+    """Number the next generation's groups from 0 again, as a new process does.
+
+    c10d names a process group by a counter, and keys its rendezvous and
+    its barrier in the store by that name; destroy_process_group() resets
+    the counter only if the default group was formed. A formation cut
+    half-way leaves it counted: the next generation's rendezvous would
+    then wait, under another name, for peers that never come.
+    """
+    c10d = getattr(dist, "distributed_c10d", None)
+    if c10d is None:
+        return
+    if hasattr(c10d, "_group_count"):  # torch 1.x
+        c10d._group_count = 0
+    world = getattr(c10d, "_world", None)  # torch 2.x
+    if world is not None and hasattr(world, "group_count"):
+        try:
+            world.group_count = 0
+        except Exception:
+            pass
+
+
+# The key under which a generation's store says whose it is.
+_GENERATION_KEY = "elastic/generation"
+
+
+def _store(dist, addr, port, world_size, is_master, kw):
+    """A TCPStore; the master's bind is retried while the last generation's lets its port go."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            if is_master:
+                return dist.TCPStore(addr, port, world_size, True, wait_for_workers=False, **kw)
+            return dist.TCPStore(addr, port, world_size, False, **kw)
+        except RuntimeError as e:
+            if not is_master or time.monotonic() > deadline or "ddress already in use" not in str(e):
+                raise
+            time.sleep(0.05)
+
+
+def _await_master(addr, port, cut=lambda: False):
+    """Wait, looking every 5 ms, until rank 0's store accepts; False once cut.
+
+    c10d's client sleeps a whole second after its first connection is
+    refused, and goes on trying for its whole timeout, which no cut ends:
+    rank 0 forms its store at the same moment as the others ask for it,
+    and a rank 0 lost before it does ends the generation.
+    """
+    while not cut():
+        try:
+            socket.create_connection((addr, port), timeout=0.1).close()
+            return True
+        except OSError:
+            time.sleep(0.005)
+    return False
+
+
+def _sockets():
+    """The descriptors of this process that are sockets."""
+    out = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink("/proc/self/fd/" + name).startswith("socket:"):
+                out.add(int(name))
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def _shutdown(fd, store_port):
+    """Shut a connected socket down, but a listening one or the store's server side (its daemon would abort)."""
+    try:
+        s = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        return
+    try:
+        if s.family not in (socket.AF_INET, socket.AF_INET6) or s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+            return
+        local = s.getsockname()
+        if isinstance(local, tuple) and len(local) >= 2 and local[1] == store_port:
+            return
+        s.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        s.close()
+
+
+def _agree(gen, state, load):
+    """Every rank holds the freshest state; gen.step is its step."""
+    import torch
+    import torch.distributed as dist
+
+    held = gen._state_step() if gen.in_place else None
+    # A survivor of the last generation holds the freshest state there is;
+    # any other process may hold none, or one that a generation it was
+    # not in trained past: the memory copy of the job's saves may be
+    # fresher.
+    current = gen.in_place and gen._trained_in is not None and gen._trained_in >= gen.generation - 1
+    if not current and state:
+        saved = load()
+        if isinstance(saved, dict) and isinstance(saved.get("step"), int) and all(k in saved for k in state):
+            if held is None or saved["step"] + 1 > held:
+                for k, obj in state.items():
+                    obj.load_state_dict(saved[k])
+                held = saved["step"] + 1
+    steps = [torch.zeros(1, dtype=torch.int64) for _ in range(gen.world_size)]
+    dist.all_gather(steps, torch.tensor([-1 if held is None else held], dtype=torch.int64))
+    steps = [int(t.item()) for t in steps]
+    best = max(steps)
+    if best < 0:
+        gen.step = 0
+        return
+    if state and any(s != best for s in steps):
+        src = steps.index(best)
+        box = [{k: obj.state_dict() for k, obj in state.items()} if gen.rank == src else None]
+        dist.broadcast_object_list(box, src=src)
+        if held != best:
+            for k, obj in state.items():
+                obj.load_state_dict(box[0][k])
+    gen.step = best
+
+
+def run(train, state=None, backend="gloo", timeout=None):
+    """Call train(gen) once per generation, in this process; return what it returns once it does.
+
+    state: a dict of objects with state_dict()/load_state_dict() (the
+    model, the optimizer) that every rank must hold alike. backend: the
+    process group's. timeout: its collectives' and store's, in seconds
+    (torch's default if None).
+    """
+    from . import checkpoint as elastic
+
+    env = os.environ
+    gen = Generation(env, in_place=False)
+    spare = env.get(SPARE_ENV) == "1"
+    link = _connect(0 if spare else gen.generation, spare)
+    if link is None and not os.environ.get(FENCE_SOCKET_ENV):
+        return _once(train, gen, state, backend, timeout, elastic.load)
+    if spare:
+        # A started spare: its start-up is done; it waits, holding no
+        # rank, until a start makes it one.
+        if link is None:
+            sys.exit(1)
+        gen = _next_generation(link, in_place=False, held=None)
+        gen.spare = True
+    while True:
+        gen._link = link
+        group = None
+        try:
+            group = _Group(gen, backend, timeout)
+            if link is not None:
+                link.on_leave = group.cut
+                if link.leaving.is_set():
+                    group.cut()
+            group.form()
+            _agree(gen, state, elastic.load)
+            gen._mark(gen.step)
+            gen._trained_in = gen.generation
+            result = train(gen)
+            if link is None or not link.leaving.is_set():
+                return result
+        except BaseException as e:
+            if link is None or not _generation_ended(link, e):
+                raise
+        finally:
+            if link is not None:
+                link.on_leave = None
+        # The generation is over: leave it, and wait for the next.
+        if group is not None:
+            group.destroy()
+        _settle_saves(elastic)
+        held, trained_in = gen._state_step(), gen._trained_in
+        link.left()
+        gen = _next_generation(link, in_place=True, held=held)
+        gen._trained_in = trained_in
+
+
+def _next_generation(link, in_place, held):
+    """Wait, holding no rank, for the guard's next run message, and take its environment."""
+    from . import checkpoint as elastic
+
+    m = link.next_run()
+    if m is None:
+        print("[elastic] the guard is gone: this process stops", file=sys.stderr)
+        sys.exit(1)
+    _apply_env(m.get("env") or [])
+    gen = Generation(os.environ, in_place=in_place)
+    gen._held, gen._at_yield = held, _optimizer_steps()
+    elastic._new_generation()
+    return gen
+
+
+def _once(train, gen, state, backend, timeout, load):
+    """Outside a sidecar: train once, as a plain script, in a group of the world the environment gives (one by default)."""
+    group = _Group(gen, backend, timeout)
+    try:
+        group.form()
+        _agree(gen, state, load)
+        gen._mark(gen.step)
+        return train(gen)
+    finally:
+        group.destroy()
+
+
+def _generation_ended(link, e):
+    """Whether exception e is the generation's end: the guard asked to leave, now or within the wait."""
+    if isinstance(e, GenerationOver) or link.leaving.is_set():
+        return True
+    if not isinstance(e, RuntimeError):
+        return False
+    try:
+        wait = float(os.environ.get(REFORM_WAIT_ENV, "10"))
+    except ValueError:
+        wait = 10.0
+    return link.leaving.wait(wait) and not link.closed
+
+
+def _resumed(step):
+    progress = sys.modules.get("elastic.progress")
+    if progress is not None:
+        progress.resumed(step)
+
+
+def _apply_env(env):
+    pairs = {}
+    for kv in env:
+        k, sep, v = kv.partition("=")
+        if sep:
+            pairs[k] = v
+    os.environ.clear()
+    os.environ.update(pairs)
+
+
+def _settle_saves(elastic):
+    try:
+        elastic._settle()
+    except Exception:
+        pass
