@@ -41,8 +41,16 @@ func TestThePackagesOwnTests(t *testing.T) {
 // written with elastic.run then runs on its own.
 func TestThePackageInstallsWithOneCommand(t *testing.T) {
 	requireTorch(t)
-	target := t.TempDir()
-	out, err := exec.Command(interpreter, "-m", "pip", "install", "--quiet", "--no-deps", "--target", target, ".").CombinedOutput()
+	// pip builds in the source directory: a copy of it, so that the
+	// repository is left as it was.
+	src, target := t.TempDir(), t.TempDir()
+	for _, name := range append([]string{"pyproject.toml"}, Package...) {
+		require.NoError(t, os.MkdirAll(filepath.Join(src, filepath.Dir(name)), 0o755))
+		data, err := os.ReadFile(name)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(src, name), data, 0o644))
+	}
+	out, err := exec.Command(interpreter, "-m", "pip", "install", "--quiet", "--no-deps", "--target", target, src).CombinedOutput()
 	require.NoError(t, err, "pip install ./python:\n%s", out)
 	for _, name := range Package {
 		assert.FileExists(t, filepath.Join(target, name))
