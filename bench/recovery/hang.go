@@ -77,6 +77,11 @@ func hangRows(h hangConfig, torchrun bool, missing map[string]string) []hangRow 
 	var rows []hangRow
 	for _, f := range h.faults {
 		rows = append(rows, hangRow{fault: f, mode: "preload", settings: "default", limit: h.limit})
+		if f == faultStopped {
+			// Trained in place with a started spare: the stopped rank is
+			// killed alone, its peer leaves the collective it waits in.
+			rows = append(rows, hangRow{fault: f, mode: "inplace", settings: "default", limit: h.limit})
+		}
 		if f == faultDeadlocked {
 			rows = append(rows,
 				hangRow{fault: f, mode: "preload", settings: "--hang-timeout " + h.timeout, runArgs: []string{"--hang-timeout", h.timeout}, limit: h.limit},

@@ -170,6 +170,7 @@ func TestHangRows(t *testing.T) {
 	}
 	assert.Equal(t, []string{
 		"stopped|preload|default|30s|",
+		"stopped|inplace|default|30s|",
 		"stopped|torchrun|-|1m0s|",
 		"deadlocked|preload|default|30s|",
 		"deadlocked|preload|--hang-timeout 1s|30s|",

@@ -58,7 +58,7 @@ const featureHangTimeout = "no --hang-timeout on coordinator run"
 // but for its header's date, time taken and load.
 func measureHang(cfg *config, h hangConfig, sizes []int, torchrun bool, missing map[string]bool) hangReport {
 	rep := hangReport{cfg: h, settle: cfg.settle, missing: map[string]string{}}
-	for _, name := range []string{"preload", "warm"} {
+	for _, name := range []string{"preload", "warm", "inplace"} {
 		m, _ := modeNamed(name)
 		if why := unavailable(m, missing); why != "" {
 			rep.missing[name] = why
