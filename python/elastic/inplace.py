@@ -43,6 +43,7 @@ collective's error waits up to ELASTIC_REFORM_WAIT seconds, 10 by default,
 for the guard to say the generation ended, then is raised).
 """
 
+import datetime
 import gc
 import json
 import os
@@ -213,7 +214,6 @@ class _Group:
     """
 
     def __init__(self, gen, backend, timeout):
-        import datetime
         import torch.distributed as dist
 
         self.dist = dist
@@ -259,12 +259,19 @@ class _Group:
                 raise GenerationOver("generation %d is over" % gen.generation)
             if gen.rank == 0:
                 store = _store(dist, addr, self.port, gen.world_size, True, self.kw)
+                self._uncut()
                 store.set(_GENERATION_KEY, str(gen.generation))
                 return store
             if not _await_master(addr, self.port, lambda: self.cut_done):
                 continue
             try:
-                store = dist.TCPStore(addr, self.port, gen.world_size, False, **self.kw)
+                # Connected within a second or tried again: c10d's client
+                # retries a refused connection for its whole timeout, and
+                # the port accepted a moment ago may be the last
+                # generation's server closing.
+                store = dist.TCPStore(addr, self.port, gen.world_size, False, timeout=_CONNECT_TIMEOUT)
+                self._uncut()
+                store.set_timeout(self.kw.get("timeout", _STORE_TIMEOUT))
                 served = int(store.get(_GENERATION_KEY))
             except (RuntimeError, ValueError):
                 # Reset by the last generation's server as it closed, or
@@ -275,6 +282,18 @@ class _Group:
                 return store
             del store  # the last generation's server, still up
             time.sleep(0.02)
+
+    def _uncut(self):
+        """Raise GenerationOver if a cut came while a store was being made.
+
+        cut() shuts the sockets there are when it comes; one the store
+        opened after that would be left to wait, on a server that may
+        never answer (the last generation's, closing), for the store's
+        whole timeout. cut() sets cut_done before it looks, so a socket
+        it missed was opened after cut_done was set, and this sees it.
+        """
+        if self.cut_done:
+            raise GenerationOver("generation %d is over" % self.gen.generation)
 
     def cut(self):
         """Cut the group's connections: what waits on them raises now."""
@@ -326,6 +345,11 @@ def _reset_group_names(dist):
 
 # The key under which a generation's store says whose it is.
 _GENERATION_KEY = "elastic/generation"
+# How long a rank's store client tries to connect, and then waits in the
+# store (c10d's default): the rendezvous waits for every rank, a started
+# spare still in its start-up too.
+_CONNECT_TIMEOUT = datetime.timedelta(seconds=1)
+_STORE_TIMEOUT = datetime.timedelta(seconds=300)
 
 
 def _store(dist, addr, port, world_size, is_master, kw):
