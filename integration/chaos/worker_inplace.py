@@ -8,7 +8,10 @@ survived a fault in place, or was a started spare), STEP counting the
 steps the job has done. Every step is a real collective over the
 generation's process group (an all_reduce of gloo), so a peer killed,
 frozen or cut off stops it as it would stop a DDP job. Rank 0 saves every
-step to the sidecars' memory and logs commit once it is stored.
+step to the sidecars' memory (and so to the file CHAOS_CKPT, which the
+sidecar writes at a slower interval) and logs commit once it is stored; a
+process that holds no fresher state resumes from the newer of the two
+(elastic.run's path), as worker.py does.
 
 The invariants the suite checks then also say that no survivor is ever in
 two generations: no line of generation g once generation g+1 has started.
@@ -31,6 +34,7 @@ beat = float(os.environ.get("CHAOS_BEAT", "0.05"))
 node = os.environ.get("CHAOS_NODE", "?")
 role = os.environ.get("ELASTIC_ROLE", "worker")
 log_path = os.environ["CHAOS_LOG"]
+ckpt = os.environ["CHAOS_CKPT"]
 slow_dir = os.environ.get("CHAOS_SLOW_DIR", "")
 deadlock = os.path.join(os.environ.get("CHAOS_DEADLOCK_DIR", "/nonexistent"), node)
 straggle = os.path.join(os.environ.get("CHAOS_STRAGGLE_DIR", "/nonexistent"), node)
@@ -122,7 +126,7 @@ def train(gen):
         elastic.beat(step=i + 1)
         if gen.rank == 0:
             try:
-                elastic.save({"steps": steps.state_dict(), "step": i})
+                elastic.save({"steps": steps.state_dict(), "step": i}, path=ckpt)
                 elastic.flush()
                 log("commit")
             except elastic.CheckpointError as e:
@@ -139,4 +143,4 @@ def train(gen):
             os._exit(143)
 
 
-elastic.run(train, state={"steps": steps})
+elastic.run(train, state={"steps": steps}, path=ckpt)

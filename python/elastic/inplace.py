@@ -449,22 +449,28 @@ def _agree(gen, state, load):
     gen.step = best
 
 
-def run(train, state=None, backend="gloo", timeout=None):
+def run(train, state=None, backend="gloo", timeout=None, path=None):
     """Call train(gen) once per generation, in this process; return what it returns once it does.
 
     state: a dict of objects with state_dict()/load_state_dict() (the
     model, the optimizer) that every rank must hold alike. backend: the
     process group's. timeout: its collectives' and store's, in seconds
-    (torch's default if None).
+    (torch's default if None). path: the checkpoint file the script's
+    saves name (elastic.save(state, path)), which a process holding no
+    fresher state loads too, with the sidecars' memory copies: the copy
+    that is left when every sidecar that held one is gone.
     """
     from . import checkpoint as elastic
+
+    def load():
+        return elastic.load(path)
 
     env = os.environ
     gen = Generation(env, in_place=False)
     spare = env.get(SPARE_ENV) == "1"
     link = _connect(0 if spare else gen.generation, spare)
     if link is None and not os.environ.get(FENCE_SOCKET_ENV):
-        return _once(train, gen, state, backend, timeout, elastic.load)
+        return _once(train, gen, state, backend, timeout, load)
     if spare:
         # A started spare: its start-up is done; it waits, holding no
         # rank, until a start makes it one.
@@ -482,7 +488,7 @@ def run(train, state=None, backend="gloo", timeout=None):
                 if link.leaving.is_set():
                     group.cut()
             group.form()
-            _agree(gen, state, elastic.load)
+            _agree(gen, state, load)
             gen._mark(gen.step)
             gen._trained_in = gen.generation
             result = train(gen)
