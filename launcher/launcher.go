@@ -559,9 +559,7 @@ func (l *Launcher) Close() {
 // began it (guard.Report.Began: in place, a started spare, or cold and
 // why); nil unless the command trains in place.
 func (l *Launcher) Began() []string {
-	l.mu.Lock()
-	grp := l.current
-	l.mu.Unlock()
+	grp := l.currentGroup()
 	if grp == nil {
 		return nil
 	}
@@ -570,12 +568,18 @@ func (l *Launcher) Began() []string {
 	return slices.Clone(grp.began)
 }
 
+// currentGroup is the current generation's processes, nil between
+// generations.
+func (l *Launcher) currentGroup() *group {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.current
+}
+
 // Pids returns the process ids of the running processes, for tests and
 // diagnostics.
 func (l *Launcher) Pids() []int {
-	l.mu.Lock()
-	grp := l.current
-	l.mu.Unlock()
+	grp := l.currentGroup()
 	if grp == nil {
 		return nil
 	}
