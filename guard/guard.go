@@ -145,6 +145,9 @@ type server struct {
 	dumpTimer *time.Timer
 	dumpAll   bool
 	dumpKill  []int
+	// hungTimer ends the wait of in-place ranks reported hung that were
+	// asked to leave (hungLeaveWait).
+	hungTimer *time.Timer
 
 	killTimer  *time.Timer
 	graceTimer *time.Timer
@@ -228,6 +231,8 @@ func Run(cfg Config) int {
 	s.watchTicker.Stop()
 	s.dumpTimer = time.NewTimer(time.Hour)
 	s.dumpTimer.Stop()
+	s.hungTimer = time.NewTimer(time.Hour)
+	s.hungTimer.Stop()
 	for {
 		select {
 		case c, ok := <-cmds:
@@ -246,6 +251,8 @@ func Run(cfg Config) int {
 			s.killRun()
 		case <-s.dumpTimer.C:
 			s.dumpsWritten()
+		case <-s.hungTimer.C:
+			s.hungDidNotLeave()
 		case <-s.watchTicker.C:
 			s.watchTick()
 		case <-s.sweep.C:

@@ -33,6 +33,9 @@ import (
 //	trace         forks a child that attaches the page, and traces it
 //	stopchild     forks a child that attaches the page and stops itself
 //	wait          waits until killed
+//	inplace G     registers as generation G's in-place trainer, and leaves
+//	              when asked, from a thread: the main thread may wait on
+//	inplace G deaf  the same, but never leaves
 //
 // On SIGTERM it says "got term" and exits 0.
 const standin = `import faulthandler, mmap, os, signal, struct, sys, time
@@ -120,6 +123,24 @@ while i < len(args):
     elif cmd == "stopchild":
         pid = child(lambda: os.kill(os.getpid(), signal.SIGSTOP))
         print("child %d" % pid, flush=True)
+    elif cmd == "inplace":
+        import json, socket, threading
+        gen, deaf = int(args[i]), args[i + 1:i + 2] == ["deaf"]
+        i += 2 if deaf else 1
+        name = os.environ["ELASTIC_FENCE_SOCKET"]
+        sock = socket.socket(socket.AF_UNIX)
+        sock.connect("\0" + name[1:])
+        sock.sendall((json.dumps({"op": "inplace", "generation": gen}) + "\n").encode())
+        lines = sock.makefile("rb")
+        print("registered", lines.readline().decode().strip(), flush=True)
+
+        def listen():
+            for line in lines:
+                if json.loads(line)["op"] == "leave" and not deaf:
+                    print("leaving", flush=True)
+                    sock.sendall(b'{"op":"left"}\n')
+
+        threading.Thread(target=listen, daemon=True).start()
     elif cmd == "wait":
         while True:
             time.sleep(3600)
@@ -401,6 +422,33 @@ func TestAStopWithStacksWritesThemAndKills(t *testing.T) {
 		assert.NotContains(t, j.out.String(), prefix+"got term", "rank %d got no SIGTERM", rank)
 		assert.Equal(t, int(syscall.SIGKILL), ex[rank].Signal, "rank %d", rank)
 	}
+}
+
+// An in-place rank reported hung may only wait in a collective for a peer
+// whose node is lost, so a stop for the hang asks it to leave first: one
+// that leaves keeps its process, parked, and writes no stack; one that does
+// not leave (it truly hangs) writes its stack and is killed.
+func TestAnInPlaceRankReportedHungIsAskedToLeaveFirst(t *testing.T) {
+	j := newHangJob(t)
+	pids := j.start(1, fixed, j.proc(0, "inplace", "1", "step", "1", "0", "wait"),
+		j.proc(1, "inplace", "1", "deaf", "step", "1", "0", "wait"))
+	j.printed("[rank 0] registered ok")
+	j.printed("[rank 1] registered ok")
+	j.until(hungRank(0))
+	j.find(hungRank(1))
+
+	reps := j.stop(guard.Command{Stacks: true})
+	parked, _ := of(guard.EventParked, reps)
+	exits, _ := of(guard.EventExit, reps)
+	require.Contains(t, parked, 0, "output:\n%s", j.out.String())
+	assert.Equal(t, pids[0], parked[0].Pid)
+	assert.True(t, proctest.Alive(pids[0]), "the rank that left keeps its process")
+	assert.NotContains(t, j.out.String(), "[rank 0] Current thread", "it wrote no stack")
+	assert.NotContains(t, exits, 0)
+
+	assert.Contains(t, j.out.String(), "[rank 1] Current thread", "the rank that did not leave wrote its stack")
+	require.Contains(t, exits, 1)
+	assert.Equal(t, int(syscall.SIGKILL), exits[1].Signal)
 }
 
 // At a graceful stop, a rank that is blocked writes its stack and is

@@ -82,9 +82,8 @@ func (rw *rankWatch) dump() bool {
 
 // stopWithStacks is OpStop with Stacks: every rank writes its stack, and
 // after dumpWait everything is killed, without a grace period. An in-place
-// trainer that is neither stopped nor reported hung is asked to leave
-// instead (it waits in a collective for the rank that hung), and gets
-// leaveWait to do so.
+// trainer that is not stopped is asked to leave instead, and gets
+// leaveWait to do so; one reported hung gets hungLeaveWait.
 func (s *server) stopWithStacks() {
 	if s.cur != nil && s.leaveInPlace(s.cur) {
 		return
@@ -103,14 +102,29 @@ func (s *server) stopWithStacks() {
 	s.dumpTimer.Reset(dumpWait)
 }
 
+// hungLeaveWait is how long an in-place rank reported hung, and not
+// stopped, gets to leave before it writes its stack and is killed.
+//
+// The hang watch cannot tell a rank that hangs from one that waits in a
+// collective for a peer: when a peer's node is killed or frozen, every
+// rank waits until that node's lease ends, which may be longer than the
+// hang timeout, and every guard reports its own ranks hung. A rank that
+// waits is asked to leave, which breaks its group's connections: its
+// collective raises and it leaves within milliseconds, keeping its
+// process. A rank that truly hangs (deadlocked, spinning) never answers,
+// and pays this wait once before its stack is taken. A stopped rank is not
+// asked: it writes its stack and is killed at once.
+const hungLeaveWait = time.Second
+
 // leaveInPlace is a stop for a hang where some trainers keep their
 // process: those leave; the others write their stacks and are killed. It
 // returns false, having done nothing, when no trainer of r is in place.
 func (s *server) leaveInPlace(r *run) bool {
-	leaving := false
+	leaving, hungAsked := false, false
 	for _, rw := range r.ranks {
-		if !rw.stopped() && !rw.hung && s.askToLeave(rw.p) {
+		if !rw.stopped() && s.askToLeave(rw.p) {
 			leaving = true
+			hungAsked = hungAsked || rw.hung
 		}
 	}
 	if !leaving {
@@ -128,8 +142,32 @@ func (s *server) leaveInPlace(r *run) bool {
 	if len(s.dumpKill) > 0 {
 		s.dumpTimer.Reset(dumpWait)
 	}
+	if hungAsked {
+		s.hungTimer.Reset(hungLeaveWait)
+	}
 	s.graceTimer.Reset(leaveWait)
 	return true
+}
+
+// hungDidNotLeave ends hungLeaveWait: each rank reported hung that was
+// asked to leave and has not writes its stack and is killed.
+func (s *server) hungDidNotLeave() {
+	if s.cur == nil {
+		return
+	}
+	for _, rw := range s.cur.ranks {
+		if !rw.hung || rw.p.inplace == nil || !rw.p.inplace.leaving {
+			continue
+		}
+		if rw.dump() {
+			s.dumpKill = append(s.dumpKill, rw.p.pid)
+		} else {
+			s.killRank(rw.p.pid)
+		}
+	}
+	if len(s.dumpKill) > 0 {
+		s.dumpTimer.Reset(dumpWait)
+	}
 }
 
 // stopGracefully is OpStop with a grace period. In a watched run, a rank
@@ -196,6 +234,7 @@ func (s *server) dumpsWritten() {
 // gone.
 func (s *server) stopDumps() {
 	s.dumpTimer.Stop()
+	s.hungTimer.Stop()
 	s.dumpKill, s.dumpAll = nil, false
 }
 
