@@ -18,10 +18,12 @@ run() forms torch's default process group for the generation (a store of
 its own at MASTER_ADDR:MASTER_PORT, under a prefix of the generation, gloo
 unless told otherwise), makes every rank hold the same state, and calls
 train(gen). When the generation ends (a peer killed, hung or lost with its
-node, a scale up or down), the node's guard asks the process to leave: its
-process group's connections are cut, so a collective blocked on a peer that
-will never answer raises at once, and gen.steps() raises GenerationOver at
-the next step. run() then destroys the group, tells the guard it left, and
+node, a scale up or down), the node's guard asks the process to leave.
+While every rank steps, the ranks stop together at a step's start (see
+_Stopper): gen.steps() raises GenerationOver there, with no collective in
+flight. A rank blocked in a collective, on a peer that will never answer,
+has its process group's connections cut instead, so the collective raises
+at once. run() then destroys the group, tells the guard it left, and
 waits, holding no rank, until the guard hands it the next generation's
 environment (RANK, WORLD_SIZE, MASTER_ADDR, ...) under the node's current
 lease. It calls train again, in the same process: the model, the optimizer,
@@ -88,21 +90,43 @@ class Generation:
         # generation trained past (a scale down left it out).
         self._trained_in = None
         self._link = None
+        self._group = None
         self._at_yield = None  # the optimizer steps counted when the current step began
+        self._step_began = None  # time.monotonic() at the current step's start; None: not stepping
 
     def steps(self, total=None):
         """The steps of this generation, from the agreed one to total (for ever if None).
 
-        Raises GenerationOver at a step's start once the generation is over.
+        Raises GenerationOver at a step's start once the generation is over:
+        at the step every rank stops at, or at once if it was cut.
         """
         i = self.step
         while total is None or i < total:
             self._mark(i)
-            if self._link is not None and self._link.leaving.is_set():
+            if self._over(i):
                 raise GenerationOver("generation %d is over" % self.generation)
+            now = time.monotonic()
+            if self._step_began is not None:
+                _step_times.add(now - self._step_began)
+            self._step_began = now
             yield i
             i += 1
         self._mark(i)
+        self._step_began = None
+
+    def _over(self, i):
+        """Whether step i must not begin: the ranks stop here, or this one was cut."""
+        group = self._group
+        if group is not None:
+            if group.cut_done:
+                return True
+            if group.stopper is not None:
+                stop_at = group.stopper.stop_at
+                if stop_at is not None and i >= stop_at:
+                    return True
+                if group.stopping:
+                    return False  # the ranks stop together, at a later step
+        return self._link is not None and self._link.leaving.is_set()
 
     def _mark(self, i):
         self._held = i
@@ -117,6 +141,25 @@ class Generation:
         if self._at_yield is not None and _optimizer_steps() > self._at_yield:
             return self._held + 1
         return self._held
+
+
+class _StepTimes:
+    """The recent steps' durations, over generations: how long a step takes."""
+
+    def __init__(self):
+        self.recent = []
+
+    def add(self, seconds):
+        self.recent = (self.recent + [seconds])[-16:]
+
+    def typical(self):
+        """The median of the recent steps, or None before two steps."""
+        if not self.recent:
+            return None
+        return sorted(self.recent)[len(self.recent) // 2]
+
+
+_step_times = _StepTimes()
 
 
 def _optimizer_steps():
@@ -162,10 +205,12 @@ class _Link:
                 except ValueError:
                     continue
                 if m.get("op") == "leave":
+                    # Told first, so that no step's start sees the leave
+                    # before it knows how the ranks stop.
+                    leave = self.on_leave
+                    if leave is not None:
+                        leave()
                     self.leaving.set()
-                    cut = self.on_leave
-                    if cut is not None:
-                        cut()
                 elif m.get("op") == "run":
                     with self.cond:
                         self.run_message = m
@@ -225,6 +270,8 @@ class _Group:
         self.fds = None  # the group's sockets, once formed
         self.cut_done = False
         self.store = None
+        self.stopper = None  # how the ranks stop together, once formed
+        self.stopping = False  # a stop at a step every rank agrees on is under way
 
     def form(self):
         dist, gen = self.dist, self.gen
@@ -236,10 +283,38 @@ class _Group:
             raise GenerationOver("generation %d is over" % gen.generation)
         prefix = dist.PrefixStore("elastic/%d/" % gen.generation, self.store)
         dist.init_process_group(self.backend, store=prefix, rank=gen.rank, world_size=gen.world_size, **self.kw)
+        if gen.world_size > 1 and not isinstance(self.store, dist.HashStore):
+            try:
+                self.stopper = _Stopper(dist, os.environ.get("MASTER_ADDR", "127.0.0.1"), self.port, gen.world_size, self._uncut)
+            except RuntimeError:
+                self.stopper = None  # a leave cuts
         with self.lock:
-            self.fds = _sockets() - self.before
+            self.fds = _new_sockets(self.before)
             if self.cut_done:
                 self._shutdown(self.fds)
+
+    def leave(self):
+        """The guard asks this rank to leave: stop with the others at a step's start, or cut.
+
+        A rank that steps (its current step began within a few steps'
+        time) proposes the step every rank stops at, and is cut only if
+        it has not left by a deadline: a peer may have hung meanwhile. A
+        rank that is forming its group, holds no step yet, or is blocked
+        in its step (a peer frozen or lost) is cut at once.
+        """
+        began, typical = self.gen._step_began, _step_times.typical()
+        now = time.monotonic()
+        if (self.stopper is None or self.cut_done or began is None or typical is None
+                or now - began > 2 * typical + _BLOCKED_SLACK):
+            self.cut()
+            return
+        self.stopping = True
+        if self.stopper.stop_at is None and not self.stopper.propose(self.gen._held + _STOP_AHEAD):
+            self.cut()
+            return
+        timer = threading.Timer((_STOP_AHEAD + 1) * typical + _BLOCKED_SLACK, self.cut)
+        timer.daemon = True
+        timer.start()
 
     def _generation_store(self, addr):
         """This generation's store: rank 0 serves it, the others reach it.
@@ -301,16 +376,22 @@ class _Group:
             if self.cut_done:
                 return
             self.cut_done = True
-            self._shutdown(self.fds if self.fds is not None else _sockets() - self.before)
+            self._shutdown(self.fds if self.fds is not None else _new_sockets(self.before))
 
     def _shutdown(self, fds):
-        for fd in fds:
-            _shutdown(fd, self.port)
+        for fd, link in fds.items():
+            _shutdown(fd, link, self.port)
+
+    def end_stopper(self):
+        """Stop waiting for a stop: train returned, and the group is the script's now."""
+        if self.stopper is not None:
+            self.stopper.close()
 
     def destroy(self):
         with self.lock:
             self.cut_done = True
-            self.fds = set()
+            self.fds = {}
+        self.end_stopper()
         try:
             if self.dist.is_initialized():
                 self.dist.destroy_process_group()
@@ -343,6 +424,78 @@ def _reset_group_names(dist):
             pass
 
 
+# How many steps ahead of its own a rank that is asked to leave proposes
+# that every rank stop: a rank is at most one step ahead of another
+# (a step's collectives need every rank), so a rank may have begun the
+# next step already, and each rank must hear of the stop before the step
+# after it begins.
+_STOP_AHEAD = 2
+# How much longer than two steps a step may take before its rank counts as
+# blocked in it; and what a stop at a step's start gets beyond its steps.
+_BLOCKED_SLACK = 0.25
+# The keys of a generation's store by which its ranks stop together.
+_STOP_KEY = "elastic/stop"
+_STOP_NOTICE_KEY = "elastic/stop-notice"
+
+
+class _Stopper:
+    """How the ranks of a generation stop together, at one step's start.
+
+    Cutting a group's connections while every rank steps is not safe with
+    gloo: a send that a closed connection interrupts half-way is never
+    failed, and waits out the group's timeout (30 minutes by default;
+    gloo/transport/tcp/pair.cc, Pair::signalException, signals the posted
+    sends of bound buffers only). So a rank asked to leave proposes, in
+    the generation's store, the step every rank stops at: the first
+    proposal wins (compare_set). Each rank keeps a second connection to
+    the store, on which a thread waits for the notice; gen.steps() then
+    raises GenerationOver at that step's start, where no collective is in
+    flight. compare_set wakes no waiter in torch 1.13, so a proposer also
+    sets the notice.
+    """
+
+    def __init__(self, dist, addr, port, world_size, uncut):
+        self.dist, self.addr, self.port, self.world_size = dist, addr, port, world_size
+        self.stop_at = None
+        before = _sockets()
+        self.client = dist.TCPStore(addr, port, world_size, False, timeout=_CONNECT_TIMEOUT)
+        uncut()
+        self.fds = _new_sockets(before)
+        self.thread = threading.Thread(target=self._watch, name="elastic-stop", daemon=True)
+        self.thread.start()
+
+    def _watch(self):
+        client = self.client
+        try:
+            client.wait([_STOP_NOTICE_KEY], _NOTICE_WAIT)
+            self.stop_at = int(client.get(_STOP_NOTICE_KEY))
+        except (RuntimeError, ValueError):
+            pass  # closed, or the store is gone: a stop cuts
+        finally:
+            self.client = None
+
+    def propose(self, step):
+        """Propose that every rank stop at step; False if the store cannot be reached."""
+        try:
+            client = self.dist.TCPStore(self.addr, self.port, self.world_size, False, timeout=_CONNECT_TIMEOUT)
+            agreed = client.compare_set(_STOP_KEY, "", str(step))
+            client.set(_STOP_NOTICE_KEY, agreed)
+            self.stop_at = int(agreed)
+            return True
+        except (RuntimeError, ValueError):
+            return False
+
+    def close(self):
+        """End the waiting thread: its connection is shut.
+
+        It is waited for: a thread inside the store's wait when the
+        interpreter exits aborts the process.
+        """
+        for fd, link in self.fds.items():
+            _shutdown(fd, link, None)
+        self.thread.join(_CONNECT_TIMEOUT.total_seconds())
+
+
 # The key under which a generation's store says whose it is.
 _GENERATION_KEY = "elastic/generation"
 # How long a rank's store client tries to connect, and then waits in the
@@ -350,6 +503,8 @@ _GENERATION_KEY = "elastic/generation"
 # spare still in its start-up too.
 _CONNECT_TIMEOUT = datetime.timedelta(seconds=1)
 _STORE_TIMEOUT = datetime.timedelta(seconds=300)
+# How long the stop's thread waits for the notice: the generation's life.
+_NOTICE_WAIT = datetime.timedelta(days=365)
 
 
 def _store(dist, addr, port, world_size, is_master, kw):
@@ -384,22 +539,39 @@ def _await_master(addr, port, cut=lambda: False):
 
 
 def _sockets():
-    """The descriptors of this process that are sockets."""
-    out = set()
+    """The descriptors of this process that are sockets, each with its socket's name (socket:[inode])."""
+    out = {}
     for name in os.listdir("/proc/self/fd"):
         try:
-            if os.readlink("/proc/self/fd/" + name).startswith("socket:"):
-                out.add(int(name))
+            link = os.readlink("/proc/self/fd/" + name)
+            if link.startswith("socket:"):
+                out[int(name)] = link
         except (OSError, ValueError):
             pass
     return out
 
 
-def _shutdown(fd, store_port):
-    """Shut a connected socket down, but a listening one or the store's server side (its daemon would abort)."""
+def _new_sockets(before):
+    """The sockets there are now that were not in before (a _sockets())."""
+    return {fd: link for fd, link in _sockets().items() if before.get(fd) != link}
+
+
+def _shutdown(fd, link, store_port):
+    """Shut a connected socket down, but a listening one or the store's server side (its daemon would abort).
+
+    Only the socket seen then: gloo closes a connection its peer closed,
+    and its descriptor may hold another socket since.
+    """
     try:
         s = socket.socket(fileno=os.dup(fd))
     except OSError:
+        return
+    try:
+        if os.readlink("/proc/self/fd/%d" % s.fileno()) != link:
+            s.close()
+            return
+    except OSError:
+        s.close()
         return
     try:
         if s.family not in (socket.AF_INET, socket.AF_INET6) or s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
@@ -483,8 +655,9 @@ def run(train, state=None, backend="gloo", timeout=None, path=None):
         group = None
         try:
             group = _Group(gen, backend, timeout)
+            gen._group = group
             if link is not None:
-                link.on_leave = group.cut
+                link.on_leave = group.leave
                 if link.leaving.is_set():
                     group.cut()
             group.form()
@@ -493,9 +666,12 @@ def run(train, state=None, backend="gloo", timeout=None, path=None):
             gen._trained_in = gen.generation
             result = train(gen)
             if link is None or not link.leaving.is_set():
+                group.end_stopper()
                 return result
         except BaseException as e:
             if link is None or not _generation_ended(link, e):
+                if group is not None:
+                    group.end_stopper()
                 raise
         finally:
             if link is not None:
@@ -505,6 +681,9 @@ def run(train, state=None, backend="gloo", timeout=None, path=None):
             group.destroy()
         _settle_saves(elastic)
         held, trained_in = gen._state_step(), gen._trained_in
+        # A rank may stop, with the others, before its own guard asks it to
+        # leave; it leaves only once asked (or once the guard is gone).
+        link.leaving.wait()
         link.left()
         gen = _next_generation(link, in_place=True, held=held)
         gen._trained_in = trained_in

@@ -75,5 +75,43 @@ class GroupNames(unittest.TestCase):
         self.assertEqual(out.stdout.strip(), "0")
 
 
+class Cut(unittest.TestCase):
+    def test_a_cut_shuts_only_the_sockets_it_saw(self):
+        # gloo closes a connection its peer closed; the descriptor may hold
+        # another socket (the script's) by the time a leave cuts.
+        out = run_script("""
+            import socket
+            from elastic import inplace
+            server = socket.create_server(("127.0.0.1", 0))
+            before = inplace._sockets()
+            a = socket.create_connection(server.getsockname())
+            b, _ = server.accept()
+            seen = inplace._new_sockets(before)
+            fd = a.fileno()
+            a.close()
+            c = socket.create_connection(server.getsockname())
+            d, _ = server.accept()
+            assert c.fileno() == fd, "the descriptor was not reused"
+            for n, link in seen.items():
+                inplace._shutdown(n, link, None)
+            c.sendall(b"x")
+            print("seen", len(seen), "kept", d.recv(1), "shut", b.recv(1))
+        """)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.strip(), "seen 2 kept b'x' shut b''")
+
+
+class StepTimes(unittest.TestCase):
+    def test_a_typical_step_is_the_median_of_the_recent(self):
+        from elastic import inplace
+
+        times = inplace._StepTimes()
+        self.assertIsNone(times.typical())
+        for s in [0.02] * 20 + [5.0]:
+            times.add(s)
+        self.assertEqual(times.typical(), 0.02)
+        self.assertEqual(len(times.recent), 16)
+
+
 if __name__ == "__main__":
     unittest.main()
