@@ -399,7 +399,6 @@ class _Group:
             pass
         _reset_group_names(self.dist)
         self.store = None
-        gc.collect()
 
 
 def _reset_group_names(dist):
@@ -685,6 +684,12 @@ def run(train, state=None, backend="gloo", timeout=None, path=None):
         # leave; it leaves only once asked (or once the guard is gone).
         link.leaving.wait()
         link.left()
+        # What still holds the last generation's group (a DDP wrapper whose
+        # hooks sit on the model's parameters, rank 0's store and its port)
+        # is freed before the next generation forms, after the leave: a
+        # collection takes tens of milliseconds, which the node's ack and
+        # the next generation's commit no longer wait for.
+        gc.collect()
         gen = _next_generation(link, in_place=True, held=held)
         gen._trained_in = trained_in
 
