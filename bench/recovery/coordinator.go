@@ -30,6 +30,10 @@ type mode struct {
 	// keep their process across generations, and the spare has run the
 	// trainer's start-up ahead.
 	inPlace bool
+	// alone runs the job with --np 1:N and no spare: a killed rank's
+	// survivor trains on alone while the rank's node starts its trainer
+	// again, and the job grows back to N once it is ready.
+	alone bool
 }
 
 var modes = []mode{
@@ -39,6 +43,7 @@ var modes = []mode{
 	{name: "memory", preload: false, memory: true},
 	{name: "spare", preload: true, memory: true, spares: 1},
 	{name: "inplace", preload: true, memory: true, spares: 1, inPlace: true},
+	{name: "alone", preload: true, memory: true, inPlace: true, alone: true},
 }
 
 // trainerArgs are trainer.py's arguments for a checkpoint in memory (every
@@ -88,7 +93,11 @@ func startCoordinator(cfg *config, np int, m mode, stateMB int, x extras) (*coor
 	}
 	j := &coordinatorJob{cfg: cfg, np: np, dir: dir, logDir: logDir,
 		session: newSession(cfg, logDir)}
-	args := []string{"run", "--np", strconv.Itoa(np), "--job", "bench"}
+	npFlag := strconv.Itoa(np)
+	if m.alone {
+		npFlag = "1:" + npFlag
+	}
+	args := []string{"run", "--np", npFlag, "--job", "bench"}
 	if m.preload {
 		args = append(args, "--preload", "torch")
 	}
@@ -247,9 +256,14 @@ func (j *coordinatorJob) scale(np int) (time.Time, int, error) {
 func measureCoordinator(cfg *config, np int, m mode, stateMB int, scenarios []string) result {
 	res := result{np: np, mode: m.name, stateMB: stateMB}
 	for _, s := range scenarios {
-		if s == "scale" {
+		switch {
+		case s == "scale":
 			res.rows = append(res.rows, row{scenario: "scale-up"}, row{scenario: "scale-down"})
-		} else {
+		case s == "kill-rank" && m.alone:
+			res.rows = append(res.rows, row{scenario: "alone"}, row{scenario: "grown-back"})
+		case m.alone:
+			// only a killed rank is measured alone
+		default:
 			res.rows = append(res.rows, row{scenario: s})
 		}
 	}
@@ -270,6 +284,9 @@ func measureCoordinator(cfg *config, np int, m mode, stateMB int, scenarios []st
 			r.outcomes, err = j.measure(j.killGuard)
 		case "scale-up":
 			err = j.measureScale(r, &res.rows[i+1])
+			i++
+		case "alone":
+			err = j.measureAlone(r, &res.rows[i+1])
 			i++
 		}
 		if err != nil {
@@ -297,6 +314,38 @@ func (j *coordinatorJob) measureScale(up, down *row) error {
 			}
 			step.row.outcomes = append(step.row.outcomes, o...)
 		}
+	}
+	return nil
+}
+
+// measureAlone kills a rank of a job run with --np 1:N and no spare, runs
+// times: alone is the survivors training on without it (a generation of
+// N-1), grown is every rank training again once the killed rank's node
+// has started its trainer (N), both from the kill.
+func (j *coordinatorJob) measureAlone(alone, grown *row) error {
+	for i := range j.runs {
+		j.beforeFault()
+		if err := j.logs.poll(); err != nil {
+			return err
+		}
+		at, _, err := j.killRank(i)
+		if err != nil {
+			return err
+		}
+		// The smaller generation lasts as long as the start-up: it need
+		// not settle for as long as a fault's recovery does.
+		settle := j.settle
+		j.settle = 5
+		o, err := j.wait(at, j.np-1)
+		j.settle = settle
+		if err != nil {
+			return err
+		}
+		alone.outcomes = append(alone.outcomes, o)
+		if o, err = j.wait(at, j.np); err != nil {
+			return err
+		}
+		grown.outcomes = append(grown.outcomes, o)
 	}
 	return nil
 }

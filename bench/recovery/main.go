@@ -49,7 +49,7 @@ func main() {
 	flags.StringVar(&cfg.python, "python", "/usr/bin/python3", "python interpreter with torch")
 	nps := flags.String("np", "2,4", "job sizes (nodes of one process)")
 	flags.IntVar(&cfg.runs, "runs", 5, "faults per scenario and mode")
-	modeList := flags.String("modes", "cold,warm,preload,memory,spare", "modes on coordinator run: cold, warm, preload, memory, spare (warm with --spares 1; not with -state-mb), inplace (spare with --in-place: the trainer in elastic.run, the spare's start-up done ahead)")
+	modeList := flags.String("modes", "cold,warm,preload,memory,spare", "modes on coordinator run: cold, warm, preload, memory, spare (warm with --spares 1; not with -state-mb), inplace (spare with --in-place: the trainer in elastic.run, the spare's start-up done ahead), alone (in place with --np 1:N and no spare; kill-rank only)")
 	scenarioList := flags.String("scenarios", "kill-rank,kill-node,kill-guard,scale", "scenarios: kill-rank, kill-node, kill-guard (its trainer dies with it; not under torchrun), scale (up by one and back)")
 	torchrun := flags.Bool("torchrun", true, "also measure torchrun (kill-rank, kill-node) with the same trainer, at the base state")
 	aloneScenarios := flags.String("alone-scenarios", "kill-rank", "scenarios of the modes preload and memory (each feature alone)")
@@ -261,7 +261,7 @@ func parseModes(s string) ([]mode, error) {
 			}
 		}
 		if !found {
-			return nil, fmt.Errorf("unknown mode %q: want cold, warm, preload, memory or spare", f)
+			return nil, fmt.Errorf("unknown mode %q: want cold, warm, preload, memory, spare, inplace or alone", f)
 		}
 	}
 	return out, nil

@@ -59,6 +59,8 @@ var scenarioNames = map[string]string{
 	"kill-guard": "kill a guard",
 	"scale-up":   "scale up by one",
 	"scale-down": "scale down by one",
+	"alone":      "kill one rank: the survivor alone",
+	"grown-back": "kill one rank: grown back",
 }
 
 func stateLabel(mb int) string {
@@ -87,6 +89,9 @@ func (r *report) write(w io.Writer) {
 	fmt.Fprintf(w, "\nmodes: cold = no preload, rank 0 saves to disk every 50 steps (torch.save, tmp + rename);\n")
 	fmt.Fprintf(w, "       warm = --preload torch, elastic.save every step; preload and memory = each of the two alone;\n")
 	fmt.Fprintf(w, "       spare = warm with --spares 1 (a node that registers, preloads and waits with no rank);\n")
+	fmt.Fprintf(w, "       inplace = spare with --in-place: the trainer in elastic.run, the spare's start-up done ahead;\n")
+	fmt.Fprintf(w, "       alone = in place with --np 1:N and no spare: a killed rank's survivor trains on alone, and the\n")
+	fmt.Fprintf(w, "       job grows back once the rank's node has started its trainer again (both figures from the kill);\n")
 	fmt.Fprintf(w, "       torchrun = the cold trainer under torchrun.\n")
 	for _, m := range modes {
 		if why, ok := r.missing[m.name]; ok {
@@ -115,7 +120,7 @@ func (r *report) write(w io.Writer) {
 		fmt.Fprintf(w, "\nnp %d\n", np)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "SCENARIO\tMODE\tSTATE\tRUNS\tTRAINING AGAIN\tPAUSE\tSTEPS LOST\tNEW TRAINER\tWARM")
-		for _, scenario := range []string{"kill-rank", "kill-node", "kill-guard", "scale-up", "scale-down"} {
+		for _, scenario := range []string{"kill-rank", "alone", "grown-back", "kill-node", "kill-guard", "scale-up", "scale-down"} {
 			for _, res := range r.results {
 				if res.np != np {
 					continue
