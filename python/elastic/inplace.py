@@ -41,8 +41,9 @@ twice, unless no rank held a fresher state than the memory copy.
 Outside a sidecar (no guard to ask), run() calls train once, as a plain
 script does; RANK and WORLD_SIZE default to 0 and 1. An exception train
 raises that is not the generation's end fails the process as before (a
-collective's error waits up to ELASTIC_REFORM_WAIT seconds, 10 by default,
-for the guard to say the generation ended, then is raised).
+RuntimeError or OSError, which c10d's collective and store errors are,
+waits up to ELASTIC_REFORM_WAIT seconds, 10 by default, for the guard to
+say the generation ended, then is raised).
 """
 
 import datetime
@@ -209,7 +210,10 @@ class _Link:
                     # before it knows how the ranks stop.
                     leave = self.on_leave
                     if leave is not None:
-                        leave()
+                        try:
+                            leave()
+                        except Exception:
+                            pass  # the group's: it never ends this thread
                     self.leaving.set()
                 elif m.get("op") == "run":
                     with self.cond:
@@ -286,7 +290,7 @@ class _Group:
         if gen.world_size > 1 and not isinstance(self.store, dist.HashStore):
             try:
                 self.stopper = _Stopper(dist, os.environ.get("MASTER_ADDR", "127.0.0.1"), self.port, gen.world_size, self._uncut)
-            except RuntimeError:
+            except (RuntimeError, OSError):
                 self.stopper = None  # a leave cuts
         with self.lock:
             self.fds = _new_sockets(self.before)
@@ -302,19 +306,22 @@ class _Group:
         rank that is forming its group, holds no step yet, or is blocked
         in its step (a peer frozen or lost) is cut at once.
         """
-        began, typical = self.gen._step_began, _step_times.typical()
-        now = time.monotonic()
-        if (self.stopper is None or self.cut_done or began is None or typical is None
-                or now - began > 2 * typical + _BLOCKED_SLACK):
+        try:
+            began, typical = self.gen._step_began, _step_times.typical()
+            now = time.monotonic()
+            if (self.stopper is None or self.cut_done or began is None or typical is None
+                    or now - began > 2 * typical + _BLOCKED_SLACK):
+                self.cut()
+                return
+            self.stopping = True
+            if self.stopper.stop_at is None and not self.stopper.propose(self.gen._held + _STOP_AHEAD):
+                self.cut()
+                return
+            timer = threading.Timer((_STOP_AHEAD + 1) * typical + _BLOCKED_SLACK, self.cut)
+            timer.daemon = True
+            timer.start()
+        except Exception:
             self.cut()
-            return
-        self.stopping = True
-        if self.stopper.stop_at is None and not self.stopper.propose(self.gen._held + _STOP_AHEAD):
-            self.cut()
-            return
-        timer = threading.Timer((_STOP_AHEAD + 1) * typical + _BLOCKED_SLACK, self.cut)
-        timer.daemon = True
-        timer.start()
 
     def _generation_store(self, addr):
         """This generation's store: rank 0 serves it, the others reach it.
@@ -348,7 +355,7 @@ class _Group:
                 self._uncut()
                 store.set_timeout(self.kw.get("timeout", _STORE_TIMEOUT))
                 served = int(store.get(_GENERATION_KEY))
-            except (RuntimeError, ValueError):
+            except (RuntimeError, OSError, ValueError):
                 # Reset by the last generation's server as it closed, or
                 # refused: try again while this generation lasts.
                 time.sleep(0.02)
@@ -446,17 +453,20 @@ class _Stopper:
     gloo/transport/tcp/pair.cc, Pair::signalException, signals the posted
     sends of bound buffers only). So a rank asked to leave proposes, in
     the generation's store, the step every rank stops at: the first
-    proposal wins (compare_set). Each rank keeps a second connection to
-    the store, on which a thread waits for the notice; gen.steps() then
-    raises GenerationOver at that step's start, where no collective is in
-    flight. compare_set wakes no waiter in torch 1.13, so a proposer also
-    sets the notice.
+    proposal wins (compare_set). Each rank keeps two more connections to
+    the store, made with the group: one to propose on, whose answers it
+    waits for a second at most (a proposal made at a leave must not wait
+    for a connection), and one on which a thread waits for the notice;
+    gen.steps() then raises GenerationOver at that step's start, where no
+    collective is in flight. compare_set wakes no waiter in torch 1.13, so
+    a proposer also sets the notice. c10d raises a store's errors as
+    RuntimeError or TimeoutError (an OSError): each is caught.
     """
 
     def __init__(self, dist, addr, port, world_size, uncut):
-        self.dist, self.addr, self.port, self.world_size = dist, addr, port, world_size
         self.stop_at = None
         before = _sockets()
+        self.proposer = dist.TCPStore(addr, port, world_size, False, timeout=_CONNECT_TIMEOUT)
         self.client = dist.TCPStore(addr, port, world_size, False, timeout=_CONNECT_TIMEOUT)
         uncut()
         self.fds = _new_sockets(before)
@@ -468,20 +478,19 @@ class _Stopper:
         try:
             client.wait([_STOP_NOTICE_KEY], _NOTICE_WAIT)
             self.stop_at = int(client.get(_STOP_NOTICE_KEY))
-        except (RuntimeError, ValueError):
+        except Exception:
             pass  # closed, or the store is gone: a stop cuts
         finally:
             self.client = None
 
     def propose(self, step):
-        """Propose that every rank stop at step; False if the store cannot be reached."""
+        """Propose that every rank stop at step; False if the store does not answer."""
         try:
-            client = self.dist.TCPStore(self.addr, self.port, self.world_size, False, timeout=_CONNECT_TIMEOUT)
-            agreed = client.compare_set(_STOP_KEY, "", str(step))
-            client.set(_STOP_NOTICE_KEY, agreed)
+            agreed = self.proposer.compare_set(_STOP_KEY, "", str(step))
+            self.proposer.set(_STOP_NOTICE_KEY, agreed)
             self.stop_at = int(agreed)
             return True
-        except (RuntimeError, ValueError):
+        except Exception:
             return False
 
     def close(self):
@@ -668,6 +677,7 @@ def run(train, state=None, backend="gloo", timeout=None, path=None):
                 group.end_stopper()
                 return result
         except BaseException as e:
+            gen._step_began = None  # not stepping: a leave from now on cuts
             if link is None or not _generation_ended(link, e):
                 if group is not None:
                     group.end_stopper()
@@ -725,7 +735,7 @@ def _generation_ended(link, e):
     """Whether exception e is the generation's end: the guard asked to leave, now or within the wait."""
     if isinstance(e, GenerationOver) or link.leaving.is_set():
         return True
-    if not isinstance(e, RuntimeError):
+    if not isinstance(e, (RuntimeError, OSError)):  # c10d's errors: TimeoutError is an OSError
         return False
     try:
         wait = float(os.environ.get(REFORM_WAIT_ENV, "10"))

@@ -101,6 +101,30 @@ class Cut(unittest.TestCase):
         self.assertEqual(out.stdout.strip(), "seen 2 kept b'x' shut b''")
 
 
+class Leave(unittest.TestCase):
+    def test_a_store_that_does_not_answer_a_proposal_cuts(self):
+        # c10d raises a store's timeout as TimeoutError, an OSError: a
+        # leave whose proposal fails so cuts, and raises nothing into the
+        # thread that reads the guard's messages.
+        out = run_script("""
+            import time
+            from elastic import inplace
+            gen = inplace.Generation({"RANK": "1", "WORLD_SIZE": "2"}, in_place=False)
+            group = inplace._Group(gen, "gloo", None)
+            class Gone:
+                stop_at = None
+                def propose(self, step):
+                    raise TimeoutError("the client socket has timed out")
+            group.stopper, group.fds = Gone(), {}
+            inplace._step_times.add(0.02)
+            gen._held, gen._step_began = 5, time.monotonic()
+            group.leave()
+            print("cut" if group.cut_done else "not cut", group.stopping)
+        """)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.strip(), "cut True")
+
+
 class StepTimes(unittest.TestCase):
     def test_a_typical_step_is_the_median_of_the_recent(self):
         from elastic import inplace
