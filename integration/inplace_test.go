@@ -114,6 +114,32 @@ func TestSurvivorsTrainOnInPlace(t *testing.T) {
 	}
 }
 
+// Rank 0 serves the generation's store. Stopped (SIGSTOP), it is found
+// hung and killed; its peer, asked to leave while its step has not yet
+// lasted long enough to count as blocked, proposes the ranks' common stop
+// in that store, which never answers: the peer gives up, cuts its
+// connections, and trains on in place. Before, the proposal waited for
+// ever, and the peer was killed at the stop's end.
+func TestThePeerOfAStoppedRank0TrainsOnInPlace(t *testing.T) {
+	t.Parallel()
+	requireTorch(t)
+	r := startRun(t, []string{"--np", "2", "--job", "stopped0"},
+		[]string{python, filepath.Join(repoRoot, "testdata", "inplace_trainer.py")}, "STEPS=60", "STEP_SECONDS=0.3")
+	first := generationStarts(t, r, 1, 2)
+	trained(t, r, 5)
+	require.NoError(t, syscall.Kill(first[0].pid, syscall.SIGSTOP), "stop rank 0, the store's host")
+
+	second := generationStarts(t, r, 2, 2)
+	kept := false
+	for _, g := range second {
+		if g.pid == first[1].pid {
+			kept = g.inPlace
+		}
+	}
+	assert.True(t, kept, "rank 1's process trained on in place: %+v", second)
+	require.Equal(t, 0, r.wait(), "the job succeeded:\n%s", r.out)
+}
+
 // Outside a sidecar, a script written with elastic.run runs its loop once,
 // as a plain script, in a world of one.
 func TestAnInPlaceTrainerRunsOnItsOwn(t *testing.T) {

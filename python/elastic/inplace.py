@@ -314,7 +314,7 @@ class _Group:
                 self.cut()
                 return
             self.stopping = True
-            if self.stopper.stop_at is None and not self.stopper.propose(self.gen._held + _STOP_AHEAD):
+            if self.stopper.stop_at is None and not self.stopper.propose(self.gen._held + _STOP_AHEAD, _PROPOSE_WAIT):
                 self.cut()
                 return
             timer = threading.Timer((_STOP_AHEAD + 1) * typical + _BLOCKED_SLACK, self.cut)
@@ -441,6 +441,9 @@ _STOP_AHEAD = 2
 _BLOCKED_SLACK = 0.25
 # The keys of a generation's store by which its ranks stop together.
 _STOP_KEY = "elastic/stop"
+# How long a proposal waits for the store's answer before the rank is cut:
+# a store that answers at all answers within milliseconds.
+_PROPOSE_WAIT = 0.25
 _STOP_NOTICE_KEY = "elastic/stop-notice"
 
 
@@ -454,9 +457,10 @@ class _Stopper:
     sends of bound buffers only). So a rank asked to leave proposes, in
     the generation's store, the step every rank stops at: the first
     proposal wins (compare_set). Each rank keeps two more connections to
-    the store, made with the group: one to propose on, whose answers it
-    waits for a second at most (a proposal made at a leave must not wait
-    for a connection), and one on which a thread waits for the notice;
+    the store, made with the group: one to propose on, whose answer it
+    waits for a quarter of a second at most (a proposal made at a leave
+    must not wait for a connection, nor for a rank 0 that is stopped), and
+    one on which a thread waits for the notice;
     gen.steps() then raises GenerationOver at that step's start, where no
     collective is in flight. compare_set wakes no waiter in torch 1.13, so
     a proposer also sets the notice. c10d raises a store's errors as
@@ -483,15 +487,29 @@ class _Stopper:
         finally:
             self.client = None
 
-    def propose(self, step):
-        """Propose that every rank stop at step; False if the store does not answer."""
-        try:
-            agreed = self.proposer.compare_set(_STOP_KEY, "", str(step))
-            self.proposer.set(_STOP_NOTICE_KEY, agreed)
-            self.stop_at = int(agreed)
-            return True
-        except Exception:
-            return False
+    def propose(self, step, wait):
+        """Propose that every rank stop at step; False if the store does not answer within wait.
+
+        The proposal runs on a thread of its own: the store is rank 0's
+        process, which may be stopped (SIGSTOP) or frozen with its node,
+        and c10d's compare_set then waits with no end. The cut that
+        follows shuts its connection, which ends the thread.
+        """
+        answered = []
+
+        def ask():
+            try:
+                agreed = self.proposer.compare_set(_STOP_KEY, "", str(step))
+                self.proposer.set(_STOP_NOTICE_KEY, agreed)
+                self.stop_at = int(agreed)
+                answered.append(True)
+            except Exception:
+                pass
+
+        asking = threading.Thread(target=ask, name="elastic-propose", daemon=True)
+        asking.start()
+        asking.join(wait)
+        return bool(answered)
 
     def close(self):
         """End the waiting thread: its connection is shut.

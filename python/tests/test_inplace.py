@@ -113,7 +113,7 @@ class Leave(unittest.TestCase):
             group = inplace._Group(gen, "gloo", None)
             class Gone:
                 stop_at = None
-                def propose(self, step):
+                def propose(self, step, wait):
                     raise TimeoutError("the client socket has timed out")
             group.stopper, group.fds = Gone(), {}
             inplace._step_times.add(0.02)
@@ -123,6 +123,24 @@ class Leave(unittest.TestCase):
         """)
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertEqual(out.stdout.strip(), "cut True")
+
+
+    def test_a_proposal_to_a_store_that_never_answers_gives_up(self):
+        # rank 0, which serves the store, stopped (SIGSTOP): the proposal
+        # waits a quarter of a second, then the rank is cut.
+        out = run_script("""
+            import threading
+            from elastic import inplace
+            stopper = inplace._Stopper.__new__(inplace._Stopper)
+            stopper.stop_at = None
+            class Silent:
+                def compare_set(self, *args):
+                    threading.Event().wait()
+            stopper.proposer = Silent()
+            print(stopper.propose(7, 0.25))
+        """)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.strip(), "False", "it gave up, and did not wait for the store")
 
 
 class StepTimes(unittest.TestCase):
