@@ -422,12 +422,14 @@ func startInjectedPodRunner(t *testing.T, kube kubernetes.Interface, ns, checkpo
 			if training := args[dash+1:]; len(training) > 1 && training[0] == "/usr/bin/python3" &&
 				strings.HasPrefix(training[1], filepath.Join(repoRoot, "testdata")+"/") {
 				// A trainer of testdata/ that runs here as written, with
-				// the sidecar's module: testdata/savetrainer.py,
-				// inplace_trainer.py. The pods' IPs are not this machine's:
-				// its node serves its rank-0 store on the loopback, at a
-				// port of the test's own.
+				// the sidecar's module: testdata/savetrainer.py.
 				env = append(env, "SAVE_DIR="+filepath.Join(checkpoints, pod.Labels["elastic.job"]))
-				args = append(slices.Clone(args[:dash]), append([]string{"--host", "127.0.0.1", "--master-port", freePort(t)}, args[dash:]...)...)
+				if filepath.Base(training[1]) == "inplace_trainer.py" {
+					// It forms a process group across its pods, whose IPs
+					// are not this machine's: its node serves the rank-0
+					// store on the loopback, at a port of the test's own.
+					args = append(slices.Clone(args[:dash]), append([]string{"--host", "127.0.0.1", "--master-port", freePort(t)}, args[dash:]...)...)
+				}
 				return sidecarContainer{proc: background(t, env, args...)}, nil
 			}
 			if training := args[dash+1:]; slices.Contains(training, "paddle.distributed.launch") && training[0] == "python" {
