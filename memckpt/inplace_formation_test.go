@@ -1,15 +1,9 @@
 package memckpt
 
 import (
-	"bytes"
-	"net"
-	"os/exec"
-	"strconv"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 // A generation whose formation is cut half-way (a peer lost while the
@@ -21,27 +15,11 @@ import (
 // rendezvous waited under another name for peers that never came.
 func TestACutFormationDoesNotHangTheNext(t *testing.T) {
 	requireTorch(t)
-	dir := moduleDir(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	require.NoError(t, l.Close())
-
-	outs := make([]bytes.Buffer, 3)
-	var wg sync.WaitGroup
-	for rank, who := range []string{"early", "early", "late"} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cmd := exec.Command(python, "testdata/cut_formation.py", strconv.Itoa(rank), port, who)
-			cmd.Env = pyEnv(dir)
-			cmd.Stdout, cmd.Stderr = &outs[rank], &outs[rank]
-			assert.NoError(t, cmd.Run(), "rank %d", rank)
-		}()
-	}
-	wg.Wait()
+	who := []string{"early", "early", "late"}
+	outs := threeRanks(t, "testdata/cut_formation.py", func(rank int) []string { return []string{who[rank]} },
+		func(rank int, err error) { assert.NoError(t, err, "rank %d", rank) })
 	for rank := range 3 {
-		out := outs[rank].String()
+		out := outs[rank]
 		if rank < 2 {
 			assert.Contains(t, out, "gen1 cut after", "rank %d: the cut ends generation 1's formation:\n%s", rank, out)
 		}

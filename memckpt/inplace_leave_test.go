@@ -45,6 +45,14 @@ func TestRanksAskedToLeaveWhileSteppingStopTogether(t *testing.T) {
 // and returns what each printed.
 func leaveWhileStepping(t *testing.T, gens int, mode string) []string {
 	t.Helper()
+	return threeRanks(t, "testdata/leave_while_stepping.py", func(int) []string { return []string{strconv.Itoa(gens), mode} }, nil)
+}
+
+// threeRanks runs script as ranks 0, 1 and 2, each with its rank, a free
+// port and argsOf(rank), and returns what each printed; exited, if set, is
+// told each rank's exit.
+func threeRanks(t *testing.T, script string, argsOf func(rank int) []string, exited func(rank int, err error)) []string {
+	t.Helper()
 	dir := moduleDir(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -56,10 +64,13 @@ func leaveWhileStepping(t *testing.T, gens int, mode string) []string {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cmd := exec.Command(python, "testdata/leave_while_stepping.py", strconv.Itoa(rank), port, strconv.Itoa(gens), mode)
+			cmd := exec.Command(python, append([]string{script, strconv.Itoa(rank), port}, argsOf(rank)...)...)
 			cmd.Env = pyEnv(dir)
 			cmd.Stdout, cmd.Stderr = &outs[rank], &outs[rank]
-			_ = cmd.Run()
+			err := cmd.Run()
+			if exited != nil {
+				exited(rank, err)
+			}
 		}()
 	}
 	wg.Wait()
