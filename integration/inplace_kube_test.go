@@ -30,6 +30,10 @@ func TestKubectlScaleGrowsAnElasticJobFromItsStartedSpareAndShrinksItInPlace(t *
 	e.jobStatus("inplace", "Running at 2 with a spare", func(s jobv1.ElasticJobStatus) bool {
 		return runningAt(2)(s) && s.Spares == 1
 	})
+	// A rank still importing torch when the job scales is kept as it is,
+	// and begins the next generation "still starting": on a loaded machine
+	// that takes seconds, so the test scales once every rank steps.
+	e.ranksStep("inplace", 1)
 	require.Eventually(t, func() bool {
 		plan, err := e.client.Plan(t.Context(), "inplace")
 		if err != nil {
@@ -53,6 +57,7 @@ func TestKubectlScaleGrowsAnElasticJobFromItsStartedSpareAndShrinksItInPlace(t *
 
 	e.kubectl("", "scale", "elasticjob/inplace", "--replicas", "3")
 	up := e.jobStatus("inplace", "Running at 3", runningAt(3))
+	e.ranksStep("inplace", up.Generation)
 	began := e.began("inplace", up.Generation)
 	assert.Contains(t, began, "in place: ranks 0, 1", "the ranks kept their processes")
 	assert.Contains(t, began, "started spare: rank 2", "the new rank is the spare, its start-up done")
@@ -87,4 +92,31 @@ func (e *kubeEnv) began(job string, gen int64) string {
 		return false
 	}, 30*time.Second, 50*time.Millisecond, "no GenerationRunning event of generation %d", gen)
 	return strings.TrimSpace(msg)
+}
+
+// ranksStep waits until every rank of generation gen, or of a later one,
+// has stepped: the sidecars report their ranks' progress only once they
+// train.
+func (e *kubeEnv) ranksStep(job string, gen int64) {
+	e.t.Helper()
+	require.Eventually(e.t, func() bool {
+		plan, err := e.client.Plan(e.t.Context(), job)
+		if err != nil || plan.Generation < gen {
+			return false
+		}
+		nodes, err := e.client.Nodes(e.t.Context(), job)
+		if err != nil {
+			return false
+		}
+		stepping := map[string]bool{}
+		for _, n := range nodes {
+			stepping[n.ID] = n.Generation == plan.Generation && n.Progress != nil
+		}
+		for _, m := range plan.Members {
+			if !stepping[m.Node] {
+				return false
+			}
+		}
+		return true
+	}, 90*time.Second, 50*time.Millisecond, "the ranks of generation %d never stepped", gen)
 }
