@@ -5,7 +5,7 @@ BENCHTIME ?= 20x
 FUZZTIME  ?= 30s
 BIN       := bin
 
-.PHONY: all build test tools lint bench bench-go bench-scale bench-footprint bench-restart bench-recovery bench-hang bench-goodput bench-kube bench-fence bench-edl-sim bench-edl chaos chaos-warm chaos-inplace fuzz clean kube-tools image push
+.PHONY: all build test tools lint bench bench-go bench-scale bench-footprint bench-restart bench-recovery bench-hang bench-goodput bench-kube bench-fence bench-edl-sim bench-edl chaos chaos-warm chaos-inplace fuzz clean kube-tools venv image push
 
 all: lint build test
 
@@ -22,8 +22,25 @@ build:
 # concurrent, and the suite is fast enough to afford it. The bridge's tests
 # run against a real control plane built by kube-tools; the metrics, the
 # dashboard and the alert rules are checked by Prometheus's promtool.
-test: tools
+test: tools venv
 	KUBE_BIN_DIR=$(abspath $(BIN)) $(GO) test -race -count=1 -timeout 25m $(PKGS)
+
+# The frameworks' Python toolchain: a virtual environment of Debian's
+# Python 3.11 with the pinned packages of hack/python/requirements.txt
+# (torch 2.15, PaddlePaddle 3.3.1 for the CPU, MindSpore 2.10, torchft),
+# from PyPI, built once and rebuilt only when that list changes. About
+# 4 GB to download (torch brings its CUDA libraries) and 9 GB on disk.
+# The tests find it at bin/venv; Debian's torch 1.13 stays the second
+# PyTorch.
+VENV := $(BIN)/venv
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: hack/python/requirements.txt
+	rm -rf $(VENV)
+	/usr/bin/python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --disable-pip-version-check --no-input -q --no-deps -r hack/python/requirements.txt
+	$(VENV)/bin/pip check
+	touch $@
 
 # A Kubernetes control plane for tests, built from pinned sources (the
 # versions are in hack/tools/go.mod and KWOK_VERSION), cached in bin/, and

@@ -15,6 +15,7 @@ import (
 
 	"github.com/elastictraining/coordinator/internal/testkit/pngtest"
 	"github.com/elastictraining/coordinator/internal/testkit/proctest"
+	"github.com/elastictraining/coordinator/internal/testkit/pythons"
 	"github.com/elastictraining/coordinator/internal/timeline"
 	"github.com/elastictraining/coordinator/membership"
 )
@@ -35,8 +36,14 @@ type hangRun struct {
 func startHangRun(t *testing.T, job string, args []string, env ...string) *hangRun {
 	t.Helper()
 	requireTorch(t)
+	return startHangRunOn(t, python, job, args, env...)
+}
+
+// startHangRunOn is startHangRun with the interpreter py.
+func startHangRunOn(t *testing.T, py, job string, args []string, env ...string) *hangRun {
+	t.Helper()
 	dir := t.TempDir()
-	r := startRun(t, append([]string{"--np", "2", "--job", job}, args...), []string{python, "testdata/hangtrainer.py"},
+	r := startRun(t, append([]string{"--np", "2", "--job", job}, args...), []string{py, "testdata/hangtrainer.py"},
 		append(env, "HANG_DIR="+dir)...)
 	return &hangRun{localRun: r, job: job, dir: dir}
 }
@@ -164,7 +171,16 @@ func running(gen int64) func(hangStatus) bool {
 // in interpreters that imported torch before the job started.
 func TestAStoppedTrainerRestartsItsGeneration(t *testing.T) {
 	t.Parallel()
-	h := startHangRun(t, "stopped", []string{"--preload", "torch"})
+	for _, py := range pythons.Torches(t) {
+		t.Run(py.Name, func(t *testing.T) {
+			t.Parallel()
+			aStoppedTrainerRestartsItsGeneration(t, py.Path)
+		})
+	}
+}
+
+func aStoppedTrainerRestartsItsGeneration(t *testing.T, py string) {
+	h := startHangRunOn(t, py, "stopped", []string{"--preload", "torch"})
 	victim := h.pid(1, 1)
 	h.said(1, 1, `step=3`)
 	st := h.statusWhen("ran generation 1", running(1))
@@ -240,8 +256,17 @@ func TestNoRankStepsOnceAStoppedRankIsFound(t *testing.T) {
 // grace period (SIGTERM, then 60s, then SIGKILL) was waited.
 func TestADeadlockedRankIsFoundAndWhereItHungIsShown(t *testing.T) {
 	t.Parallel()
+	for _, py := range pythons.Torches(t) {
+		t.Run(py.Name, func(t *testing.T) {
+			t.Parallel()
+			aDeadlockedRankIsFoundAndWhereItHungIsShown(t, py.Path)
+		})
+	}
+}
+
+func aDeadlockedRankIsFoundAndWhereItHungIsShown(t *testing.T, py string) {
 	logs := t.TempDir()
-	h := startHangRun(t, "deadlock", []string{"--hang-timeout", "1s", "--grace-period", "60s", "--log-dir", logs},
+	h := startHangRunOn(t, py, "deadlock", []string{"--hang-timeout", "1s", "--grace-period", "60s", "--log-dir", logs},
 		"HANG_BLOCK_AFTER=3@1")
 	blocked := h.pid(1, 1)
 	h.said(1, 1, `blocks after step 3`)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/elastictraining/coordinator/guard"
 	"github.com/elastictraining/coordinator/internal/testkit/proctest"
+	"github.com/elastictraining/coordinator/internal/testkit/pythons"
 	"github.com/elastictraining/coordinator/membership"
 )
 
@@ -72,7 +73,15 @@ func trained(t *testing.T, r *localRun, n int) {
 // optimizer state.
 func TestSurvivorsTrainOnInPlace(t *testing.T) {
 	t.Parallel()
-	requireTorch(t)
+	for _, py := range pythons.Torches(t) {
+		t.Run(py.Name, func(t *testing.T) {
+			t.Parallel()
+			survivorsTrainOnInPlace(t, py.Path)
+		})
+	}
+}
+
+func survivorsTrainOnInPlace(t *testing.T, python string) {
 	r := startRun(t, []string{"--np", "2", "--job", "inplace"},
 		[]string{python, filepath.Join(repoRoot, "testdata", "inplace_trainer.py")}, "STEPS=300", "STEP_SECONDS=0.03")
 

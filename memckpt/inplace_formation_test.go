@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/elastictraining/coordinator/internal/testkit/pythons"
 )
 
 // A generation whose formation is cut half-way (a peer lost while the
@@ -14,9 +16,14 @@ import (
 // the cut ranks' c10d counted the half-formed group, so the next
 // rendezvous waited under another name for peers that never came.
 func TestACutFormationDoesNotHangTheNext(t *testing.T) {
-	requireTorch(t)
+	for _, py := range pythons.Torches(t) {
+		t.Run(py.Name, func(t *testing.T) { aCutFormationDoesNotHangTheNext(t, py.Path) })
+	}
+}
+
+func aCutFormationDoesNotHangTheNext(t *testing.T, python string) {
 	who := []string{"early", "early", "late"}
-	outs := threeRanks(t, "testdata/cut_formation.py", func(rank int) []string { return []string{who[rank]} },
+	outs := threeRanks(t, python, "testdata/cut_formation.py", func(rank int) []string { return []string{who[rank]} },
 		func(rank int, err error) { assert.NoError(t, err, "rank %d", rank) })
 	for rank := range 3 {
 		out := outs[rank]

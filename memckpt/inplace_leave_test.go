@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/elastictraining/coordinator/internal/testkit/pythons"
 )
 
 // Ranks asked to leave while they step stop together, at one step's start,
@@ -19,9 +21,14 @@ import (
 // some rank, and gloo never fails a send a closed connection interrupted:
 // that rank waits out the group's timeout, and its guard kills it.
 func TestRanksAskedToLeaveWhileSteppingStopTogether(t *testing.T) {
-	requireTorch(t)
+	for _, py := range pythons.Torches(t) {
+		t.Run(py.Name, func(t *testing.T) { ranksAskedToLeaveWhileSteppingStopTogether(t, py.Path) })
+	}
+}
+
+func ranksAskedToLeaveWhileSteppingStopTogether(t *testing.T, python string) {
 	const gens = 6
-	outs := leaveWhileStepping(t, gens, "leave")
+	outs := leaveWhileStepping(t, python, gens, "leave")
 	line := regexp.MustCompile(`gen (\d+) stopped at step (\d+), (\w+)`)
 	for rank, out := range outs {
 		assert.NotContains(t, out, "hung", "rank %d:\n%s", rank, out)
@@ -43,15 +50,15 @@ func TestRanksAskedToLeaveWhileSteppingStopTogether(t *testing.T) {
 
 // leaveWhileStepping runs testdata/leave_while_stepping.py's three ranks
 // and returns what each printed.
-func leaveWhileStepping(t *testing.T, gens int, mode string) []string {
+func leaveWhileStepping(t *testing.T, python string, gens int, mode string) []string {
 	t.Helper()
-	return threeRanks(t, "testdata/leave_while_stepping.py", func(int) []string { return []string{strconv.Itoa(gens), mode} }, nil)
+	return threeRanks(t, python, "testdata/leave_while_stepping.py", func(int) []string { return []string{strconv.Itoa(gens), mode} }, nil)
 }
 
-// threeRanks runs script as ranks 0, 1 and 2, each with its rank, a free
+// threeRanks runs script with python as ranks 0, 1 and 2, each with its rank, a free
 // port and argsOf(rank), and returns what each printed; exited, if set, is
 // told each rank's exit.
-func threeRanks(t *testing.T, script string, argsOf func(rank int) []string, exited func(rank int, err error)) []string {
+func threeRanks(t *testing.T, python, script string, argsOf func(rank int) []string, exited func(rank int, err error)) []string {
 	t.Helper()
 	dir := moduleDir(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")

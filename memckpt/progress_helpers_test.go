@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/elastictraining/coordinator/internal/testkit/pythons"
 	"golang.org/x/sys/unix"
 )
 
@@ -68,11 +70,12 @@ func requireTorch(t *testing.T) {
 }
 
 // interpreters are the Python interpreters the standard-library parts are
-// tried with: Debian's, and the first python3 on PATH when it is another.
+// tried with: Debian's, the venv's (make venv: torch 2.15), and the first
+// python3 on PATH when it is another.
 func interpreters(t *testing.T) []string {
 	t.Helper()
 	requirePython(t)
-	pys := []string{python}
+	pys := []string{python, pythons.Venv(t)}
 	if p, err := exec.LookPath("python3"); err == nil {
 		// A pyenv shim is a script: the interpreter it runs.
 		out, err := exec.Command(p, "-c", "import sys; print(sys.executable)").Output()

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/elastictraining/coordinator/guard"
+	"github.com/elastictraining/coordinator/internal/testkit/pythons"
 )
 
 // trainScript trains a small MLP for 9 steps with the optimizer setup
@@ -40,8 +41,15 @@ print("trained", float(loss()) < float("inf"), flush=True)
 
 const trainSteps = 9
 
+// TestProgressCountsEveryOptimizerStep, on torch 1.13 (Optimizer's
+// _optimizer_step_code) and torch 2.15 (its global step post hooks).
 func TestProgressCountsEveryOptimizerStep(t *testing.T) {
-	requireTorch(t)
+	for _, py := range pythons.Torches(t) {
+		t.Run(py.Name, func(t *testing.T) { progressCountsEveryOptimizerStep(t, py.Path) })
+	}
+}
+
+func progressCountsEveryOptimizerStep(t *testing.T, python string) {
 	dir := moduleDir(t)
 	sig := dumpSignal(t, python)
 	for _, tc := range []struct {
@@ -101,7 +109,12 @@ opt = Clipped(model.parameters(), lr=1e-3)`, `loss(); opt.step()`},
 // from the state's step on: the job's steps, as the rank that saves
 // names them.
 func TestProgressNamesTheJobsStepsAfterALoad(t *testing.T) {
-	requireTorch(t)
+	for _, py := range pythons.Torches(t) {
+		t.Run(py.Name, func(t *testing.T) { progressNamesTheJobsStepsAfterALoad(t, py.Path) })
+	}
+}
+
+func progressNamesTheJobsStepsAfterALoad(t *testing.T, python string) {
 	dir := moduleDir(t)
 	setup := `import elastic
 elastic.save({"step": 100})   # stands for the rank that saves

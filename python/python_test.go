@@ -12,12 +12,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/elastictraining/coordinator/guard"
+	"github.com/elastictraining/coordinator/internal/testkit/pythons"
 	"github.com/elastictraining/coordinator/trainerenv"
 )
 
 // interpreter is Debian's Python, whose torch (python3-torch) the tests
 // use; .ci/run installs it.
-const interpreter = "/usr/bin/python3"
+const interpreter = pythons.Debian
 
 func requireTorch(t *testing.T) {
 	t.Helper()
@@ -27,14 +28,18 @@ func requireTorch(t *testing.T) {
 }
 
 // The package's own tests (python/tests, unittest), run by `make test`
-// through this one.
+// through this one, on Debian's torch 1.13 and PyPI's torch 2.15.
 func TestThePackagesOwnTests(t *testing.T) {
-	requireTorch(t)
-	cmd := exec.Command(interpreter, "-m", "unittest", "discover", "-s", "tests", "-v")
-	cmd.Env = append(os.Environ(), "PYTHONPATH=.")
-	out, err := cmd.CombinedOutput()
-	t.Logf("%s", out)
-	require.NoError(t, err)
+	for _, py := range pythons.Torches(t) {
+		t.Run(py.Name, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(py.Path, "-m", "unittest", "discover", "-s", "tests", "-v")
+			cmd.Env = append(os.Environ(), "PYTHONPATH=.")
+			out, err := cmd.CombinedOutput()
+			t.Logf("%s", out)
+			require.NoError(t, err)
+		})
+	}
 }
 
 // One command installs the package outside a sidecar, and a script

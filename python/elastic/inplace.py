@@ -265,6 +265,7 @@ class _Group:
     def __init__(self, gen, backend, timeout):
         import torch.distributed as dist
 
+        _import_before_any_group()
         self.dist = dist
         self.gen, self.backend = gen, backend
         self.kw = {"timeout": datetime.timedelta(seconds=timeout)} if timeout else {}
@@ -406,6 +407,23 @@ class _Group:
             pass
         _reset_group_names(self.dist)
         self.store = None
+
+
+def _import_before_any_group():
+    """Import torch.distributed.nn.functional while no process group exists.
+
+    Its functions take group=group.WORLD as a default argument, evaluated
+    at import (torch/distributed/nn/functional.py, torch 1.13 and 2.x): an
+    import while a generation's group exists keeps that group, its
+    connections and the store it was formed in, alive for the life of the
+    process, and rank 0's store then keeps the port the next generation's
+    store must bind. torch 2's DDP imports it (through torch._dynamo) the
+    first time a model is wrapped, inside the first generation.
+    """
+    try:
+        import torch.distributed.nn.functional  # noqa: F401
+    except Exception:
+        pass  # a build without it: nothing imports it then
 
 
 def _reset_group_names(dist):

@@ -75,6 +75,36 @@ class GroupNames(unittest.TestCase):
         self.assertEqual(out.stdout.strip(), "0")
 
 
+class Generations(unittest.TestCase):
+    def test_the_next_generations_rank_0_binds_the_port_again(self):
+        # torch 2's DDP imports torch.distributed.nn.functional (through
+        # torch._dynamo) inside the first generation; its functions' default
+        # group=group.WORLD then kept that generation's group, and its
+        # store, alive: rank 0 of the next could not bind its port.
+        out = run_script("""
+            import os, socket
+            s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from elastic import inplace
+            model = torch.nn.Linear(2, 1)
+            for g in (1, 2, 3):
+                gen = inplace.Generation(dict(ELASTIC_GENERATION=str(g), RANK="0", WORLD_SIZE="1"), in_place=g > 1)
+                group = inplace._Group(gen, "gloo", None)
+                group.form()
+                ddp = DDP(model)
+                ddp(torch.ones(2)).sum().backward()
+                import torch.distributed.nn.functional  # what torch 2's DDP imports
+                del ddp
+                group.end_stopper()
+                group.destroy()
+                print("generation", g, "formed", flush=True)
+        """)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.split("\n")[:3], ["generation 1 formed", "generation 2 formed", "generation 3 formed"])
+
+
 class Cut(unittest.TestCase):
     def test_a_cut_shuts_only_the_sockets_it_saw(self):
         # gloo closes a connection its peer closed; the descriptor may hold
