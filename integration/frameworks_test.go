@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/elastictraining/coordinator/internal/testkit/pythons"
 	"github.com/elastictraining/coordinator/trainerenv"
 )
 
@@ -135,7 +136,9 @@ func TestAMindSporeJobUnderRun(t *testing.T) {
 func TestAMindSporeJobWithServersUnderRun(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	r := startRun(t, []string{"--np", "2", "--ps", "1", "--framework", "mindspore", "--job", "msps"}, mindsporeStand,
+	// --framework mindspore wants MindSpore in the command's Python: the
+	// venv's, which runs the stand-in here.
+	r := startRun(t, []string{"--np", "2", "--ps", "1", "--framework", "mindspore", "--job", "msps"}, []string{pythons.MindSpore(t), mindsporeStand[1]},
 		"STANDIN_DIR="+dir, "STANDIN_SECONDS=1")
 	assert.Equal(t, 0, r.wait(), "every node registered and finished")
 	records := standIns(dir, "mindspore", 1)
@@ -218,7 +221,7 @@ func TestPaddleGetsItsDevices(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
 		r := startRun(t, []string{"--np", "2", "--nproc-per-node", "2", "--devices", "4", "--framework", "paddle", "--job", "gpus"},
-			[]string{standInPython, paddleTrainer}, "STANDIN_DIR="+dir, "STANDIN_CUDA=1", "STANDIN_SECONDS=1")
+			[]string{pythons.Paddle(t), paddleTrainer}, "STANDIN_DIR="+dir, "STANDIN_CUDA=1", "STANDIN_SECONDS=1")
 		var physical []string
 		for _, s := range awaitStandIns(t, r, dir, "paddle", 1, 4) {
 			assert.NotContains(t, s.Env, "PADDLE_DISTRI_BACKEND", "nccl, Paddle's default with GPUs")
@@ -235,7 +238,7 @@ func TestPaddleGetsItsDevices(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
 		r := startRun(t, []string{"--np", "2", "--devices", "none", "--framework", "paddle", "--job", "cpu"},
-			[]string{standInPython, paddleTrainer}, "STANDIN_DIR="+dir, "STANDIN_CUDA=1", "STANDIN_SECONDS=1")
+			[]string{pythons.Paddle(t), paddleTrainer}, "STANDIN_DIR="+dir, "STANDIN_CUDA=1", "STANDIN_SECONDS=1")
 		for _, s := range awaitStandIns(t, r, dir, "paddle", 1, 2) {
 			assert.Equal(t, "gloo", s.Env["PADDLE_DISTRI_BACKEND"])
 			assert.NotContains(t, s.Env, "FLAGS_selected_gpus")

@@ -127,11 +127,18 @@ var table = []variable{
 	{name: PaddleTrainerEndpoints, in: everywhere, of: paddles, value: func(v view) string { return join(v.e().Trainers) }, removed: perNodeLauncher},
 	{name: PaddleCurrentEndpoint, in: inProcess, of: paddleFamily, value: func(v view) string { return net.JoinHostPort(v.node.Member.Host, itoa(v.port())) }},
 	{name: PaddleTrainers, in: everywhere, of: paddles, value: func(v view) string { return join(v.e().TrainerHosts) }, removed: perNodeLauncher},
-	{name: PaddlePServersIPPortList, in: everywhere, of: paddleFamily, value: func(v view) string { return join(v.e().PServers) }},
+	// A collective job's processes get no server or heterogeneous list,
+	// not even an empty one: collective.py sets none, and fleet.init()'s
+	// role maker (python/paddle/distributed/fleet/base/role_maker.py,
+	// PaddleCloudRoleMaker._generate_role) takes a job with
+	// PADDLE_PSERVERS_IP_PORT_LIST set for a parameter-server job, and
+	// counts its workers differently (PaddlePaddle 3.3.1, run).
+	{name: PaddlePServersIPPortList, in: everywhere, of: paddleFamily, value: func(v view) string { return join(v.e().PServers) },
+		when: inConfigMapOrWithServers},
 	{name: PaddlePServerNum, in: inConfigMap, of: paddleFamily, value: func(v view) string { return itoa(v.e().Nodes[membership.RolePS]) }},
 	// paddle-operator's name, and PaddlePaddle's.
-	{name: PaddleHeterEndpoints, in: everywhere, of: paddleFamily, value: heters},
-	{name: PaddleAllHeterTrainerIPPortList, in: inProcess, of: paddleFamily, value: heters},
+	{name: PaddleHeterEndpoints, in: everywhere, of: paddleFamily, value: heters, when: inConfigMapOrWithServers},
+	{name: PaddleAllHeterTrainerIPPortList, in: inProcess, of: paddleFamily, value: heters, when: hasServers},
 	{name: PaddlePort, in: inProcess, of: paddleFamily, value: func(v view) string { return itoa(v.port()) }},
 	{name: PodIP, in: inProcess, of: paddles, value: func(v view) string { return v.node.Member.Host }},
 	{name: PaddleRankInNode, in: inProcess, of: paddleFamily, value: localRank},
@@ -278,6 +285,10 @@ func worldSize(v view) string   { return itoa(v.e().Processes[v.role]) }
 func heters(v view) string      { return join(v.e().Heters) }
 func withGloo(v view) bool      { return v.node.gloo(v) > 0 }
 func hasServers(v view) bool    { return v.e().Nodes[membership.RolePS] > 0 }
+
+// inConfigMapOrWithServers: the job's ConfigMap, which has always had the
+// variable, or a process of a job with parameter servers.
+func inConfigMapOrWithServers(v view) bool { return v.node == nil || hasServers(v) }
 
 // perNodeLauncher: the process is a framework's launcher, which a
 // variable of its trainers' would mislead (PADDLE_TRAINER_ENDPOINTS and

@@ -228,7 +228,7 @@ func (o *runOptions) fitLauncher(fs *pflag.FlagSet, args []string, fw trainerenv
 		if o.nproc, err = launcherProcs(lc, 0, o.nproc, fs.Changed("nproc-per-node")); err != nil {
 			return err
 		}
-		if _, err := paddleLaunchFramework(fw, o.frameworkFrom); err != nil {
+		if fw, err = paddleLaunchFramework(fw, o.frameworkFrom); err != nil {
 			return err
 		}
 		if o.ps > 0 || o.schedulers > 0 {
@@ -239,7 +239,7 @@ func (o *runOptions) fitLauncher(fs *pflag.FlagSet, args []string, fw trainerenv
 	if fw == trainerenv.MindSpore && !fs.Changed("schedulers") {
 		o.schedulers = 1 // msrun starts one; so does run
 	}
-	return nil
+	return checkFrameworkInstalled(context.Background(), fw, args)
 }
 
 // jobSpec is the job's id and the spec run stores, from the flags.

@@ -544,7 +544,7 @@ func (o *sidecarOptions) processOptions(command []string) error {
 		o.nproc = n
 	}
 	o.opts = trainerenv.Options{Gloo: o.gloo, Framework: fw, Launcher: lc.Launcher, Devices: devices}
-	return nil
+	return checkFrameworkInstalled(context.Background(), fw, command)
 }
 
 // paddleLaunchFramework is the framework of a command that is Paddle's

@@ -42,6 +42,19 @@ func Venv(t testing.TB) string {
 	return require(t, VenvPath(), "torch", "make venv")
 }
 
+// Paddle is the venv's interpreter once it imports paddle (PaddlePaddle
+// 3.3.1, the CPU build).
+func Paddle(t testing.TB) string {
+	t.Helper()
+	return require(t, VenvPath(), "paddle", "make venv")
+}
+
+// MindSpore is the venv's interpreter once it imports mindspore.
+func MindSpore(t testing.TB) string {
+	t.Helper()
+	return require(t, VenvPath(), "mindspore", "make venv")
+}
+
 // VenvPath is where make venv puts the venv's interpreter, found or not.
 func VenvPath() string {
 	_, file, _, _ := runtime.Caller(0)
