@@ -130,7 +130,7 @@ var table = []variable{
 	// A collective job's processes get no server or heterogeneous list,
 	// not even an empty one: collective.py sets none, and fleet.init()'s
 	// role maker (python/paddle/distributed/fleet/base/role_maker.py,
-	// PaddleCloudRoleMaker._generate_role) takes a job with
+	// PaddleCloudRoleMaker._ps_env) takes a job with
 	// PADDLE_PSERVERS_IP_PORT_LIST set for a parameter-server job, and
 	// counts its workers differently (PaddlePaddle 3.3.1, run).
 	{name: PaddlePServersIPPortList, in: everywhere, of: paddleFamily, value: func(v view) string { return join(v.e().PServers) },
