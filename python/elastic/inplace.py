@@ -530,14 +530,20 @@ class _Stopper:
         return bool(answered)
 
     def close(self):
-        """End the waiting thread: its connection is shut.
+        """End the waiting thread: its connection is shut; and let both stores go.
 
         It is waited for: a thread inside the store's wait when the
-        interpreter exits aborts the process.
+        interpreter exits aborts the process. A store kept after its
+        connections were shut costs a core: torch 1.13's TCPStore client
+        has a second connection, for its callbacks, whose thread polls it
+        (TCPStoreWorkerDaemon) and, once it is shut, wakes at once for
+        ever; the store's destructor ends that thread.
         """
         for fd, link in self.fds.items():
             _shutdown(fd, link, None)
         self.thread.join(_CONNECT_TIMEOUT.total_seconds())
+        self.proposer = None
+        self.client = None
 
 
 # The key under which a generation's store says whose it is.

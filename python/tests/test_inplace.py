@@ -105,6 +105,30 @@ class Generations(unittest.TestCase):
         self.assertEqual(out.stdout.split("\n")[:3], ["generation 1 formed", "generation 2 formed", "generation 3 formed"])
 
 
+class Stopper(unittest.TestCase):
+    def test_a_closed_stopper_leaves_no_thread_busy(self):
+        # torch 1.13's TCPStore client polls a second connection on a thread
+        # of its own; shut and kept, it woke at once for ever: every
+        # generation left a core's worth of spinning behind in every rank.
+        out = run_script("""
+            import socket, time
+            import torch.distributed as dist
+            from elastic import inplace
+            s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+            server = dist.TCPStore("127.0.0.1", port, 2, True, wait_for_workers=False)
+            for _ in range(3):
+                stopper = inplace._Stopper(dist, "127.0.0.1", port, 2, lambda: None)
+                stopper.close()
+            time.sleep(0.5)
+            t, w = time.process_time(), time.monotonic()
+            time.sleep(2)
+            print("busy %.2f" % ((time.process_time() - t) / (time.monotonic() - w)))
+        """)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        busy = float(out.stdout.split()[-1])
+        self.assertLess(busy, 0.2, "the process's threads used %.0f%% of a core with nothing to do" % (busy * 100))
+
+
 class Cut(unittest.TestCase):
     def test_a_cut_shuts_only_the_sockets_it_saw(self):
         # gloo closes a connection its peer closed; the descriptor may hold
