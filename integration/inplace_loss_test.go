@@ -71,7 +71,7 @@ func TestTenFaultsLeaveTheLossCurveOfAnUninterruptedRun(t *testing.T) {
 
 	faultLog := filepath.Join(dir, "faults.csv")
 	r := startRun(t, []string{"--np", "2", "--spares", "1", "--in-place", "--max-restarts", "20", "--job", "curve"},
-		[]string{python, example, "--steps", strconv.Itoa(steps), "--step-time", "0.01", "--loss-log", faultLog})
+		[]string{python, example, "--steps", strconv.Itoa(steps), "--step-time", "0.03", "--loss-log", faultLog})
 	for fault := range 10 {
 		// A started spare is waiting, and the generation has trained.
 		var victim int

@@ -487,6 +487,7 @@ class _Stopper:
 
     def __init__(self, dist, addr, port, world_size, uncut):
         self.stop_at = None
+        self.port = port
         before = _sockets()
         self.proposer = dist.TCPStore(addr, port, world_size, False, timeout=_CONNECT_TIMEOUT)
         self.client = dist.TCPStore(addr, port, world_size, False, timeout=_CONNECT_TIMEOUT)
@@ -540,7 +541,10 @@ class _Stopper:
         ever; the store's destructor ends that thread.
         """
         for fd, link in self.fds.items():
-            _shutdown(fd, link, None)
+            # Not the store's own side of a connection, which rank 0's
+            # process holds too: its server would poll it shut, at once,
+            # for as long as it serves.
+            _shutdown(fd, link, self.port)
         self.thread.join(_CONNECT_TIMEOUT.total_seconds())
         self.proposer = None
         self.client = None
