@@ -35,10 +35,21 @@ test: tools venv
 VENV := $(BIN)/venv
 venv: $(VENV)/.installed
 
+# pip downloads into a folder beside the venv (a small tmpfs /tmp cannot
+# hold torch's wheels), keeps no cache, and installs the list eight
+# packages at a time, so that the disk holds at most eight wheels beside
+# what is installed: about 11 GB at the peak, checked first.
+VENV_NEEDS_GB := 11
 $(VENV)/.installed: hack/python/requirements.txt
-	rm -rf $(VENV)
+	@mkdir -p $(BIN); free=$$(df -P -BG $(BIN) | awk 'NR==2 {sub("G","",$$4); print $$4}'); \
+	if [ "$$free" -lt $(VENV_NEEDS_GB) ]; then \
+		echo "make venv: $(VENV) needs about $(VENV_NEEDS_GB) GB free on its disk, $$free GB are" >&2; exit 1; fi
+	rm -rf $(VENV) $(VENV).tmp
 	/usr/bin/python3 -m venv $(VENV)
-	$(VENV)/bin/pip install --disable-pip-version-check --no-input -q --no-deps -r hack/python/requirements.txt
+	mkdir -p $(VENV).tmp
+	sed -e 's/#.*//' -e '/^[[:space:]]*$$/d' hack/python/requirements.txt | \
+		TMPDIR=$(abspath $(VENV).tmp) xargs -n 8 $(VENV)/bin/pip install --disable-pip-version-check --no-input -q --no-cache-dir --no-deps
+	rm -rf $(VENV).tmp
 	$(VENV)/bin/pip check
 	touch $@
 
