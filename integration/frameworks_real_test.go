@@ -22,12 +22,13 @@ import (
 // (make venv): PaddlePaddle over gloo, MindSpore over its own collectives.
 const (
 	paddleDP    = "testdata/frameworks/paddle_dp.py"
+	paddlePS    = "testdata/frameworks/paddle_ps.py"
 	mindsporeDP = "testdata/frameworks/mindspore_dp.py"
 )
 
 // stepLine is the line each of them appends to its directory's steps.log
 // after each step.
-var stepLine = regexp.MustCompile(`(?m)^\[\w+\] gen (\d+) rank (\d+) world (\d+) step (\d+) loss \S+ digest (\w+)$`)
+var stepLine = regexp.MustCompile(`(?m)^\[[\w-]+\] gen (\d+) rank (\d+) world (\d+) step (\d+) loss \S+ digest (\w+)$`)
 
 // trainedSteps is what the ranks wrote: by generation, step and rank, the
 // parameters' digest; and each generation's world size.
@@ -66,7 +67,14 @@ func stepsLog(dir string) string {
 // first step. (A node's loss may take more than one generation to mend.)
 func (r *localRun) trained(dir string, after, world, n int) (gen, first int) {
 	r.t.Helper()
-	require.Eventually(r.t, func() bool {
+	return trainedIn(r.t, dir, after, world, n, func() string { return r.out.String() })
+}
+
+// trainedIn is trained for the job whose ranks write their steps to dir;
+// out says what its processes printed, if the wait fails.
+func trainedIn(t *testing.T, dir string, after, world, n int, out func() string) (gen, first int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
 		s := readSteps(stepsLog(dir))
 		for g, steps := range s.digests {
 			if g <= after || s.world[g] != world {
@@ -84,8 +92,35 @@ func (r *localRun) trained(dir string, after, world, n int) (gen, first int) {
 			}
 		}
 		return false
-	}, 3*time.Minute, 50*time.Millisecond, "no generation after %d trained %d steps on %d ranks:\n%s\n%s", after, n, world, r.out, stepsLog(dir))
+	}, 3*time.Minute, 50*time.Millisecond, "no generation after %d trained %d steps on %d ranks:\n%s\n%s", after, n, world, out(), stepsLog(dir))
 	return gen, first
+}
+
+// frameworkProcess is the pid of a live process of the script among those
+// whose environment holds marker, with every one of vars in its
+// environment too: a process of a real framework's job.
+func frameworkProcess(t *testing.T, marker, script string, vars ...string) int {
+	t.Helper()
+	var pid int
+	require.Eventually(t, func() bool {
+		for _, p := range proctest.Marked(marker) {
+			env, _ := os.ReadFile("/proc/" + strconv.Itoa(p.Pid) + "/environ")
+			env = append([]byte{0}, env...)
+			if !strings.Contains(strings.Join(p.Args, " "), script) {
+				continue
+			}
+			all := true
+			for _, v := range vars {
+				all = all && bytes.Contains(env, []byte("\x00"+v+"\x00"))
+			}
+			if all {
+				pid = p.Pid
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 50*time.Millisecond, "no process of %s with %v", script, vars)
+	return pid
 }
 
 // A real PaddlePaddle data-parallel job (paddle.DataParallel over gloo, on
@@ -154,6 +189,62 @@ func aRealPaddleJobLosesANodeAndScales(t *testing.T, job, dir string, command []
 	sameParameters(t, dir)
 }
 
+// A PaddlePaddle parameter-server job's roles with the real framework
+// under run --framework paddle --ps 2: two servers and two workers, each
+// process's fleet.init(PaddleCloudRoleMaker()) finding its role, index
+// and endpoints in what paddle.distributed.launch's ps.py gives, server 0
+// serving the workers' gloo store, the workers training over their gloo
+// group (paddle_ps.py; the servers' own training is not in the CPU wheel).
+// A worker killed, then a server killed: each time every process of the
+// next generation starts anew (as Paddle's launcher stops a pod's servers
+// with its workers), the servers find their roles again, and the workers
+// train on from the checkpoint.
+func TestARealPaddleParameterServerJobLosesAWorkerAndAServer(t *testing.T) {
+	t.Parallel()
+	py := pythons.Paddle(t)
+	dir := t.TempDir()
+	r := startRun(t, []string{"--np", "2", "--ps", "2", "--job", "paddleps", "--framework", "paddle"}, []string{py, paddlePS},
+		"PADDLE_DIR="+dir, "STEP_SECONDS=0.05", "SAVE_EVERY=5")
+	marker := "ELASTIC_TEST_MARK=" + r.marker
+
+	gen, _ := r.trained(dir, 0, 2, 10)
+	serversFound(t, dir, gen, 2)
+	require.NoError(t, syscall.Kill(frameworkProcess(t, marker, paddlePS, "TRAINING_ROLE=TRAINER", "PADDLE_TRAINER_ID=1"), syscall.SIGKILL))
+	gen, second := r.trained(dir, gen, 2, 10)
+	assert.Greater(t, second, 1, "the job resumed from its checkpoint after its worker's loss, not from the start")
+	serversFound(t, dir, gen, 2)
+
+	require.NoError(t, syscall.Kill(frameworkProcess(t, marker, paddlePS, "TRAINING_ROLE=PSERVER"), syscall.SIGKILL))
+	gen, third := r.trained(dir, gen, 2, 10)
+	assert.Greater(t, third, second, "the job resumed from its checkpoint after its server's loss")
+	serversFound(t, dir, gen, 2)
+	sameParameters(t, dir)
+}
+
+// serversFound checks that in generation gen, each of n servers found its
+// own index of n in PaddlePaddle's role maker, at its own endpoint. Server
+// 0's fleet.init returns only once its gloo store has stopped, which it
+// looks at every 5 s (fleet/base/role_maker.py, _init_http).
+func serversFound(t *testing.T, dir string, gen, n int) {
+	t.Helper()
+	line := regexp.MustCompile(`(?m)^\[paddle-ps\] gen (\d+) server (\d+) of (\d+) at (\S+)$`)
+	endpoints := map[int]string{}
+	require.Eventually(t, func() bool {
+		for _, m := range line.FindAllStringSubmatch(stepsLog(dir), -1) {
+			if g, _ := strconv.Atoi(m[1]); g == gen && m[3] == strconv.Itoa(n) {
+				i, _ := strconv.Atoi(m[2])
+				endpoints[i] = m[4]
+			}
+		}
+		return len(endpoints) == n
+	}, time.Minute, 100*time.Millisecond, "generation %d's servers:\n%s", gen, stepsLog(dir))
+	seen := map[string]bool{}
+	for _, ep := range endpoints {
+		assert.False(t, seen[ep], "two servers at %s", ep)
+		seen[ep] = true
+	}
+}
+
 // sameParameters checks that at every step every rank held the same
 // parameters.
 func sameParameters(t *testing.T, dir string) {
@@ -188,15 +279,7 @@ func TestARealMindSporeJobLosesAWorker(t *testing.T) {
 		"MS_DIR="+dir, "STEP_SECONDS=0.05", "SAVE_EVERY=5")
 
 	gen, _ := r.trained(dir, 0, 2, 12)
-	var victim int
-	for _, p := range processesWithMarker(r.marker) {
-		env, _ := os.ReadFile("/proc/" + strconv.Itoa(p.Pid) + "/environ")
-		if strings.Contains(strings.Join(p.Args, " "), mindsporeDP) && bytes.Contains(env, []byte("\x00MS_ROLE=MS_WORKER\x00")) &&
-			bytes.Contains(env, []byte("\x00MS_NODE_ID=1\x00")) {
-			victim = p.Pid
-		}
-	}
-	require.NotZero(t, victim, "worker 1's process")
+	victim := frameworkProcess(t, "ELASTIC_TEST_MARK="+r.marker, mindsporeDP, "MS_ROLE=MS_WORKER", "MS_NODE_ID=1")
 	require.NoError(t, syscall.Kill(victim, syscall.SIGKILL))
 	_, second := r.trained(dir, gen, 2, 10)
 	assert.Greater(t, second, 1, "the job resumed from its checkpoint, not from the start")
