@@ -366,7 +366,7 @@ func TestAllNamespacesRunsTheJobsOfEveryNamespace(t *testing.T) {
 	far.ns = e.ns + "-far"
 	_, err := e.c.Client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: far.ns}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	startInjectedPodRunner(t, e.c.Client, far.ns, e.toyDir, []string{"TOY_STEPS=100000", "TOY_INTERVAL=0.05"})
+	startInjectedPodRunner(t, e.c.Client, far.ns, e.toyDir, []string{"TOY_STEPS=100000", "TOY_INTERVAL=0.05"}, nil)
 	require.NoError(t, far.createJob(elasticJobYAML("far", 2, "")))
 	far.jobStatus("far", "Running at 2", runningAt(2))
 	require.Eventually(t, func() bool {

@@ -127,7 +127,16 @@ type kubeOptions struct {
 	// the test's ServiceAccount and has serve say unserved jobs after 3 s;
 	// otherwise serve says none.
 	reportUnserved bool
+	// realTrainer, with injected, runs a real framework's job in place of
+	// an image's training command it knows.
+	realTrainer realTrainer
 }
+
+// realTrainer gives, for an image's training command that the machine
+// cannot run as the image would, the command of a real framework's job
+// that runs here in its place, and its variables; ok false leaves the
+// command to the toy trainer. dir is the job's own directory.
+type realTrainer func(training []string, dir string) (command, env []string, ok bool)
 
 // toyTrainer is testdata/toytrainer.sh.
 var toyTrainer = filepath.Join("testdata", "toytrainer.sh")
@@ -212,7 +221,7 @@ func newKubeEnv(t *testing.T, o kubeOptions) *kubeEnv {
 	}
 	if o.injected {
 		e.toyDir = t.TempDir()
-		e.runner = startInjectedPodRunner(t, c.Client, e.ns, e.toyDir, o.toyEnv)
+		e.runner = startInjectedPodRunner(t, c.Client, e.ns, e.toyDir, o.toyEnv, o.realTrainer)
 	} else {
 		e.runner = startPodRunner(t, c.Client, e.ns, e.etcd.Endpoint(), ttl, o.toyEnv)
 	}
@@ -379,7 +388,7 @@ func startPodRunner(t *testing.T, kube kubernetes.Interface, ns, endpoint string
 // coordinator sidecar ... -- CMD` with this test's binary for the one the
 // init container would copy — with the container's environment, the
 // downward API's fields filled in from the pod.
-func startInjectedPodRunner(t *testing.T, kube kubernetes.Interface, ns, checkpoints string, toyEnv []string) *kubetest.PodRunner {
+func startInjectedPodRunner(t *testing.T, kube kubernetes.Interface, ns, checkpoints string, toyEnv []string, real realTrainer) *kubetest.PodRunner {
 	emptyDirs := t.TempDir()
 	start := func(pod *corev1.Pod) (kubetest.Container, error) {
 		for _, c := range pod.Spec.Containers {
@@ -418,6 +427,22 @@ func startInjectedPodRunner(t *testing.T, kube kubernetes.Interface, ns, checkpo
 			dash := slices.Index(args, "--")
 			if dash < 0 {
 				return nil, errors.New("the injected command has no -- before the training command")
+			}
+			if real != nil {
+				dir := filepath.Join(checkpoints, pod.Labels["elastic.job"])
+				if command, realEnv, ok := real(args[dash+1:], dir); ok {
+					if err := os.MkdirAll(dir, 0o700); err != nil {
+						return nil, err
+					}
+					// The pods' IPs are not this machine's: each node
+					// serves its endpoints, and its rendezvous if it is
+					// rank 0 (or the first server, or MindSpore's
+					// scheduler), on the loopback, at ports of the test's
+					// own.
+					loopback := []string{"--host", "127.0.0.1", "--port", freePort(t), "--master-port", freePort(t)}
+					args = append(append(slices.Clone(args[:dash]), loopback...), append([]string{"--"}, command...)...)
+					return sidecarContainer{proc: background(t, append(env, realEnv...), args...)}, nil
+				}
 			}
 			if training := args[dash+1:]; len(training) > 1 && training[0] == "/usr/bin/python3" &&
 				strings.HasPrefix(training[1], filepath.Join(repoRoot, "testdata")+"/") {
