@@ -151,14 +151,21 @@ bench-restart: build
 # with 2 and 4 ranks, cold and warm (and warm with one spare), and torchrun
 # in the same run; about 15 minutes. Modes this build lacks are reported as
 # not available. RECOVERY_ARGS adds flags, e.g. -scenarios kill-rank -modes
-# cold,warm, or -scenarios kill-node -modes warm,spare.
+# cold,warm, or -scenarios kill-node -modes warm,spare. Then the same on
+# PyPI's torch 2.15 (the venv's, its torchrun beside; cold, warm, in place)
+# and a real PaddlePaddle job killed under run --framework paddle and under
+# PaddlePaddle's own elastic launcher (-suite paddle, 2 ranks).
 RECOVERY_NP   ?= 2,4
 RECOVERY_RUNS ?= 5
 RECOVERY_ARGS ?=
-bench-recovery: build
+bench-recovery: build venv
 	@mkdir -p bench/results
 	$(GO) run ./bench/recovery -coordinator $(BIN)/coordinator -np $(RECOVERY_NP) -runs $(RECOVERY_RUNS) $(RECOVERY_ARGS) \
 		-out bench/results/recovery.txt
+	$(GO) run ./bench/recovery -coordinator $(BIN)/coordinator -python $(VENV)/bin/python -np 2 -runs $(RECOVERY_RUNS) \
+		-modes cold,warm,inplace -scenarios kill-rank,kill-node -state-scenarios '' -alone-scenarios '' -out bench/results/recovery-torch2.txt
+	$(GO) run ./bench/recovery -suite paddle -coordinator $(BIN)/coordinator -paddle-python $(VENV)/bin/python -np 2 -runs $(RECOVERY_RUNS) \
+		-out bench/results/recovery-paddle.txt
 
 # Hang detection (issue 32) on the same 2-rank DDP job, a plain script run
 # with --preload torch, and torchrun in the same run: rank 1's trainer

@@ -63,6 +63,11 @@ type extras struct {
 	// rankLogs keeps every rank's output in a file (run --log-dir, --tee
 	// none), for the stacks a hang stop writes.
 	rankLogs bool
+	// command, if set, is the training command in place of trainer.py
+	// (whose arguments are then left out), with env added to its
+	// environment: another framework's job.
+	command []string
+	env     []string
 }
 
 // recoveryArgs are run's flags for the recovery suite: restarts without
@@ -112,14 +117,18 @@ func startCoordinator(cfg *config, np int, m mode, stateMB int, x extras) (*coor
 		args = append(args, "--log-dir", j.rankLogs, "--tee", "none")
 	}
 	args = append(append(args, x.runArgs...), cfg.runArgs...)
-	args = append(append(args, "--", cfg.python, cfg.script), trainerArgs(m.memory, filepath.Join(dir, "checkpoint.pt"), stateMB)...)
-	args = append(args, cfg.startupArgs()...)
-	if m.inPlace {
-		args = append(args, "--in-place")
+	if x.command != nil {
+		args = append(append(args, "--"), x.command...)
+	} else {
+		args = append(append(args, "--", cfg.python, cfg.script), trainerArgs(m.memory, filepath.Join(dir, "checkpoint.pt"), stateMB)...)
+		args = append(args, cfg.startupArgs()...)
+		if m.inPlace {
+			args = append(args, "--in-place")
+		}
 	}
 	j.cmd = exec.Command(cfg.coordinator, append(args, x.trainerArgs...)...)
 	j.cmd.Dir = dir
-	j.cmd.Env = append(os.Environ(), "BENCH_LOG_DIR="+logDir)
+	j.cmd.Env = append(append(os.Environ(), "BENCH_LOG_DIR="+logDir), x.env...)
 	j.cmd.Stdout, j.cmd.Stderr = &j.output, &j.output
 	// A group of its own, out of reach of the terminal's interrupt: the
 	// harness stops it on its own signal (liveJobs), and run is told when

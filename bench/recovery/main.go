@@ -62,12 +62,13 @@ func main() {
 	flags.DurationVar(&cfg.startup, "startup", 0, "a stand-in for a real job's start-up (imports, CUDA context, communicators, weights): the trainer sleeps this long once per process, torchrun's too")
 	runArgs := flags.String("run-args", "", "more flags for coordinator run, space-separated (e.g. --checkpoint-memory ...)")
 	out := flags.String("out", "", "also write the report here")
-	suite := flags.String("suite", "recovery", "recovery (kills and scaling, -modes, -scenarios), hang (a hung rank and pausing jobs, the -hang-*, -pause* flags; the modes preload and warm) or goodput (a fault every -every for -duration; -modes warm,spare by default)")
+	suite := flags.String("suite", "recovery", "recovery (kills and scaling, -modes, -scenarios), hang (a hung rank and pausing jobs, the -hang-*, -pause* flags; the modes preload and warm), goodput (a fault every -every for -duration; -modes warm,spare by default) or paddle (a real PaddlePaddle job, kill-rank and kill-node of -scenarios, on run and, unless -torchrun=false, under PaddlePaddle's elastic launcher)")
+	paddlePython := flags.String("paddle-python", "bin/venv/bin/python", "python interpreter with PaddlePaddle and etcd3, for -suite paddle (make venv)")
 	hangConfig := registerHangFlags(flags)
 	goodputConfig := registerGoodputFlags(flags)
 	flag.Parse()
-	if *suite != "recovery" && *suite != "hang" && *suite != "goodput" {
-		fatalf("-suite %q: want recovery, hang or goodput", *suite)
+	if *suite != "recovery" && *suite != "hang" && *suite != "goodput" && *suite != "paddle" {
+		fatalf("-suite %q: want recovery, hang, goodput or paddle", *suite)
 	}
 	h, err := hangConfig()
 	if err != nil {
@@ -130,6 +131,10 @@ func main() {
 		var buf bytes.Buffer
 		rep.write(&buf)
 		writeReport(buf.Bytes(), *out)
+		return
+	}
+	if *suite == "paddle" {
+		runPaddleSuite(&cfg, *paddlePython, sizes, scenarios, *torchrun, begun, loadAtStart, command, *out)
 		return
 	}
 	if *suite == "hang" {

@@ -51,6 +51,11 @@ type report struct {
 	took    time.Duration
 	// steadyAfter is where the steady step times start after a recovery.
 	steadyAfter time.Duration
+	// header, if set, describes the job, its modes and its figures in
+	// place of the PyTorch job's description; peer is the mode the others
+	// are compared with (torchrun if empty).
+	header func(io.Writer)
+	peer   string
 }
 
 var scenarioNames = map[string]string{
@@ -71,6 +76,16 @@ func stateLabel(mb int) string {
 }
 
 func (r *report) write(w io.Writer) {
+	if r.header != nil {
+		r.header(w)
+	} else {
+		r.writeHeader(w)
+	}
+	r.writeTables(w)
+}
+
+// writeHeader describes the PyTorch job, its modes and the figures.
+func (r *report) writeHeader(w io.Writer) {
 	fmt.Fprintf(w, "bench-recovery: a PyTorch DDP job (bench/recovery/trainer.py: gloo on the CPU, a 334k-parameter MLP with Adam,\n")
 	fmt.Fprintf(w, "steps padded to 20 ms) on coordinator run --np N (a process a node), and under torchrun in the same run.\n")
 	var missing []string
@@ -109,7 +124,10 @@ func (r *report) write(w io.Writer) {
 	fmt.Fprintf(w, "the next generation may take the spare while the killed node's sidecar starts again (and becomes the spare).\n")
 	fmt.Fprintf(w, "kill a guard: the guard of the node whose trainer holds the rank, SIGKILLed alone; its trainer and warm\n")
 	fmt.Fprintf(w, "interpreter die with it, its sidecar sweeps what they left and starts another guard.\n")
+}
 
+// writeTables gives every size's figures, step times and ratios.
+func (r *report) writeTables(w io.Writer) {
 	var sizes []int
 	for _, res := range r.results {
 		if len(sizes) == 0 || sizes[len(sizes)-1] != res.np {
@@ -129,7 +147,11 @@ func (r *report) write(w io.Writer) {
 					if row.scenario != scenario {
 						continue
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", scenarioNames[scenario], res.mode, stateLabel(res.stateMB), len(row.outcomes), row.figures())
+					state := stateLabel(res.stateMB)
+					if r.header != nil {
+						state = "-" // not trainer.py's state
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", scenarioNames[scenario], res.mode, state, len(row.outcomes), row.figures())
 				}
 			}
 		}
@@ -213,8 +235,13 @@ func (r *report) writeSteps(w io.Writer, np int) {
 	}
 }
 
-// writeRatios compares torchrun's time to training again with each mode's.
+// writeRatios compares the peer's (torchrun's) time to training again
+// with each mode's.
 func (r *report) writeRatios(w io.Writer, np int) {
+	peer := r.peer
+	if peer == "" {
+		peer = "torchrun"
+	}
 	medians := map[string]time.Duration{}
 	var order []string
 	for _, res := range r.results {
@@ -231,15 +258,15 @@ func (r *report) writeRatios(w io.Writer, np int) {
 			}
 			key := row.scenario + "/" + res.mode
 			medians[key] = stats.Median(d)
-			if res.mode != "torchrun" {
+			if res.mode != peer {
 				order = append(order, key)
 			}
 		}
 	}
 	for _, key := range order {
 		scenario, mode, _ := strings.Cut(key, "/")
-		if theirs, ok := medians[scenario+"/torchrun"]; ok && medians[key] > 0 {
-			fmt.Fprintf(w, "%s, training again: torchrun takes %.1f× as long as %s\n", scenarioNames[scenario], float64(theirs)/float64(medians[key]), mode)
+		if theirs, ok := medians[scenario+"/"+peer]; ok && medians[key] > 0 {
+			fmt.Fprintf(w, "%s, training again: %s takes %.1f× as long as %s\n", scenarioNames[scenario], peer, float64(theirs)/float64(medians[key]), mode)
 		}
 	}
 }

@@ -15,11 +15,22 @@ output in its log directory),
 
 where D is a hash of the parameters after the step: every rank of a step
 must hold the same. STEPS steps in all (for ever if 0), STEP_SECONDS apart.
+
+With BENCH_LOG_DIR set (bench/recovery -suite paddle), each process also
+appends to BENCH_LOG_DIR/<pid>.log the benchmark's own lines (see
+bench/recovery/trainer.py): "start <unix time> cold" before Paddle is
+imported, and "step <unix time> <generation> <rank> <world> <step>" after
+each step.
 """
 
 import hashlib
 import os
 import time
+
+bench_log = None
+if os.environ.get("BENCH_LOG_DIR"):
+    bench_log = open(os.path.join(os.environ["BENCH_LOG_DIR"], "%d.log" % os.getpid()), "a", buffering=1)
+    bench_log.write("start %.6f cold\n" % time.time())
 
 import numpy as np
 import paddle
@@ -77,6 +88,8 @@ while steps == 0 or step < steps:
     opt.step()
     opt.clear_grad()
     say("[paddle] gen %d rank %d world %d step %d loss %.6f digest %s" % (gen, rank, world, step, float(loss), digest()))
+    if bench_log:
+        bench_log.write("step %.6f %d %d %d %d\n" % (time.time(), gen, rank, world, step))
     if rank == 0 and step % save_every == 0:
         tmp = checkpoint + ".tmp"
         paddle.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, tmp)
