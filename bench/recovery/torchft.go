@@ -206,10 +206,21 @@ func measureTorchft(cfg *config, settings torchftSettings, np int, scenarios []s
 	}
 	defer j.stop()
 	if err := j.measureAlone(j.killRank, j.np, &res.rows[0], &res.rows[1]); err != nil {
-		res.fail(0, fmt.Errorf("%w\n%s", err, j.output.String()))
+		res.fail(0, fmt.Errorf("%w\n%s\nthe lighthouse's log, its end:\n%s", err, j.output.String(), j.lighthouseTail(40)))
 	}
 	res.steps, res.transient = j.steady, j.transient
 	return res
+}
+
+// lighthouseTail is the last n lines of the lighthouse's log, to say why
+// a quorum did not form.
+func (j *torchftJob) lighthouseTail(n int) string {
+	data, err := os.ReadFile(filepath.Join(j.dir, "lighthouse.log"))
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // torchftSetup checks that python has torchft and finds the lighthouse,

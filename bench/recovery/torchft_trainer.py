@@ -37,6 +37,16 @@ only for a step whose commit succeeded (manager.should_commit() True):
                   so the first is 1 (trainer.py's is 0); a healed replica
                   takes the step of the peer it healed from.
 
+One change to torchft's own code path: torchft 0.2.0's DDP comm hook
+(torchft/ddp.py:76, `assert fut._fut`) fails when the allreduce's wait
+raised, which a peer killed in the allreduce makes it do: _ManagedWork.wait
+(torchft/manager.py:1322-1336) reports the error to the Manager and returns
+False without building the future the hook then asserts on, so the
+survivor dies of an AssertionError in backward(). FaultTolerantDDP's hook
+hands DDP the unreduced bucket instead; the Manager already knows of the
+error, so should_commit() fails the step and the optimizer does not step
+on it (what manager.py's handling means to do).
+
 A real job's start-up (imports, a CUDA context, weights) is stood in for by
 a sleep (--startup-s) before the Manager is made: a Manager heartbeats to the
 lighthouse from its creation, and the lighthouse waits for a replica that
@@ -57,6 +67,23 @@ import torch  # noqa: E402
 from torch.distributed import TCPStore  # noqa: E402
 from torchft import DistributedDataParallel, Manager, Optimizer, ProcessGroupGloo  # noqa: E402
 from torchft.checkpointing.pg_transport import PGTransport  # noqa: E402
+
+
+class FaultTolerantDDP(DistributedDataParallel):
+    """torchft's DDP with a comm hook that survives a failed allreduce."""
+
+    @staticmethod
+    def _comm_hook(state, bucket):
+        work = state.allreduce(bucket.buffer())
+        if not work.wait():
+            # The error is the Manager's now: this step will not commit.
+            failed = torch.futures.Future()
+            failed.set_result(bucket.buffer())
+            return failed
+        fut = work.get_future()
+        # A _ManagedFuture's own future, as torchft's hook returns; or, once
+        # an error made allreduce a no-op (_DummyWork), a plain one.
+        return fut._fut if hasattr(fut, "_fut") else fut
 
 
 def main():
@@ -99,7 +126,7 @@ def main():
         timeout=timedelta(seconds=30),
         checkpoint_transport=PGTransport(pg, timeout=timedelta(seconds=10), device=torch.device("cpu")),
     )
-    ddp = DistributedDataParallel(manager, model)
+    ddp = FaultTolerantDDP(manager, model)
     optimizer = Optimizer(manager, adam)
     loss_fn = torch.nn.CrossEntropyLoss()
 
