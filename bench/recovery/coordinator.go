@@ -346,10 +346,12 @@ func (s *session) measureAlone(kill func(int) (time.Time, int, error), np int, a
 		if !s.recovered.IsZero() {
 			s.transient = append(s.transient, intervals(s.logs.list(), s.recovered.Add(warmup), earliest(s.from, at))...)
 		}
-		// The smaller generation lasts as long as the start-up: it need
-		// not settle for as long as a fault's recovery does.
+		// The smaller generation lasts as long as the start-up, or under
+		// torchft a single step (the one in which the restarted replica
+		// heals, if it is back before the lighthouse gives up on the
+		// killed one): its first step is enough.
 		settle := s.settle
-		s.settle = 5
+		s.settle = 0
 		o, err := s.wait(at, np-1)
 		s.settle = settle
 		if err != nil {

@@ -123,6 +123,9 @@ func (r *report) writeHeader(w io.Writer) {
 		fmt.Fprintf(w, "       with min_replica_size=1 that heals a replica from a peer, PGTransport); a killed replica is started\n")
 		fmt.Fprintf(w, "       again at once. Its rows are those of alone: its survivors step on in a smaller quorum (N-1\n")
 		fmt.Fprintf(w, "       participants; a replica that heals does not participate in its first step), then grown back (N).\n")
+		fmt.Fprintf(w, "       The lighthouse forms the survivors' quorum once the killed replica's heartbeat has timed out\n")
+		fmt.Fprintf(w, "       (--heartbeat_timeout_ms); or, once more than half of the replicas it counts alive ask (N ≥ 3, or\n")
+		fmt.Fprintf(w, "       the restarted one back), --join_timeout_ms after the first asked, if that is sooner.\n")
 	}
 	for _, m := range modes {
 		if why, ok := r.missing[m.name]; ok {
