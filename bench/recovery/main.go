@@ -57,6 +57,7 @@ func main() {
 	var ft torchftSettings
 	flags.StringVar(&ft.lighthouse, "torchft-lighthouse", "", "torchft's lighthouse binary; torchft_lighthouse beside -python if empty")
 	flags.DurationVar(&ft.heartbeat, "torchft-heartbeat-timeout", time.Second, "the lighthouse's --heartbeat_timeout_ms: how long a replica that stopped heartbeating (a Manager heartbeats every 100 ms) still counts as alive; the survivors' next quorum waits that long for a killed replica, or -torchft-join-timeout if shorter (torchft's default, 5s, makes every kill cost 5 s)")
+	flags.DurationVar(&ft.pgTimeout, "torchft-pg-timeout", 5*time.Second, "the replicas' ProcessGroupGloo timeout (torchft's train_ddp.py: 5 s): with 3 replicas or more, the survivors that are not the killed one's neighbours in the allreduce wait that long")
 	flags.DurationVar(&ft.join, "torchft-join-timeout", 10*time.Second, "the lighthouse's --join_timeout_ms: how long a quorum waits for replicas that heartbeat but have not joined (torchft's README: 10 s)")
 	aloneScenarios := flags.String("alone-scenarios", "kill-rank", "scenarios of the modes preload and memory (each feature alone)")
 	stateMB := flags.Int("state-mb", 50, "the larger state, in MiB, for -state-scenarios")

@@ -125,7 +125,9 @@ func (r *report) writeHeader(w io.Writer) {
 		fmt.Fprintf(w, "       participants; a replica that heals does not participate in its first step), then grown back (N).\n")
 		fmt.Fprintf(w, "       The lighthouse forms the survivors' quorum once the killed replica's heartbeat has timed out\n")
 		fmt.Fprintf(w, "       (--heartbeat_timeout_ms); or, once more than half of the replicas it counts alive ask (N ≥ 3, or\n")
-		fmt.Fprintf(w, "       the restarted one back), --join_timeout_ms after the first asked, if that is sooner.\n")
+		fmt.Fprintf(w, "       the restarted one back), --join_timeout_ms after the first asked, if that is sooner. With N ≥ 3,\n")
+		fmt.Fprintf(w, "       a survivor that is not the killed replica's neighbour in the allreduce asks only once the process\n")
+		fmt.Fprintf(w, "       group's timeout has passed.\n")
 	}
 	for _, m := range modes {
 		if why, ok := r.missing[m.name]; ok {

@@ -19,11 +19,15 @@ const torchftMode = "torchft"
 
 // torchftSettings are the lighthouse's: how soon it gives up on a replica
 // that stopped heartbeating, and how long a quorum that could form waits
-// for replicas that heartbeat but have not asked to join it.
+// for replicas that heartbeat but have not asked to join it; and the
+// replicas' process group timeout, after which a survivor left waiting in
+// an allreduce by a killed replica gives up (with 3 replicas or more, some
+// are not the killed one's neighbours and learn of it no sooner).
 type torchftSettings struct {
 	lighthouse string
 	heartbeat  time.Duration
 	join       time.Duration
+	pgTimeout  time.Duration
 }
 
 // lighthouseArgs are torchft_lighthouse's flags, the bind address first.
@@ -34,10 +38,15 @@ func (s torchftSettings) lighthouseArgs(port int) []string {
 		"--join_timeout_ms", strconv.FormatInt(s.join.Milliseconds(), 10)}
 }
 
+// trainerArgs are torchft_trainer.py's flags for the settings.
+func (s torchftSettings) trainerArgs() []string {
+	return []string{"--pg-timeout-s", strconv.FormatFloat(s.pgTimeout.Seconds(), 'f', -1, 64)}
+}
+
 // describe names the settings for the report's header.
 func (s torchftSettings) describe() string {
 	args := s.lighthouseArgs(0)
-	return "torchft_lighthouse " + strings.Join(args[2:], " ")
+	return "torchft_lighthouse " + strings.Join(args[2:], " ") + "; ProcessGroupGloo timeout " + s.pgTimeout.String()
 }
 
 // torchftJob is torchft's fault-tolerant DDP: a lighthouse, and np replica
@@ -123,7 +132,7 @@ func (j *torchftJob) startReplica(replica int) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(j.cfg.python, append([]string{j.script}, j.cfg.startupArgs()...)...)
+	cmd := exec.Command(j.cfg.python, append(append([]string{j.script}, j.settings.trainerArgs()...), j.cfg.startupArgs()...)...)
 	cmd.Dir = j.dir
 	// RUST_LOG=warn: torchft's manager logs every step's quorum at info.
 	cmd.Env = append(os.Environ(), "BENCH_LOG_DIR="+j.logDir, "TORCHFT_LIGHTHOUSE="+j.address,

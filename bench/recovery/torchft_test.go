@@ -58,7 +58,8 @@ func TestRecoveryMissesTorchftGrowthByQuorumIDAlone(t *testing.T) {
 }
 
 func TestTorchftSettingsDescribe(t *testing.T) {
-	s := torchftSettings{heartbeat: time.Second, join: 10 * time.Second}
-	assert.Equal(t, "torchft_lighthouse --min_replicas 1 --quorum_tick_ms 100 --heartbeat_timeout_ms 1000 --join_timeout_ms 10000", s.describe())
+	s := torchftSettings{heartbeat: time.Second, join: 10 * time.Second, pgTimeout: 2500 * time.Millisecond}
+	assert.Equal(t, "torchft_lighthouse --min_replicas 1 --quorum_tick_ms 100 --heartbeat_timeout_ms 1000 --join_timeout_ms 10000; ProcessGroupGloo timeout 2.5s", s.describe())
+	assert.Equal(t, []string{"--pg-timeout-s", "2.5"}, s.trainerArgs())
 	assert.Equal(t, []string{"--bind", "127.0.0.1:29510"}, s.lighthouseArgs(29510)[:2])
 }

@@ -92,6 +92,9 @@ def main():
     p.add_argument("--batch", type=int, default=4, help="samples a step")
     p.add_argument("--steps", type=int, default=0, help="stop after this step; 0 trains until killed")
     p.add_argument("--startup-s", type=float, default=0.0, help="a stand-in for a real job's start-up, paid once per process")
+    p.add_argument("--pg-timeout-s", type=float, default=5.0,
+                   help="ProcessGroupGloo's timeout (train_ddp.py's for gloo): a survivor the killed replica's "
+                        "neighbours in the allreduce left waiting gives up after it")
     args = p.parse_args()
 
     torch.set_num_threads(1)
@@ -115,8 +118,8 @@ def main():
     def state_dict():
         return {"model": model.state_dict(), "optim": adam.state_dict()}
 
-    # The timeouts are train_ddp.py's for gloo.
-    pg = ProcessGroupGloo(timeout=timedelta(seconds=5))
+    # The Manager's and the transport's timeouts are train_ddp.py's.
+    pg = ProcessGroupGloo(timeout=timedelta(seconds=args.pg_timeout_s))
     manager = Manager(
         pg=pg,
         min_replica_size=1,
