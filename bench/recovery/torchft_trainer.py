@@ -126,6 +126,9 @@ def main():
         load_state_dict=load_state_dict,
         state_dict=state_dict,
         replica_id=f"bench_{replica}",
+        # Advertised to the lighthouse and the peers: the loopback, as the
+        # store's, not a host name the machine may not resolve.
+        hostname=os.environ["MASTER_ADDR"],
         timeout=timedelta(seconds=30),
         checkpoint_transport=PGTransport(pg, timeout=timedelta(seconds=10), device=torch.device("cpu")),
     )
