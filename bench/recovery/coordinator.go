@@ -295,7 +295,7 @@ func measureCoordinator(cfg *config, np int, m mode, stateMB int, scenarios []st
 			err = j.measureScale(r, &res.rows[i+1])
 			i++
 		case "alone":
-			err = j.measureAlone(r, &res.rows[i+1])
+			err = j.measureAlone(j.killRank, j.np, r, &res.rows[i+1])
 			i++
 		}
 		if err != nil {
@@ -327,31 +327,38 @@ func (j *coordinatorJob) measureScale(up, down *row) error {
 	return nil
 }
 
-// measureAlone kills a rank of a job run with --np 1:N and no spare, runs
-// times: alone is the survivors training on without it (a generation of
-// N-1), grown is every rank training again once the killed rank's node
-// has started its trainer (N), both from the kill.
-func (j *coordinatorJob) measureAlone(alone, grown *row) error {
-	for i := range j.runs {
-		j.beforeFault()
-		if err := j.logs.poll(); err != nil {
+// measureAlone kills a rank of a job whose survivors train on without it
+// (run with --np 1:N and no spare; torchft), runs times, with kill: alone
+// is the survivors training on without it (a generation of np-1), grown
+// is every rank training again once the killed rank's process is back
+// (np), both from the kill.
+func (s *session) measureAlone(kill func(int) (time.Time, int, error), np int, alone, grown *row) error {
+	for i := range s.runs {
+		s.beforeFault()
+		if err := s.logs.poll(); err != nil {
 			return err
 		}
-		at, _, err := j.killRank(i)
+		at, _, err := kill(i)
 		if err != nil {
 			return err
 		}
-		// The smaller generation lasts as long as the start-up: it need
-		// not settle for as long as a fault's recovery does.
-		settle := j.settle
-		j.settle = 5
-		o, err := j.wait(at, j.np-1)
-		j.settle = settle
+		s.steady = append(s.steady, intervals(s.logs.list(), s.from, at)...)
+		if !s.recovered.IsZero() {
+			s.transient = append(s.transient, intervals(s.logs.list(), s.recovered.Add(warmup), earliest(s.from, at))...)
+		}
+		// The smaller generation lasts as long as the start-up, or under
+		// torchft a single step (the one in which the restarted replica
+		// heals, if it is back before the lighthouse gives up on the
+		// killed one): its first step is enough.
+		settle := s.settle
+		s.settle = 0
+		o, err := s.wait(at, np-1)
+		s.settle = settle
 		if err != nil {
 			return err
 		}
 		alone.outcomes = append(alone.outcomes, o)
-		if o, err = j.wait(at, j.np); err != nil {
+		if o, err = s.wait(at, np); err != nil {
 			return err
 		}
 		grown.outcomes = append(grown.outcomes, o)

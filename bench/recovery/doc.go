@@ -18,6 +18,14 @@
 //
 //	go run ./bench/recovery -coordinator bin/coordinator -np 2,4 -runs 5 -out bench/results/recovery.txt
 //
+// With -torchft, torchft (PyTorch's fault-tolerance library) runs the same
+// model, data and step padding (torchft_trainer.py: torchft's DDP, a
+// lighthouse and one process a replica group) beside the modes, a killed
+// replica started again at once; its rows are those of the alone mode: the
+// survivors training on in a smaller quorum, then grown back.
+//
+//	go run ./bench/recovery -python bin/venv/bin/python -np 2 -modes alone,inplace -torchft -torchrun=false -scenarios kill-rank -state-scenarios '' -alone-scenarios ''
+//
 // The hang suite (-suite hang, `make bench-hang`) measures hang detection
 // on the same job, a plain script with --preload torch: rank 1's trainer
 // stopped (SIGSTOP) or deadlocked (asleep in wait_forever_in_data_loader,

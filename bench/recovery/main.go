@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -52,6 +53,12 @@ func main() {
 	modeList := flags.String("modes", "cold,warm,preload,memory,spare", "modes on coordinator run: cold, warm, preload, memory, spare (warm with --spares 1; not with -state-mb), inplace (spare with --in-place: the trainer in elastic.run, the spare's start-up done ahead), alone (in place with --np 1:N and no spare; kill-rank only)")
 	scenarioList := flags.String("scenarios", "kill-rank,kill-node,kill-guard,scale", "scenarios: kill-rank, kill-node, kill-guard (its trainer dies with it; not under torchrun), scale (up by one and back)")
 	torchrun := flags.Bool("torchrun", true, "also measure torchrun (kill-rank, kill-node) with the same trainer, at the base state")
+	torchft := flags.Bool("torchft", false, "also measure torchft (kill-rank: the survivors alone, then grown back) with the same model in torchft_trainer.py, at the base state; -python needs torchft (bin/venv/bin/python)")
+	var ft torchftSettings
+	flags.StringVar(&ft.lighthouse, "torchft-lighthouse", "", "torchft's lighthouse binary; torchft_lighthouse beside -python if empty")
+	flags.DurationVar(&ft.heartbeat, "torchft-heartbeat-timeout", time.Second, "the lighthouse's --heartbeat_timeout_ms: how long a replica that stopped heartbeating (a Manager heartbeats every 100 ms) still counts as alive; the survivors' next quorum waits that long for a killed replica, or -torchft-join-timeout if shorter (torchft's default, 5s, makes every kill cost 5 s)")
+	flags.DurationVar(&ft.pgTimeout, "torchft-pg-timeout", 5*time.Second, "the replicas' ProcessGroupGloo timeout (torchft's train_ddp.py: 5 s): with 3 replicas or more, the survivors that are not the killed one's neighbours in the allreduce wait that long")
+	flags.DurationVar(&ft.join, "torchft-join-timeout", 10*time.Second, "the lighthouse's --join_timeout_ms: how long a quorum waits for replicas that heartbeat but have not joined (torchft's README: 10 s)")
 	aloneScenarios := flags.String("alone-scenarios", "kill-rank", "scenarios of the modes preload and memory (each feature alone)")
 	stateMB := flags.Int("state-mb", 50, "the larger state, in MiB, for -state-scenarios")
 	stateScenarios := flags.String("state-scenarios", "kill-rank", "scenarios measured again with the larger state; empty for none")
@@ -121,6 +128,12 @@ func main() {
 		fatalf("%v", err)
 	}
 	onSignal(func() { cleanUp(&cfg) })
+	torchftVersion := ""
+	if *torchft && *suite == "recovery" {
+		if torchftVersion, err = torchftSetup(cfg.python, &ft); err != nil {
+			fatalf("-torchft: %v", err)
+		}
+	}
 	missing := missingFeatures(&cfg)
 	command := "go run ./bench/recovery " + strings.Join(os.Args[1:], " ")
 	if *suite == "goodput" {
@@ -154,6 +167,9 @@ func main() {
 		torch:   torchVersion,
 		load:    loadAtStart,
 		missing: map[string]string{}, steadyAfter: cfg.steadyAfter,
+	}
+	if *torchft {
+		rep.torchft = fmt.Sprintf("%s (%s; %s)", torchftVersion, ft.describe(), cfg.python)
 	}
 	var available []mode
 	for _, m := range wanted {
@@ -190,6 +206,10 @@ func main() {
 			if *torchrun && state == 0 {
 				progress("np %d, torchrun, state %s", np, stateLabel(state))
 				rep.results = append(rep.results, measureTorchrun(&cfg, np, state, want))
+			}
+			if *torchft && state == 0 && slices.Contains(want, "kill-rank") {
+				progress("np %d, torchft, state %s", np, stateLabel(state))
+				rep.results = append(rep.results, measureTorchft(&cfg, ft, np, want))
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -56,6 +57,9 @@ type report struct {
 	// are compared with (torchrun if empty).
 	header func(io.Writer)
 	peer   string
+	// torchft, if set, is torchft's version and settings: it was measured
+	// too.
+	torchft string
 }
 
 var scenarioNames = map[string]string{
@@ -88,6 +92,9 @@ func (r *report) write(w io.Writer) {
 func (r *report) writeHeader(w io.Writer) {
 	fmt.Fprintf(w, "bench-recovery: a PyTorch DDP job (bench/recovery/trainer.py: gloo on the CPU, a 334k-parameter MLP with Adam,\n")
 	fmt.Fprintf(w, "steps padded to 20 ms) on coordinator run --np N (a process a node), and under torchrun in the same run.\n")
+	if r.torchft != "" {
+		fmt.Fprintf(w, "torchft ran the same model, data and step padding in bench/recovery/torchft_trainer.py, in the same run.\n")
+	}
 	var missing []string
 	for _, m := range modes {
 		if _, ok := r.missing[m.name]; ok {
@@ -101,6 +108,9 @@ func (r *report) writeHeader(w io.Writer) {
 	fmt.Fprintf(w, "machine: %s; load average at the start %s\n", r.machine, r.load)
 	fmt.Fprintf(w, "command: %s\n", r.command)
 	fmt.Fprintf(w, "torch and torchrun: %s (2 agents or 4, c10d, --monitor_interval 0.1, last_call_timeout=1, -r 1 -t 1)\n", r.torch)
+	if r.torchft != "" {
+		fmt.Fprintf(w, "torchft: %s\n", r.torchft)
+	}
 	fmt.Fprintf(w, "\nmodes: cold = no preload, rank 0 saves to disk every 50 steps (torch.save, tmp + rename);\n")
 	fmt.Fprintf(w, "       warm = --preload torch, elastic.save every step; preload and memory = each of the two alone;\n")
 	fmt.Fprintf(w, "       spare = warm with --spares 1 (a node that registers, preloads and waits with no rank);\n")
@@ -108,6 +118,17 @@ func (r *report) writeHeader(w io.Writer) {
 	fmt.Fprintf(w, "       alone = in place with --np 1:N and no spare: a killed rank's survivor trains on alone, and the\n")
 	fmt.Fprintf(w, "       job grows back once the rank's node has started its trainer again (both figures from the kill);\n")
 	fmt.Fprintf(w, "       torchrun = the cold trainer under torchrun.\n")
+	if r.torchft != "" {
+		fmt.Fprintf(w, "       torchft = a lighthouse and N replica groups of one process (torchft's DDP: ProcessGroupGloo, a Manager\n")
+		fmt.Fprintf(w, "       with min_replica_size=1 that heals a replica from a peer, PGTransport); a killed replica is started\n")
+		fmt.Fprintf(w, "       again at once. Its rows are those of alone: its survivors step on in a smaller quorum (N-1\n")
+		fmt.Fprintf(w, "       participants; a replica that heals does not participate in its first step), then grown back (N).\n")
+		fmt.Fprintf(w, "       The lighthouse forms the survivors' quorum once the killed replica's heartbeat has timed out\n")
+		fmt.Fprintf(w, "       (--heartbeat_timeout_ms); or, once more than half of the replicas it counts alive ask (N ≥ 3, or\n")
+		fmt.Fprintf(w, "       the restarted one back), --join_timeout_ms after the first asked, if that is sooner. With N ≥ 3,\n")
+		fmt.Fprintf(w, "       a survivor that is not the killed replica's neighbour in the allreduce asks only once the process\n")
+		fmt.Fprintf(w, "       group's timeout has passed.\n")
+	}
 	for _, m := range modes {
 		if why, ok := r.missing[m.name]; ok {
 			fmt.Fprintf(w, "       %s: not available on this build (%s)\n", m.name, why)
@@ -235,12 +256,17 @@ func (r *report) writeSteps(w io.Writer, np int) {
 	}
 }
 
-// writeRatios compares the peer's (torchrun's) time to training again
-// with each mode's.
+// writeRatios compares the peers' (torchrun's, and torchft's if it ran)
+// time to training again with each mode's, scenario by scenario; and
+// torchft's grown back, every replica training again, with a killed
+// rank's recovery in each mode.
 func (r *report) writeRatios(w io.Writer, np int) {
-	peer := r.peer
-	if peer == "" {
-		peer = "torchrun"
+	peers := []string{r.peer}
+	if r.peer == "" {
+		peers[0] = "torchrun"
+	}
+	if r.torchft != "" {
+		peers = append(peers, torchftMode)
 	}
 	medians := map[string]time.Duration{}
 	var order []string
@@ -258,15 +284,27 @@ func (r *report) writeRatios(w io.Writer, np int) {
 			}
 			key := row.scenario + "/" + res.mode
 			medians[key] = stats.Median(d)
-			if res.mode != peer {
+			if !slices.Contains(peers, res.mode) {
 				order = append(order, key)
 			}
 		}
 	}
+	for _, peer := range peers {
+		for _, key := range order {
+			scenario, mode, _ := strings.Cut(key, "/")
+			if theirs, ok := medians[scenario+"/"+peer]; ok && medians[key] > 0 {
+				fmt.Fprintf(w, "%s, training again: %s takes %.1f× as long as %s\n", scenarioNames[scenario], peer, float64(theirs)/float64(medians[key]), mode)
+			}
+		}
+	}
+	theirs, ok := medians["grown-back/"+torchftMode]
+	if !ok || r.torchft == "" {
+		return
+	}
 	for _, key := range order {
 		scenario, mode, _ := strings.Cut(key, "/")
-		if theirs, ok := medians[scenario+"/"+peer]; ok && medians[key] > 0 {
-			fmt.Fprintf(w, "%s, training again: %s takes %.1f× as long as %s\n", scenarioNames[scenario], peer, float64(theirs)/float64(medians[key]), mode)
+		if scenario == "kill-rank" && medians[key] > 0 {
+			fmt.Fprintf(w, "kill one rank, every rank training again with N: %s grown back takes %.1f× as long as %s\n", torchftMode, float64(theirs)/float64(medians[key]), mode)
 		}
 	}
 }
