@@ -152,8 +152,9 @@ bench-restart: build
 # in the same run; about 15 minutes. Modes this build lacks are reported as
 # not available. RECOVERY_ARGS adds flags, e.g. -scenarios kill-rank -modes
 # cold,warm, or -scenarios kill-node -modes warm,spare. Then the same on
-# PyPI's torch 2.15 (the venv's, its torchrun beside; cold, warm, in place)
-# and a real PaddlePaddle job killed under run --framework paddle and under
+# PyPI's torch 2.15 (the venv's; cold, warm, in place, alone; its torchrun
+# and torchft 0.2 beside, torchft_trainer.py the same model in torchft's
+# DDP) and a real PaddlePaddle job killed under run --framework paddle and under
 # PaddlePaddle's own elastic launcher (-suite paddle, 2 ranks).
 RECOVERY_NP   ?= 2,4
 RECOVERY_RUNS ?= 5
@@ -163,7 +164,8 @@ bench-recovery: build venv
 	$(GO) run ./bench/recovery -coordinator $(BIN)/coordinator -np $(RECOVERY_NP) -runs $(RECOVERY_RUNS) $(RECOVERY_ARGS) \
 		-out bench/results/recovery.txt
 	$(GO) run ./bench/recovery -coordinator $(BIN)/coordinator -python $(VENV)/bin/python -np 2 -runs $(RECOVERY_RUNS) \
-		-modes cold,warm,inplace -scenarios kill-rank,kill-node -state-scenarios '' -alone-scenarios '' -out bench/results/recovery-torch2.txt
+		-modes cold,warm,inplace,alone -scenarios kill-rank,kill-node -torchft -state-scenarios '' -alone-scenarios '' \
+		-out bench/results/recovery-torch2.txt
 	$(GO) run ./bench/recovery -suite paddle -coordinator $(BIN)/coordinator -paddle-python $(VENV)/bin/python -np 2 -runs $(RECOVERY_RUNS) \
 		-out bench/results/recovery-paddle.txt
 
