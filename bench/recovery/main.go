@@ -92,6 +92,13 @@ func main() {
 	if cfg.coordinator, err = filepath.Abs(cfg.coordinator); err != nil {
 		fatalf("%v", err)
 	}
+	// The jobs run in directories of their own: a relative interpreter
+	// (bin/venv/bin/python) is the repository's.
+	if strings.Contains(cfg.python, "/") {
+		if cfg.python, err = filepath.Abs(cfg.python); err != nil {
+			fatalf("%v", err)
+		}
+	}
 	if cfg.script, err = filepath.Abs("bench/recovery/trainer.py"); err != nil {
 		fatalf("%v", err)
 	}
