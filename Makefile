@@ -176,13 +176,16 @@ bench-recovery: build venv
 # 5-minute runs whose ranks pause 3 s and 30 s every 150 steps, counting
 # hang restarts. About 20 minutes. HANG_ARGS adds flags, e.g. for a trial:
 # HANG_RUNS=1 HANG_ARGS="-pause-run 30s -hang-limit 10s -torchrun-limit 10s".
+# Then a stopped trainer on PyPI's torch 2.15 (the venv's), np 2.
 HANG_NP   ?= 2
 HANG_RUNS ?= 5
 HANG_ARGS ?=
-bench-hang: build
+bench-hang: build venv
 	@mkdir -p bench/results
 	$(GO) run ./bench/recovery -suite hang -coordinator $(BIN)/coordinator -np $(HANG_NP) -runs $(HANG_RUNS) $(HANG_ARGS) \
 		-out bench/results/hang.txt
+	$(GO) run ./bench/recovery -suite hang -coordinator $(BIN)/coordinator -python $(VENV)/bin/python -np 2 -runs $(HANG_RUNS) \
+		-hang-faults stopped -pauses '' -out bench/results/hang-torch2.txt
 
 # Goodput (issue 33) on the same DDP job, --preload torch and elastic.save
 # every step, with and without one spare (run --spares 1), and torchrun (a
@@ -192,13 +195,16 @@ bench-hang: build
 # one); goodput from the step logs beside the job's own account (status's
 # goodput). About 70 minutes at 2 and 4 ranks (11 a job). What this build lacks is
 # reported as not available or n/a. GOODPUT_ARGS adds flags, e.g. for a
-# trial: GOODPUT_NP=2 GOODPUT_ARGS="-duration 2m -calibrate 20s".
+# trial: GOODPUT_NP=2 GOODPUT_ARGS="-duration 2m -calibrate 20s". Then
+# 5 minutes on PyPI's torch 2.15 (the venv's), in place, np 2.
 GOODPUT_NP   ?= 2,4
 GOODPUT_ARGS ?=
-bench-goodput: build
+bench-goodput: build venv
 	@mkdir -p bench/results
 	$(GO) run ./bench/recovery -suite goodput -coordinator $(BIN)/coordinator -np $(GOODPUT_NP) -duration 10m -every 30s $(GOODPUT_ARGS) \
 		-out bench/results/goodput.txt
+	$(GO) run ./bench/recovery -suite goodput -coordinator $(BIN)/coordinator -python $(VENV)/bin/python -np 2 -modes inplace \
+		-duration 5m -every 30s -out bench/results/goodput-torch2.txt
 
 # Each fuzz target for FUZZTIME (the seed corpora also run in `make test`).
 FUZZ_PKGS := ./membership/ ./guard/ ./operatorbridge/jobcontroller/ ./trainerenv/ ./coordinator/ ./handover/ ./memckpt/
