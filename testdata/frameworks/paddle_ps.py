@@ -45,6 +45,9 @@ step_seconds = float(env.get("STEP_SECONDS", "0.05"))
 save_every = int(env.get("SAVE_EVERY", "5"))
 gen = int(env.get("ELASTIC_GENERATION", "0"))
 
+# Server 0's gloo store logs to http.log in the working directory
+# (fleet/utils/http_server.py): the job's own, not the tests'.
+os.chdir(directory)
 paddle.enable_static()
 fleet.init(fleet.PaddleCloudRoleMaker())
 log = open(os.path.join(directory, "steps.log"), "a")
