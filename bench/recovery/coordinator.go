@@ -193,26 +193,10 @@ func (j *coordinatorJob) stop() {
 }
 
 // victim returns the trainer process that holds rank i % np.
-func (j *coordinatorJob) victim(i int) (int, error) {
-	if err := j.logs.poll(); err != nil {
-		return 0, err
-	}
-	pid, ok := holders(j.logs.list(), j.np)[i%j.np]
-	if !ok {
-		return 0, fmt.Errorf("no process holds rank %d", i%j.np)
-	}
-	return pid, nil
-}
+func (j *coordinatorJob) victim(i int) (int, error) { return j.holder(i, j.np) }
 
 // killRank kills the trainer of rank i % np.
-func (j *coordinatorJob) killRank(i int) (time.Time, int, error) {
-	pid, err := j.victim(i)
-	if err != nil {
-		return time.Time{}, 0, err
-	}
-	at := time.Now()
-	return at, j.np, syscall.Kill(pid, syscall.SIGKILL)
-}
+func (j *coordinatorJob) killRank(i int) (time.Time, int, error) { return j.killHolder(i, j.np) }
 
 // killNode kills the node whose trainer holds rank i % np: its sidecar
 // and everything under it (guard, trainers, warm processes), at once.

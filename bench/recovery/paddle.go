@@ -219,32 +219,14 @@ func (l *paddleLaunchJob) stop() {
 	os.RemoveAll(l.dir)
 }
 
-func (l *paddleLaunchJob) victim(rank int) (int, error) {
-	if err := l.logs.poll(); err != nil {
-		return 0, err
-	}
-	pid, ok := holders(l.logs.list(), l.np)[rank]
-	if !ok {
-		return 0, fmt.Errorf("no process holds rank %d", rank)
-	}
-	return pid, nil
-}
-
 // killRank kills the trainer of rank i % np; its launcher restarts it.
-func (l *paddleLaunchJob) killRank(i int) (time.Time, int, error) {
-	pid, err := l.victim(i % l.np)
-	if err != nil {
-		return time.Time{}, 0, err
-	}
-	at := time.Now()
-	return at, l.np, syscall.Kill(pid, syscall.SIGKILL)
-}
+func (l *paddleLaunchJob) killRank(i int) (time.Time, int, error) { return l.killHolder(i, l.np) }
 
 // killLauncher kills the launcher whose trainer holds rank i % np and its
 // trainer at once, and starts another in its place, as a pod's restart
 // would.
 func (l *paddleLaunchJob) killLauncher(i int) (time.Time, int, error) {
-	pid, err := l.victim(i % l.np)
+	pid, err := l.holder(i, l.np)
 	if err != nil {
 		return time.Time{}, 0, err
 	}

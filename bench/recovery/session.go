@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math/rand/v2"
+	"syscall"
 	"time"
 )
 
@@ -115,6 +116,29 @@ func (s *session) beforeFault() {
 	if s.phase > 0 {
 		time.Sleep(time.Duration(s.rand.Int64N(int64(s.phase))))
 	}
+}
+
+// holder returns the trainer process that holds rank i % np, from the
+// step logs.
+func (s *session) holder(i, np int) (int, error) {
+	if err := s.logs.poll(); err != nil {
+		return 0, err
+	}
+	pid, ok := holders(s.logs.list(), np)[i%np]
+	if !ok {
+		return 0, fmt.Errorf("no process holds rank %d", i%np)
+	}
+	return pid, nil
+}
+
+// killHolder SIGKILLs the trainer of rank i % np, whoever restarts it.
+func (s *session) killHolder(i, np int) (time.Time, int, error) {
+	pid, err := s.holder(i, np)
+	if err != nil {
+		return time.Time{}, 0, err
+	}
+	at := time.Now()
+	return at, np, syscall.Kill(pid, syscall.SIGKILL)
 }
 
 // stepLogs is the session itself, for code that takes any job.

@@ -172,12 +172,9 @@ func (j *torchftJob) stop() {
 // killRank SIGKILLs the replica that holds participating rank i % np, and
 // starts its replica group's process again at once.
 func (j *torchftJob) killRank(i int) (time.Time, int, error) {
-	if err := j.logs.poll(); err != nil {
+	pid, err := j.holder(i, j.np)
+	if err != nil {
 		return time.Time{}, 0, err
-	}
-	pid, ok := holders(j.logs.list(), j.np)[i%j.np]
-	if !ok {
-		return time.Time{}, 0, fmt.Errorf("no replica holds rank %d", i%j.np)
 	}
 	replica := -1
 	for r, c := range j.replicas {

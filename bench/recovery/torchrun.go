@@ -131,25 +131,9 @@ func (j *torchrunJob) stop() {
 	os.RemoveAll(j.dir)
 }
 
-func (j *torchrunJob) victim(rank int) (int, error) {
-	if err := j.logs.poll(); err != nil {
-		return 0, err
-	}
-	pid, ok := holders(j.logs.list(), j.np)[rank]
-	if !ok {
-		return 0, fmt.Errorf("no process holds rank %d", rank)
-	}
-	return pid, nil
-}
+func (j *torchrunJob) victim(rank int) (int, error) { return j.holder(rank, j.np) }
 
-func (j *torchrunJob) killRank(i int) (time.Time, int, error) {
-	pid, err := j.victim(i % j.np)
-	if err != nil {
-		return time.Time{}, 0, err
-	}
-	at := time.Now()
-	return at, j.np, syscall.Kill(pid, syscall.SIGKILL)
-}
+func (j *torchrunJob) killRank(i int) (time.Time, int, error) { return j.killHolder(i, j.np) }
 
 // agentFor returns the agent whose worker holds rank i % np, or the next
 // rank's: never the agent that serves the c10d store, whose loss ends the
