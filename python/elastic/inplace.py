@@ -121,11 +121,15 @@ class Generation:
         if group is not None:
             if group.cut_done:
                 return True
-            if group.stopper is not None:
-                stop_at = group.stopper.stop_at
-                if stop_at is not None and i >= stop_at:
+            stopper = group.stopper
+            if stopper is not None:
+                stop = stopper.at_step(i)  # past the step it heard of a stop in, it waits for the others
+                if stop or group.cut_done:
                     return True
-                if group.stopping:
+                if stopper.heard is not None and stopper.stop_at is None:
+                    group.cut()  # the store is gone: no step can be agreed
+                    return True
+                if stopper.heard is not None or group.stopping:
                     return False  # the ranks stop together, at a later step
         return self._link is not None and self._link.leaving.is_set()
 
@@ -302,10 +306,10 @@ class _Group:
         """The guard asks this rank to leave: stop with the others at a step's start, or cut.
 
         A rank that steps (its current step began within a few steps'
-        time) proposes the step every rank stops at, and is cut only if
-        it has not left by a deadline: a peer may have hung meanwhile. A
-        rank that is forming its group, holds no step yet, or is blocked
-        in its step (a peer frozen or lost) is cut at once.
+        time) gives notice that the ranks stop (see _Stopper), and is cut
+        only if it has not left by a deadline: a peer may have hung
+        meanwhile. A rank that is forming its group, holds no step yet, or
+        is blocked in its step (a peer frozen or lost) is cut at once.
         """
         try:
             began, typical = self.gen._step_began, _step_times.typical()
@@ -315,10 +319,10 @@ class _Group:
                 self.cut()
                 return
             self.stopping = True
-            if self.stopper.stop_at is None and not self.stopper.propose(self.gen._held + _STOP_AHEAD, _PROPOSE_WAIT):
+            if self.stopper.heard is None and not self.stopper.propose(_PROPOSE_WAIT):
                 self.cut()
                 return
-            timer = threading.Timer((_STOP_AHEAD + 1) * typical + _BLOCKED_SLACK, self.cut)
+            timer = threading.Timer((_STOP_WITHIN + 1) * typical + _BLOCKED_SLACK, self.cut)
             timer.daemon = True
             timer.start()
         except Exception:
@@ -385,6 +389,26 @@ class _Group:
                 return
             self.cut_done = True
             self._shutdown(self.fds if self.fds is not None else _new_sockets(self.before))
+        if self.stopper is not None:
+            self.stopper.settled.set()  # a rank waiting for the stop's step stops now
+
+    def disconnect(self):
+        """At the generation's end, shut the group's connections to its peers, but the store's.
+
+        From then on nothing passes between this process and the last
+        generation, and it can say it left before its group is destroyed
+        (destroy): gloo's destruction waits for its event loop's next tick,
+        up to 10 ms a connection (gloo/transport/tcp/loop.cc), which would
+        otherwise delay the leave, the node's ack and the next generation
+        by tens of milliseconds. Shut first, the loop ticks at once. The
+        store's connections are destroy's to close: the server's side would
+        be polled shut for as long as it serves, and torch 1.13's client
+        thread spins on a shut one.
+        """
+        self.end_stopper()
+        with self.lock:
+            for fd, link in (self.fds or {}).items():
+                _shutdown(fd, link, self.port, store_clients_too=False)
 
     def _shutdown(self, fds):
         for fd, link in fds.items():
@@ -448,21 +472,25 @@ def _reset_group_names(dist):
             pass
 
 
-# How many steps ahead of its own a rank that is asked to leave proposes
-# that every rank stop: a rank is at most one step ahead of another
-# (a step's collectives need every rank), so a rank may have begun the
-# next step already, and each rank must hear of the stop before the step
-# after it begins.
-_STOP_AHEAD = 2
+# How many steps after the one it is in when it hears of a stop a rank
+# stops at most: at the next step's start when every rank is in the same
+# step, at the one after when a rank had begun the next already (a rank is
+# at most one step ahead of another: a step's collectives need every rank).
+_STOP_WITHIN = 2
 # How much longer than two steps a step may take before its rank counts as
 # blocked in it; and what a stop at a step's start gets beyond its steps.
 _BLOCKED_SLACK = 0.25
-# The keys of a generation's store by which its ranks stop together.
-_STOP_KEY = "elastic/stop"
-# How long a proposal waits for the store's answer before the rank is cut:
-# a store that answers at all answers within milliseconds.
+# How long a notice waits for the store's answer before the rank is cut: a
+# store that answers at all answers within milliseconds.
 _PROPOSE_WAIT = 0.25
+# The keys of a generation's store by which its ranks stop together (see
+# _Stopper): the notice; the latest step a rank may stop at, raised by each
+# rank to the step after the one it was in; how many ranks have raised it;
+# and the step they stop at, set by the last of them.
 _STOP_NOTICE_KEY = "elastic/stop-notice"
+_STOP_LATEST_KEY = "elastic/stop-latest"
+_STOP_HEARD_KEY = "elastic/stop-heard"
+_STOP_AT_KEY = "elastic/stop-at"
 
 
 class _Stopper:
@@ -472,21 +500,31 @@ class _Stopper:
     gloo: a send that a closed connection interrupts half-way is never
     failed, and waits out the group's timeout (30 minutes by default;
     gloo/transport/tcp/pair.cc, Pair::signalException, signals the posted
-    sends of bound buffers only). So a rank asked to leave proposes, in
-    the generation's store, the step every rank stops at: the first
-    proposal wins (compare_set). Each rank keeps two more connections to
-    the store, made with the group: one to propose on, whose answer it
-    waits for a quarter of a second at most (a proposal made at a leave
-    must not wait for a connection, nor for a rank 0 that is stopped), and
-    one on which a thread waits for the notice;
-    gen.steps() then raises GenerationOver at that step's start, where no
-    collective is in flight. compare_set wakes no waiter in torch 1.13, so
-    a proposer also sets the notice. c10d raises a store's errors as
-    RuntimeError or TimeoutError (an OSError): each is caught.
+    sends of bound buffers only). So a rank asked to leave gives notice in
+    the generation's store, and every rank, hearing it on a thread of its
+    own, says there the step it is in: the ranks stop at the start of the
+    step after the latest of these. A rank that reaches the step after the
+    one it heard in waits there, no collective in flight, until every rank
+    has said (a few milliseconds: each hears at once); none can pass the
+    step they stop at. With every rank in one step, that is the next
+    step's start, half a step away on average.
+
+    Each rank keeps two more connections to the store, made with the
+    group: one to give notice on, whose answer it waits for a quarter of a
+    second at most (a notice given at a leave must not wait for a
+    connection, nor for a rank 0 that is stopped), and the thread's. Waits
+    are on keys set with set(): compare_set wakes no waiter in torch 1.13.
+    c10d raises a store's errors as RuntimeError or TimeoutError (an
+    OSError): each is caught.
     """
 
     def __init__(self, dist, addr, port, world_size, uncut):
-        self.stop_at = None
+        self.world_size = world_size
+        self.lock = threading.Lock()
+        self.begun = None  # the step this rank began last (at_step); None: none yet
+        self.heard = None  # the step it had begun when it heard of the stop, -1 for none; None: not heard
+        self.stop_at = None  # the step every rank stops at, once every rank has said where it was
+        self.settled = threading.Event()  # stop_at is known, cannot be (the store is gone), or the group is cut
         self.port = port
         before = _sockets()
         self.proposer = dist.TCPStore(addr, port, world_size, False, timeout=_CONNECT_TIMEOUT)
@@ -496,31 +534,50 @@ class _Stopper:
         self.thread = threading.Thread(target=self._watch, name="elastic-stop", daemon=True)
         self.thread.start()
 
+    def at_step(self, i):
+        """At step i's start: whether the ranks stop here. Once it has heard of a stop, it waits until the step is agreed."""
+        with self.lock:
+            self.begun = i
+            heard = self.heard
+        if heard is None:
+            return False
+        self.settled.wait()
+        return self.stop_at is not None and i >= self.stop_at
+
     def _watch(self):
         client = self.client
         try:
             client.wait([_STOP_NOTICE_KEY], _NOTICE_WAIT)
-            self.stop_at = int(client.get(_STOP_NOTICE_KEY))
+            with self.lock:
+                # Under the lock: a step not begun yet waits at its start.
+                self.heard = -1 if self.begun is None else self.begun
+                want = self.heard + 1
+            latest = _text(client.compare_set(_STOP_LATEST_KEY, "", str(want)))
+            while int(latest) < want:
+                latest = _text(client.compare_set(_STOP_LATEST_KEY, latest, str(want)))
+            if client.add(_STOP_HEARD_KEY, 1) == self.world_size:
+                client.set(_STOP_AT_KEY, client.get(_STOP_LATEST_KEY))
+            client.wait([_STOP_AT_KEY], _NOTICE_WAIT)
+            self.stop_at = int(client.get(_STOP_AT_KEY))
         except Exception:
             pass  # closed, or the store is gone: a stop cuts
         finally:
             self.client = None
+            self.settled.set()
 
-    def propose(self, step, wait):
-        """Propose that every rank stop at step; False if the store does not answer within wait.
+    def propose(self, wait):
+        """Give notice that the ranks stop; False if the store does not answer within wait.
 
-        The proposal runs on a thread of its own: the store is rank 0's
+        The notice is given on a thread of its own: the store is rank 0's
         process, which may be stopped (SIGSTOP) or frozen with its node,
-        and c10d's compare_set then waits with no end. The cut that
-        follows shuts its connection, which ends the thread.
+        and c10d's set then waits with no end. The cut that follows shuts
+        its connection, which ends the thread.
         """
         answered = []
 
         def ask():
             try:
-                agreed = self.proposer.compare_set(_STOP_KEY, "", str(step))
-                self.proposer.set(_STOP_NOTICE_KEY, agreed)
-                self.stop_at = int(agreed)
+                self.proposer.set(_STOP_NOTICE_KEY, "1")
                 answered.append(True)
             except Exception:
                 pass
@@ -610,8 +667,15 @@ def _new_sockets(before):
     return {fd: link for fd, link in _sockets().items() if before.get(fd) != link}
 
 
-def _shutdown(fd, link, store_port):
+def _text(value):
+    """A store's value as text: c10d gives bytes."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _shutdown(fd, link, store_port, store_clients_too=True):
     """Shut a connected socket down, but a listening one or the store's server side (its daemon would abort).
+
+    store_clients_too=False spares the store's client connections too.
 
     Only the socket seen then: gloo closes a connection its peer closed,
     and its descriptor may hold another socket since.
@@ -633,6 +697,10 @@ def _shutdown(fd, link, store_port):
         local = s.getsockname()
         if isinstance(local, tuple) and len(local) >= 2 and local[1] == store_port:
             return
+        if not store_clients_too:
+            peer = s.getpeername()
+            if isinstance(peer, tuple) and len(peer) >= 2 and peer[1] == store_port:
+                return
         s.shutdown(socket.SHUT_RDWR)
     except OSError:
         pass
@@ -704,6 +772,7 @@ def run(train, state=None, backend="gloo", timeout=None, path=None):
             sys.exit(1)
         gen = _next_generation(link, in_place=False, held=None)
         gen.spare = True
+    _freeze_start_up()
     while True:
         gen._link = link
         group = None
@@ -733,21 +802,39 @@ def run(train, state=None, backend="gloo", timeout=None, path=None):
                 link.on_leave = None
         # The generation is over: leave it, and wait for the next.
         if group is not None:
-            group.destroy()
+            group.disconnect()
         _settle_saves(elastic)
         held, trained_in = gen._state_step(), gen._trained_in
         # A rank may stop, with the others, before its own guard asks it to
         # leave; it leaves only once asked (or once the guard is gone).
         link.leaving.wait()
         link.left()
-        # What still holds the last generation's group (a DDP wrapper whose
-        # hooks sit on the model's parameters, rank 0's store and its port)
-        # is freed before the next generation forms, after the leave: a
-        # collection takes tens of milliseconds, which the node's ack and
-        # the next generation's commit no longer wait for.
+        # The group, and what still holds it (a DDP wrapper whose hooks sit
+        # on the model's parameters, rank 0's store and its port), go
+        # before the next generation forms, after the leave, while the
+        # node's ack and the next generation's commit are under way.
+        if group is not None:
+            group.destroy()
         gc.collect()
+        gc.freeze()  # what this generation kept is not scanned again
         gen = _next_generation(link, in_place=True, held=held)
         gen._trained_in = trained_in
+
+
+def _freeze_start_up():
+    """Leave what the start-up made out of every later collection (gc.freeze).
+
+    Each generation's end collects the last group's cycles before the
+    next forms (run()): with torch imported, a full collection scans some
+    hundred thousand objects, 15 ms on an idle core and several times that
+    while the other ranks of the node collect too, on the path of every
+    re-formation. Frozen, the start-up's objects (modules, the model, the
+    data) are never scanned again; collected first, so that nothing
+    frozen is garbage already. Each generation's end freezes what it
+    keeps in the same way.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def _next_generation(link, in_place, held):

@@ -1,5 +1,6 @@
 """elastic.inplace outside a sidecar, and what it does to c10d between generations."""
 
+import json
 import os
 import subprocess
 import sys
@@ -129,6 +130,66 @@ class Stopper(unittest.TestCase):
         self.assertLess(busy, 0.2, "the process's threads used %.0f%% of a core with nothing to do" % (busy * 100))
 
 
+class StopTogether(unittest.TestCase):
+    def stop(self, notice_at, ahead_pad):
+        """Three ranks in lockstep (a barrier stands for each step's collective), rank 2 with no pad after it."""
+        out = run_script("""
+            import json, socket, threading, time
+            import torch.distributed as dist
+            from elastic import inplace
+            s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+            server = dist.TCPStore("127.0.0.1", port, 4, True, wait_for_workers=False)
+            stoppers = [inplace._Stopper(dist, "127.0.0.1", port, 3, lambda: None) for _ in range(3)]
+            collective = threading.Barrier(3, timeout=10)
+            stopped, trained = {}, {}
+            def rank(r):
+                i = 0
+                while not stoppers[r].at_step(i):
+                    if r == 0 and i == %d:
+                        threading.Thread(target=stoppers[0].propose, args=(1.0,)).start()
+                    collective.wait()  # a step every rank must take
+                    trained[r] = i
+                    time.sleep(0.02 if r < 2 else %f)
+                    i += 1
+                stopped[r] = i
+            threads = [threading.Thread(target=rank, args=(r,)) for r in range(3)]
+            [t.start() for t in threads]
+            [t.join(20) for t in threads]
+            heard = [st.heard for st in stoppers]
+            print(json.dumps({"stopped": stopped, "latest": max(heard) + 1, "trained": trained}))
+            for st in stoppers:
+                st.close()
+        """ % (notice_at, ahead_pad))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return json.loads(out.stdout)
+
+    def test_the_ranks_stop_together_at_the_step_after_the_latest_one_a_rank_was_in(self):
+        # Rank 2 begins each step as soon as the collective ends, while the
+        # others still pad theirs: it may hear of the stop a step ahead.
+        for notice_at, pad in ((5, 0.0), (5, 0.02), (0, 0.0), (3, 0.005)):
+            got = self.stop(notice_at, pad)
+            self.assertEqual(len(got["stopped"]), 3, got)
+            self.assertEqual(set(got["stopped"].values()), {got["latest"]}, "the ranks did not stop together, at the step after the latest one a rank heard in: %s" % got)
+            self.assertEqual(set(got["trained"].values()), {got["latest"] - 1}, got)
+            self.assertLessEqual(got["latest"], notice_at + 2, got)
+
+    def test_a_stop_heard_before_the_first_step_stops_there(self):
+        out = run_script("""
+            import socket
+            import torch.distributed as dist
+            from elastic import inplace
+            s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+            server = dist.TCPStore("127.0.0.1", port, 2, True, wait_for_workers=False)
+            stopper = inplace._Stopper(dist, "127.0.0.1", port, 1, lambda: None)
+            stopper.propose(1.0)
+            stopper.settled.wait(5)
+            print(stopper.heard, stopper.stop_at, stopper.at_step(7))
+            stopper.close()
+        """)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.strip(), "-1 0 True")
+
+
 class Cut(unittest.TestCase):
     def test_a_cut_shuts_only_the_sockets_it_saw(self):
         # gloo closes a connection its peer closed; the descriptor may hold
@@ -161,13 +222,14 @@ class Leave(unittest.TestCase):
         # leave whose proposal fails so cuts, and raises nothing into the
         # thread that reads the guard's messages.
         out = run_script("""
-            import time
+            import threading, time
             from elastic import inplace
             gen = inplace.Generation({"RANK": "1", "WORLD_SIZE": "2"}, in_place=False)
             group = inplace._Group(gen, "gloo", None)
             class Gone:
-                stop_at = None
-                def propose(self, step, wait):
+                heard = None
+                settled = threading.Event()
+                def propose(self, wait):
                     raise TimeoutError("the client socket has timed out")
             group.stopper, group.fds = Gone(), {}
             inplace._step_times.add(0.02)
@@ -186,12 +248,11 @@ class Leave(unittest.TestCase):
             import threading
             from elastic import inplace
             stopper = inplace._Stopper.__new__(inplace._Stopper)
-            stopper.stop_at = None
             class Silent:
-                def compare_set(self, *args):
+                def set(self, *args):
                     threading.Event().wait()
             stopper.proposer = Silent()
-            print(stopper.propose(7, 0.25))
+            print(stopper.propose(0.25))
         """)
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertEqual(out.stdout.strip(), "False", "it gave up, and did not wait for the store")
