@@ -123,13 +123,17 @@ class Generation:
                 return True
             stopper = group.stopper
             if stopper is not None:
-                stop = stopper.at_step(i)  # past the step it heard of a stop in, it waits for the others
-                if stop or group.cut_done:
+                # Once it has heard of a stop, it may wait here for the others.
+                said = stopper.at_step()
+                if said is _STOP:
+                    group.together = not group.cut_done
                     return True
-                if stopper.heard is not None and stopper.stop_at is None:
-                    group.cut()  # the store is gone: no step can be agreed
+                if said is _NO_STOP:
+                    group.cut()  # the store failed, or the others did not say in time
                     return True
-                if stopper.heard is not None or group.stopping:
+                if group.cut_done:
+                    return True
+                if said is _LATER or group.stopping:
                     return False  # the ranks stop together, at a later step
         return self._link is not None and self._link.leaving.is_set()
 
@@ -281,6 +285,8 @@ class _Group:
         self.store = None
         self.stopper = None  # how the ranks stop together, once formed
         self.stopping = False  # a stop at a step every rank agrees on is under way
+        self.together = False  # the ranks stopped together, at a step's start: nothing was cut
+        self.timer = None  # the cut that follows a leave if the ranks do not stop together in time
 
     def form(self):
         dist, gen = self.dist, self.gen
@@ -322,9 +328,9 @@ class _Group:
             if self.stopper.heard is None and not self.stopper.propose(_PROPOSE_WAIT):
                 self.cut()
                 return
-            timer = threading.Timer((_STOP_WITHIN + 1) * typical + _BLOCKED_SLACK, self.cut)
-            timer.daemon = True
-            timer.start()
+            self.timer = threading.Timer((_STOP_WITHIN + 1) * typical + _BLOCKED_SLACK, self.cut)
+            self.timer.daemon = True
+            self.timer.start()
         except Exception:
             self.cut()
 
@@ -420,9 +426,12 @@ class _Group:
             self.stopper.close()
 
     def destroy(self):
+        """Destroy the group and let go of everything of it: nothing of a generation is kept, frozen, by the next's gc.freeze."""
         with self.lock:
             self.cut_done = True
             self.fds = {}
+        if self.timer is not None:
+            self.timer.cancel()
         self.end_stopper()
         try:
             if self.dist.is_initialized():
@@ -430,7 +439,7 @@ class _Group:
         except Exception:
             pass
         _reset_group_names(self.dist)
-        self.store = None
+        self.store = self.stopper = self.gen = self.timer = None
 
 
 def _import_before_any_group():
@@ -491,6 +500,8 @@ _STOP_NOTICE_KEY = "elastic/stop-notice"
 _STOP_LATEST_KEY = "elastic/stop-latest"
 _STOP_HEARD_KEY = "elastic/stop-heard"
 _STOP_AT_KEY = "elastic/stop-at"
+# What _Stopper.at_step says at a step's start.
+_NOT_HEARD, _LATER, _STOP, _NO_STOP = "not heard", "later", "stop", "no stop"
 
 
 class _Stopper:
@@ -521,9 +532,11 @@ class _Stopper:
     def __init__(self, dist, addr, port, world_size, uncut):
         self.world_size = world_size
         self.lock = threading.Lock()
-        self.begun = None  # the step this rank began last (at_step); None: none yet
-        self.heard = None  # the step it had begun when it heard of the stop, -1 for none; None: not heard
-        self.stop_at = None  # the step every rank stops at, once every rank has said where it was
+        # Step starts are counted, not named by the script's step numbers:
+        # every rank starts its steps in lockstep, whatever loops it runs.
+        self.starts = 0  # the step starts seen (at_step)
+        self.heard = None  # the index of the step start it was past when it heard of the stop, -1 for none; None: not heard
+        self.stop_at = None  # the step start every rank stops at, once every rank has said where it was
         self.settled = threading.Event()  # stop_at is known, cannot be (the store is gone), or the group is cut
         self.port = port
         before = _sockets()
@@ -534,24 +547,35 @@ class _Stopper:
         self.thread = threading.Thread(target=self._watch, name="elastic-stop", daemon=True)
         self.thread.start()
 
-    def at_step(self, i):
-        """At step i's start: whether the ranks stop here. Once it has heard of a stop, it waits until the step is agreed."""
+    def at_step(self):
+        """At a step's start: _STOP here, a stop comes _LATER, _NOT_HEARD of one, or _NO_STOP can be agreed.
+
+        Once it has heard of a stop, it waits until every rank has said
+        where it was: bounded by the cut a leave sets (three steps and a
+        quarter of a second), since a rank that cannot say (frozen, or its
+        store gone) holds the others here.
+        """
         with self.lock:
-            self.begun = i
+            start = self.starts
+            self.starts += 1
             heard = self.heard
         if heard is None:
-            return False
-        self.settled.wait()
-        return self.stop_at is not None and i >= self.stop_at
+            return _NOT_HEARD
+        typical = _step_times.typical()
+        if not self.settled.wait((_STOP_WITHIN + 1) * (typical if typical is not None else 1.0) + _BLOCKED_SLACK):
+            return _NO_STOP
+        if self.stop_at is None:
+            return _NO_STOP
+        return _STOP if start >= self.stop_at else _LATER
 
     def _watch(self):
         client = self.client
         try:
             client.wait([_STOP_NOTICE_KEY], _NOTICE_WAIT)
             with self.lock:
-                # Under the lock: a step not begun yet waits at its start.
-                self.heard = -1 if self.begun is None else self.begun
-                want = self.heard + 1
+                # Under the lock: a step start that has not counted yet waits.
+                self.heard = self.starts - 1
+                want = self.starts
             latest = _text(client.compare_set(_STOP_LATEST_KEY, "", str(want)))
             while int(latest) < want:
                 latest = _text(client.compare_set(_STOP_LATEST_KEY, latest, str(want)))
@@ -800,21 +824,31 @@ def run(train, state=None, backend="gloo", timeout=None, path=None):
         finally:
             if link is not None:
                 link.on_leave = None
-        # The generation is over: leave it, and wait for the next.
-        if group is not None:
+        # The generation is over: leave it, and wait for the next. Ranks
+        # that stopped together shut their connections to each other and
+        # destroy the group after the leave, off the path of the next
+        # generation. A group that was cut is destroyed first, as a rank
+        # whose peer was lost in a collective may wait in gloo's destructor
+        # (a send interrupted half-way): such a rank must not say it left,
+        # and is killed at the stop's grace period.
+        together = group is not None and group.together and not group.cut_done
+        if together:
             group.disconnect()
+        elif group is not None:
+            group.destroy()
         _settle_saves(elastic)
         held, trained_in = gen._state_step(), gen._trained_in
         # A rank may stop, with the others, before its own guard asks it to
         # leave; it leaves only once asked (or once the guard is gone).
         link.leaving.wait()
         link.left()
-        # The group, and what still holds it (a DDP wrapper whose hooks sit
-        # on the model's parameters, rank 0's store and its port), go
-        # before the next generation forms, after the leave, while the
-        # node's ack and the next generation's commit are under way.
-        if group is not None:
+        if together:
             group.destroy()
+        # What still holds the group (a DDP wrapper whose hooks sit on the
+        # model's parameters, rank 0's store and its port) is collected
+        # before the next generation forms, while the node's ack and the
+        # next generation's commit are under way.
+        gen._group = group = None
         gc.collect()
         gc.freeze()  # what this generation kept is not scanned again
         gen = _next_generation(link, in_place=True, held=held)

@@ -144,14 +144,17 @@ class StopTogether(unittest.TestCase):
             stopped, trained = {}, {}
             def rank(r):
                 i = 0
-                while not stoppers[r].at_step(i):
+                while True:
+                    said = stoppers[r].at_step()
+                    if said in (inplace._STOP, inplace._NO_STOP):
+                        break
                     if r == 0 and i == %d:
                         threading.Thread(target=stoppers[0].propose, args=(1.0,)).start()
                     collective.wait()  # a step every rank must take
                     trained[r] = i
                     time.sleep(0.02 if r < 2 else %f)
                     i += 1
-                stopped[r] = i
+                stopped[r] = [i, said]
             threads = [threading.Thread(target=rank, args=(r,)) for r in range(3)]
             [t.start() for t in threads]
             [t.join(20) for t in threads]
@@ -169,7 +172,7 @@ class StopTogether(unittest.TestCase):
         for notice_at, pad in ((5, 0.0), (5, 0.02), (0, 0.0), (3, 0.005)):
             got = self.stop(notice_at, pad)
             self.assertEqual(len(got["stopped"]), 3, got)
-            self.assertEqual(set(got["stopped"].values()), {got["latest"]}, "the ranks did not stop together, at the step after the latest one a rank heard in: %s" % got)
+            self.assertEqual({tuple(v) for v in got["stopped"].values()}, {(got["latest"], "stop")}, "the ranks did not stop together, at the step after the latest one a rank heard in: %s" % got)
             self.assertEqual(set(got["trained"].values()), {got["latest"] - 1}, got)
             self.assertLessEqual(got["latest"], notice_at + 2, got)
 
@@ -183,11 +186,34 @@ class StopTogether(unittest.TestCase):
             stopper = inplace._Stopper(dist, "127.0.0.1", port, 1, lambda: None)
             stopper.propose(1.0)
             stopper.settled.wait(5)
-            print(stopper.heard, stopper.stop_at, stopper.at_step(7))
+            print(stopper.heard, stopper.stop_at, stopper.at_step())
             stopper.close()
         """)
         self.assertEqual(out.returncode, 0, out.stderr)
-        self.assertEqual(out.stdout.strip(), "-1 0 True")
+        self.assertEqual(out.stdout.strip(), "-1 0 stop")
+
+    def test_a_rank_that_never_says_where_it_was_ends_the_wait_in_time(self):
+        # A rank frozen, or whose store failed, cannot say: the others wait
+        # three typical steps and a quarter of a second, then are cut.
+        out = run_script("""
+            import socket, time
+            import torch.distributed as dist
+            from elastic import inplace
+            s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+            server = dist.TCPStore("127.0.0.1", port, 3, True, wait_for_workers=False)
+            inplace._step_times.add(0.02)
+            stopper = inplace._Stopper(dist, "127.0.0.1", port, 2, lambda: None)  # the other rank never comes
+            print(stopper.at_step())
+            stopper.propose(1.0)
+            while stopper.heard is None:
+                time.sleep(0.01)
+            began = time.monotonic()
+            said = stopper.at_step()
+            print(said, "%.1f" % (time.monotonic() - began))
+            stopper.close()
+        """)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.split(), ["not", "heard", "no", "stop", "0.3"])
 
 
 class Cut(unittest.TestCase):
